@@ -1,0 +1,1 @@
+"""The public math API (stable: outside scripts call exactly these names)."""

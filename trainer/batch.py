@@ -1,0 +1,158 @@
+"""Rollouts -> padded tensors, and rewards -> per-token advantages.
+
+Targets are ``input_ids[:, 1:]``, so every per-token tensor here is (B, T-1): position
+``t`` scores token ``t + 1``. ``loss_mask`` is 1 on the policy's own action tokens only;
+prompt, tool and sub-agent tokens are context, never trained on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rewards.types import RewardResult
+from trainer.algorithms import (
+    ResolvedAlgorithm,
+    gae_advantages,
+    group_advantages,
+    process_advantages,
+)
+from trainer.rollout import Rollout
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # (B, T) right-padded
+    attention_mask: torch.Tensor  # (B, T)
+    loss_mask: torch.Tensor  # (B, T-1) float, 1 = trained token
+    step_of: torch.Tensor  # (B, T-1) agent step of each target token, -1 for prompt/pad
+
+    @property
+    def size(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, idx: torch.Tensor) -> Batch:
+        return Batch(*(t[idx] for t in (self.input_ids, self.attention_mask, self.loss_mask, self.step_of)))
+
+
+def collate(rollouts: Sequence[Rollout], pad_id: int, device: torch.device) -> Batch:
+    width = max(len(r.token_ids) for r in rollouts)
+    B = len(rollouts)
+    ids = torch.full((B, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, width), dtype=torch.long)
+    train = torch.zeros((B, width), dtype=torch.float32)
+    step = torch.full((B, width), -1, dtype=torch.long)
+    for b, ro in enumerate(rollouts):
+        pos = 0
+        for seg in ro.segments:
+            n = len(seg.token_ids)
+            ids[b, pos : pos + n] = torch.tensor(seg.token_ids, dtype=torch.long)
+            attn[b, pos : pos + n] = 1
+            if seg.mask is None:
+                train[b, pos : pos + n] = 1.0
+            if seg.kind != "prompt":
+                step[b, pos : pos + n] = seg.turn
+            pos += n
+    return Batch(
+        input_ids=ids.to(device),
+        attention_mask=attn.to(device),
+        loss_mask=train[:, 1:].to(device),
+        step_of=step[:, 1:].to(device),
+    )
+
+
+def step_totals(result: RewardResult) -> list[float]:
+    """The reward each agent step earned, summed over components."""
+    per_step = list(result.breakdown.per_step.values())
+    if not per_step:
+        return [result.breakdown.total]
+    return [float(sum(vals)) for vals in zip(*per_step, strict=True)]
+
+
+def token_advantages(
+    algo: ResolvedAlgorithm,
+    batch: Batch,
+    results: Sequence[RewardResult],
+    group_size: int,
+    values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Per-token advantages (B, T-1), returns for the value head (or None), and one
+    advantage per trajectory (B,) for display (its mean over trained tokens)."""
+    mask = batch.loss_mask
+    returns = None
+    if algo.credit == "outcome":
+        totals = torch.tensor([r.breakdown.total for r in results], dtype=torch.float32)
+        per_traj = group_advantages(
+            totals, group_size, std_scaling=algo.std_scaling, eps=algo.eps
+        ).to(mask.device)
+        adv = per_traj.unsqueeze(1) * mask
+        return adv, None, per_traj
+    if algo.credit == "process":
+        steps = process_advantages(
+            [step_totals(r) for r in results],
+            group_size,
+            std_scaling=algo.std_scaling,
+            eps=algo.eps,
+        )
+        adv = _spread_steps(steps, batch)
+    else:  # "gae": a critic supplies the baseline, token by token
+        if values is None:
+            raise ValueError("credit 'gae' needs values from the value head")
+        adv, returns = _gae(algo, batch, results, values)
+    denom = mask.sum(1).clamp(min=1)
+    per_traj = (adv * mask).sum(1) / denom
+    return adv * mask, returns, per_traj
+
+
+def _spread_steps(steps: list[list[float]], batch: Batch) -> torch.Tensor:
+    B, T = batch.loss_mask.shape
+    width = max(len(s) for s in steps) + 1
+    table = torch.zeros((B, width))
+    for b, s in enumerate(steps):
+        table[b, : len(s)] = torch.tensor(s, dtype=torch.float32)
+    idx = batch.step_of.cpu().clamp(min=0, max=width - 1)
+    return table.gather(1, idx).to(batch.loss_mask.device)
+
+
+def _gae(
+    algo: ResolvedAlgorithm,
+    batch: Batch,
+    results: Sequence[RewardResult],
+    values: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over each trajectory's trained tokens in order; a step's reward arrives on
+    its last action token and the episode is terminal (bootstrap value 0)."""
+    adv = torch.zeros_like(batch.loss_mask)
+    ret = torch.zeros_like(batch.loss_mask)
+    mask_cpu = batch.loss_mask.cpu()
+    step_cpu = batch.step_of.cpu()
+    vals_cpu = values.detach().float().cpu()
+    for b, res in enumerate(results):
+        pos = mask_cpu[b].nonzero().flatten()
+        if pos.numel() == 0:
+            continue
+        rewards = torch.zeros(pos.numel())
+        totals = step_totals(res)
+        steps_here = step_cpu[b, pos]
+        for k in range(pos.numel()):
+            last_of_step = k + 1 == pos.numel() or steps_here[k + 1] != steps_here[k]
+            if last_of_step:
+                s = int(steps_here[k])
+                rewards[k] += totals[s] if s < len(totals) else 0.0
+        # Rewards of steps the policy never acted in (none here) would be lost; the
+        # final pseudo-step of a step-less episode lands on the last token.
+        if len(totals) > int(steps_here.max()) + 1:
+            rewards[-1] += sum(totals[int(steps_here.max()) + 1 :])
+        v = torch.cat([vals_cpu[b, pos], torch.zeros(1)])
+        a, r = gae_advantages(rewards, v, gamma=algo.gamma, lam=algo.lam)
+        adv[b, pos.to(adv.device)] = a.to(adv.device)
+        ret[b, pos.to(ret.device)] = r.to(ret.device)
+    # PPO practice (CleanRL's norm_adv): whiten advantages over the batch's tokens.
+    m = batch.loss_mask
+    n = m.sum().clamp(min=1)
+    mean = (adv * m).sum() / n
+    var = (((adv - mean) * m) ** 2).sum() / n
+    adv = (adv - mean) / (var.sqrt() + algo.eps)
+    return adv * m, ret

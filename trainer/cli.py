@@ -1,0 +1,114 @@
+"""``python -m trainer``: run a config file, or list the algorithm presets.
+
+    python -m trainer run CONFIG.yaml|json [--steps N] [--out DIR] [--no-resume]
+    python -m trainer presets
+
+A bad config prints every bad field with the reason and exits with status 2. ``--out``
+receives ``events.jsonl`` and ``checkpoints/``; a second run with the same ``--out``
+resumes from the newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from trainer.config import TrainConfig, format_errors
+
+
+def load_config_file(path: str, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Parse YAML or JSON and validate; raises ValidationError or ValueError."""
+    text = Path(path).read_text(encoding="utf-8")
+    data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError("the config file must hold a mapping at the top level")
+    data.update(overrides or {})
+    return TrainConfig.model_validate(data)
+
+
+def _cmd_presets() -> int:
+    from trainer.algorithms import PRESET_LABELS, describe_preset
+
+    for name in ("ppo", "grpo", "dr_grpo", "dapo", "cispo"):
+        fields = describe_preset(name)
+        print(f"{name:8s} {PRESET_LABELS.get(name, '')}")
+        for key, value in fields.items():
+            print(f"    {key:20s} {value}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from trainer.events import JsonlSink, NullSink
+    from trainer.runner import run_from_config
+
+    overrides = {"steps": args.steps} if args.steps is not None else {}
+    try:
+        cfg = load_config_file(args.config, overrides)
+    except FileNotFoundError:
+        print(f"error: config file {args.config!r} not found", file=sys.stderr)
+        return 2
+    except (ValidationError, ValueError, yaml.YAMLError, json.JSONDecodeError) as exc:
+        print(f"error: invalid config {args.config}:", file=sys.stderr)
+        for line in format_errors(exc):
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else None
+    sink = JsonlSink(out / "events.jsonl") if out else NullSink()
+    printer = _Printer(sink)
+    try:
+        result = run_from_config(
+            cfg,
+            printer,
+            checkpoint_dir=(out / "checkpoints") if out else None,
+            resume=not args.no_resume,
+        )
+    except Exception as exc:
+        print(f"error: training failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        sink.close()
+    print(f"{result.status} after step {result.last_step}")
+    return 0 if result.status == "succeeded" else 1
+
+
+class _Printer:
+    """Forwards events and prints one line per step."""
+
+    KEYS = ("reward", "reward_std", "kl", "entropy", "grad_norm", "completions/mean_length")
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.inner.emit(event)
+        if event["type"] == "step" and event["step"] > 0:
+            m = event["metrics"]
+            parts = [f"{k}={m[k]:.4g}" for k in self.KEYS if k in m and not math.isnan(m[k])]
+            print(f"step {event['step']:5d}  " + "  ".join(parts), flush=True)
+        elif event["type"] == "alert":
+            print(f"  ALERT [{event['detector']}] {event['message']}", flush=True)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="train from a YAML or JSON config")
+    run.add_argument("config")
+    run.add_argument("--steps", type=int, default=None, help="override config.steps")
+    run.add_argument("--out", default=None, help="directory for events.jsonl and checkpoints")
+    run.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
+    sub.add_parser("presets", help="list the algorithm presets and the fields they set")
+    args = parser.parse_args(argv)
+    if args.cmd == "presets":
+        return _cmd_presets()
+    return _cmd_run(args)

@@ -1,0 +1,146 @@
+"""The run configuration: one typed schema shared by the CLI, the JSON API and the form.
+
+Every number is bounded, every name is an enum, unknown keys are rejected, and errors
+name the field (``algorithm.clip_high: Input should be less than or equal to 10``).
+Algorithm presets are data (:data:`trainer.algorithms.presets.PRESETS`); a field left
+``None`` here takes the preset's value, any field set overrides it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rewards.config import RewardConfig
+
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class ModelConfig(_Strict):
+    """The policy model."""
+
+    path: str | None = Field(
+        None,
+        max_length=1024,
+        description="Local Hugging Face model directory (loaded with local_files_only, "
+        "no remote code). Empty: build the default small Llama-style model from a config.",
+    )
+    size: Literal["tiny", "small", "base", "large"] = Field(
+        "tiny",
+        description="Default-model size when no path is given: tiny ~1M, small ~4M, "
+        "base ~10M, large ~120M parameters (large is for GPUs).",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA if present.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="auto: bfloat16 on CUDA, float32 on CPU."
+    )
+    warmstart_steps: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        description="Behaviour-cloning steps on random *valid* actions before RL, so a "
+        "from-scratch model knows the action grammar (not which action is good).",
+    )
+    warmstart_lr: float = Field(3e-3, gt=0, le=1)
+
+
+class EnvConfig(_Strict):
+    """Which environment, and its own parameters (validated by the environment)."""
+
+    name: Literal["search", "swarm", "calc"] = "calc"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_params(self) -> EnvConfig:
+        from trainer.envs.base import ENVIRONMENTS
+        import trainer.envs  # noqa: F401
+
+        ENVIRONMENTS.get(self.name).Params.model_validate(self.params)
+        return self
+
+
+class RolloutConfig(_Strict):
+    """How experience is sampled."""
+
+    tasks_per_step: int = Field(4, ge=1, le=4096, description="Distinct tasks per batch.")
+    group_size: int = Field(4, ge=2, le=256, description="Rollouts per task (G).")
+    max_turns: int = Field(6, ge=1, le=64, description="Agent steps before truncation.")
+    max_action_tokens: int = Field(12, ge=1, le=4096, description="Tokens per action.")
+    max_total_tokens: int = Field(512, ge=16, le=131072, description="Whole-trajectory budget.")
+    temperature: float = Field(1.0, gt=0, le=5)
+    top_p: float = Field(1.0, gt=0, le=1)
+
+
+class AlgorithmConfig(_Strict):
+    """Algorithm preset plus overrides. ``None`` means: take the preset's value."""
+
+    preset: Literal["ppo", "grpo", "dr_grpo", "dapo", "cispo"] = "grpo"
+    advantage: Literal["group", "gae"] | None = None
+    std_scaling: Literal["group", "batch", "none"] | None = None
+    loss: Literal["ppo_clip", "cispo"] | None = None
+    agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] | None = None
+    clip_low: float | None = Field(None, ge=0, le=10)
+    clip_high: float | None = Field(None, ge=0, le=10)
+    group_filter: Literal["off", "drop_zero_variance"] | None = None
+    max_resample_rounds: int = Field(
+        4, ge=0, le=64, description="DAPO dynamic sampling: extra sampling rounds at most."
+    )
+    credit: Literal["outcome", "process", "gae"] | None = None
+    kl_beta: float = Field(0.0, ge=0, le=100, description="k3 KL to the frozen reference.")
+    entropy_coef: float = Field(0.0, ge=-1, le=1)
+    gamma: float = Field(1.0, ge=0, le=1)
+    lam: float = Field(0.95, ge=0, le=1)
+    value_coef: float = Field(0.5, ge=0, le=100)
+    eps: float = Field(1e-4, gt=0, le=1, description="Added to the std in advantage scaling.")
+
+
+class OptimConfig(_Strict):
+    """AdamW and the update schedule."""
+
+    lr: float = Field(1e-3, gt=0, le=1)
+    weight_decay: float = Field(0.0, ge=0, le=1)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.999, ge=0, lt=1)
+    grad_clip: float = Field(1.0, gt=0, le=1e6)
+    epochs: int = Field(1, ge=1, le=64, description="Optimisation epochs over each batch.")
+    minibatches: int = Field(1, ge=1, le=1024, description="Minibatches per epoch.")
+
+
+class CheckpointConfig(_Strict):
+    every: int = Field(0, ge=0, le=1_000_000, description="Steps between checkpoints; 0: off.")
+    keep: int = Field(2, ge=1, le=1000, description="Checkpoints kept on disk.")
+
+
+class TrainConfig(_Strict):
+    """A whole run. ``reward`` is built into a reward function by ``rewards``; the
+    trainer itself only receives that function."""
+
+    name: str = Field("run", min_length=1, max_length=200)
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    steps: int = Field(50, ge=1, le=1_000_000)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    reward: RewardConfig | None = Field(
+        None, description="Reward components and judges; None: the environment's default."
+    )
+
+
+def format_errors(exc: Exception) -> list[str]:
+    """``field.path: message`` lines for a pydantic ValidationError (or any error)."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        out = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "(config)"
+            out.append(f"{loc}: {err['msg']}")
+        return out
+    return [f"(config): {exc}"]

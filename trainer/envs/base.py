@@ -1,0 +1,109 @@
+"""The environment contract: tasks, sessions, steps and the facts they report.
+
+An environment owns its own facts (what a task is, what a tool does, what counts as
+success) and reports them as :class:`rewards.types.StepFacts` / :class:`Episode`; it
+never computes rewards (``rewards/`` turns facts into rewards). Environments are
+seeded and deterministic: the same seed and the same actions give the same episode.
+
+Text protocol (shared with the tokenizer the project builds): prompts, actions and
+observations are whitespace-separated words drawn from :meth:`Environment.vocabulary`,
+so a word-level tokenizer round-trips them exactly. An action is what the policy writes
+before the end-of-action token; the environment parses it and never raises on a
+malformed one (it returns ``ok=False`` facts and an error observation).
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from rewards.registry import Registry
+from rewards.types import Episode, StepFacts
+
+ENVIRONMENTS: Registry[type[Environment]] = Registry("environment")
+
+
+class EnvParams(BaseModel):
+    """Base of every environment's parameter model: unknown keys are rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem. ``payload`` is environment-private (gold documents, the answer...)."""
+
+    id: str
+    prompt: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What the environment answers to one action.
+
+    ``observation_kind`` is the loss-mask reason of the observation's tokens:
+    ``"tool"`` for tool output, ``"subagent"`` for frozen sub-agent output.
+    """
+
+    observation: str
+    done: bool
+    facts: StepFacts
+    observation_kind: str = "tool"
+
+
+class EnvSession(ABC):
+    """One episode in progress. Created by :meth:`Environment.start`."""
+
+    task: Task
+
+    @abstractmethod
+    def step(self, action: str) -> StepResult:
+        """Apply one action (already decoded, without the end-of-action token)."""
+
+    @abstractmethod
+    def episode(self, *, truncated: bool) -> Episode:
+        """The finished episode's facts. ``truncated``: stopped by a budget, not by
+        the policy; such an episode never counts as a success."""
+
+    @abstractmethod
+    def random_action(self, rng: random.Random) -> str:
+        """A well-formed (not necessarily good) action for the current state: used to
+        warm-start a from-scratch model on the action grammar."""
+
+
+class Environment(ABC):
+    """A registered, seeded task family with tools. Subclasses set ``name``/``Params``."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[EnvParams]] = EnvParams
+
+    def __init__(self, params: EnvParams | Mapping[str, Any] | None = None, *, seed: int = 0):
+        if params is None or isinstance(params, Mapping):
+            params = self.Params.model_validate(dict(params or {}))
+        self.params = params
+        self.seed = seed
+
+    @abstractmethod
+    def vocabulary(self) -> list[str]:
+        """Every word that can appear in a prompt, an action or an observation."""
+
+    @abstractmethod
+    def sample_tasks(self, n: int, rng: random.Random) -> list[Task]:
+        """``n`` tasks drawn with ``rng`` (the trainer owns the generator)."""
+
+    @abstractmethod
+    def start(self, task: Task) -> EnvSession:
+        """Begin an episode of ``task``."""
+
+
+def make_env(name: str, params: Mapping[str, Any] | None = None, *, seed: int = 0) -> Environment:
+    """Build a registered environment by name (imports the built-in ones first)."""
+    import trainer.envs  # noqa: F401  (registers the built-ins)
+
+    return ENVIRONMENTS.get(name)(params, seed=seed)

@@ -1,0 +1,107 @@
+"""The sink protocol: how the trainer tells the world what happened, and nothing more.
+
+The trainer calls ``sink.emit(event)`` with plain JSON-serialisable dicts; a sink never
+influences training. :class:`NullSink` drops everything (the default, like nanochat's
+DummyWandb); :class:`JsonlSink` writes one event per line. The platform's ``RunSink``
+(in ``dashboard``) persists and streams them.
+
+Event shapes (``type`` is always present; every ``step`` is the 1-based training step):
+
+* ``{"type": "run_started", "config": {...}, "start_step": int, "num_params": int,
+  "device": str}``
+* ``{"type": "step", "step": int, "metrics": {name: float}}``: metric names follow
+  TRL/verl (``reward``, ``reward_std``, ``rewards/<component>/mean``,
+  ``frac_reward_zero_std``, ``advantages/mean|min|max``,
+  ``clip_ratio/low_mean|high_mean|region_mean``, ``kl``, ``entropy``, ``policy_loss``,
+  ``grad_norm``, ``completions/mean_length``, ``num_turns``, ``tools/call_frequency``,
+  ``timing_s/gen|reward|update``, ``perf/tokens_per_s``) plus ours
+  (``critical_steps/mean``, ``parallelism/mean``, ``groups_dropped``). Values may be
+  NaN or inf; consumers must store them safely.
+* ``{"type": "trajectory", "step", "group", "index", "task_id", "dropped": bool,
+  "reward": float, "advantage": float, "rewards": {"total", "components": {name: v},
+  "per_step": {name: [v per agent step]}}, "num_turns": int, "length": int,
+  "truncated": bool, "facts": {...}, "segments": [segment, ...]}`` where a segment is
+  ``{"turn": int, "kind": "prompt"|"action"|"tool"|"subagent", "text": str,
+  "token_ids": [int], "tokens": [str], "logprob": [float], "old_logprob": [float],
+  "ratio": [float], "entropy": [float], "advantage": [float], "mask": str|None}``;
+  ``mask`` is the loss-mask reason (None: trained on). Token arrays of masked
+  segments hold the policy's view too (logprobs of prompt tokens are NaN).
+* ``{"type": "judgement", "step", "group", "index", "judge", "backend", "ok", "score",
+  "scores": {dim: v}, "rationale": str, "raw": str|None, "error": str|None,
+  "target_step": int|None}``
+* ``{"type": "critical_path", "step", "group", "index", "stages": [...],
+  "critical_steps": int, "total_steps": int, "path": [...]}``
+* ``{"type": "alert", "step", "detector", "severity", "message", "evidence": {...}}``
+* ``{"type": "checkpoint", "step": int, "path": str}``
+* ``{"type": "run_finished", "status": "succeeded"|"failed"|"cancelled", "step": int,
+  "error": str|None}``
+
+All strings inside events that came from the model or an environment are untrusted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class Sink(Protocol):
+    def emit(self, event: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NullSink:
+    """Drops every event; the default."""
+
+    def emit(self, event: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class ListSink:
+    """Keeps events in memory (tests, notebooks)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == kind]
+
+    def close(self) -> None:
+        pass
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON has no NaN/inf: encode them as strings a reader can map back."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+class JsonlSink:
+    """Appends one JSON object per line to ``path`` (flushed per event)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self.path.open("a", encoding="utf-8")
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(_json_safe(event), allow_nan=False) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()

@@ -1,0 +1,284 @@
+"""The training loop: rollout -> rewards -> advantages -> loss -> optimiser step -> events.
+
+``train(config, env, reward_fn, sink)`` is the whole trainer. It knows nothing of Django,
+Celery or how rewards are computed: the reward function and the detector monitor are
+callables handed in (``trainer.runner`` wires the ones from ``rewards``). Every step
+emits a ``step`` event with TRL/verl-named metrics and one ``trajectory`` event per
+rollout with per-token arrays; see ``trainer.events`` for the shapes.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from rewards.types import Monitor, RewardFn, RewardResult
+from trainer.algorithms import ResolvedAlgorithm, resolve_algorithm, zero_variance_groups
+from trainer.batch import collate, token_advantages
+from trainer.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
+from trainer.config import TrainConfig
+from trainer.envs.base import Environment
+from trainer.events import NullSink, Sink
+from trainer.metrics import step_metrics
+from trainer.policy import Policy
+from trainer.records import alert_event, critical_path_event, judgement_events, trajectory_event
+from trainer.rollout import Rollout, play
+from trainer.update import optimise, score
+from trainer.warmstart import warmstart
+
+
+@dataclass
+class TrainResult:
+    status: str  # "succeeded" | "cancelled" | "failed"
+    last_step: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class Sampled:
+    """What one training step sampled: all rollouts, which were kept for the update."""
+
+    rollouts: list[Rollout]
+    results: list[RewardResult]
+    kept: list[bool]
+    groups_dropped: int
+    gen_s: float = 0.0
+    reward_s: float = 0.0
+
+
+def train(
+    config: TrainConfig,
+    env: Environment,
+    reward_fn: RewardFn,
+    sink: Sink | None = None,
+    *,
+    monitor: Monitor | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = True,
+) -> TrainResult:
+    """Train ``config.steps`` steps (continuing from the newest checkpoint in
+    ``checkpoint_dir`` when ``resume``). ``should_stop`` is checked before every step:
+    a True stops the run cleanly with status ``cancelled``."""
+    sink = sink or NullSink()
+    algo = resolve_algorithm(config.algorithm)
+    torch.manual_seed(config.seed)
+    policy = Policy.build(
+        config.model,
+        env.vocabulary(),
+        with_value_head=algo.needs_value_head,
+        max_positions=max(2048, config.rollout.max_total_tokens + 8),
+    )
+    optimizer = torch.optim.AdamW(
+        policy.parameters(),
+        lr=config.optim.lr,
+        betas=(config.optim.beta1, config.optim.beta2),
+        weight_decay=config.optim.weight_decay,
+    )
+    state = TrainState(
+        step=0,
+        task_rng=random.Random(config.seed),
+        sample_gen=torch.Generator().manual_seed(config.seed),
+    )
+    ckpt = latest_checkpoint(checkpoint_dir) if resume else None
+    if ckpt is not None:
+        state = load_checkpoint(ckpt, policy=policy, optimizer=optimizer)
+    elif config.model.warmstart_steps:
+        loss = warmstart(policy, env, config)
+        sink.emit({"type": "step", "step": 0, "metrics": {"warmstart/loss": loss}})
+    ref = _reference(policy, algo, checkpoint_dir)
+    sink.emit(
+        {
+            "type": "run_started",
+            "config": config.model_dump(mode="json"),
+            "start_step": state.step + 1,
+            "num_params": policy.num_params(),
+            "device": str(policy.device),
+        }
+    )
+    step = state.step
+    metrics: dict[str, float] = {}
+    try:
+        for step in range(state.step + 1, config.steps + 1):
+            if should_stop is not None and should_stop():
+                sink.emit({"type": "run_finished", "status": "cancelled", "step": step - 1, "error": None})
+                return TrainResult("cancelled", step - 1, metrics)
+            metrics = _train_step(step, config, algo, env, reward_fn, policy, ref, optimizer, state, sink, monitor)
+            state.step = step
+            every = config.checkpoint.every
+            if checkpoint_dir is not None and every and (step % every == 0 or step == config.steps):
+                path = save_checkpoint(
+                    checkpoint_dir,
+                    policy=policy,
+                    optimizer=optimizer,
+                    state=state,
+                    meta={"config": config.model_dump(mode="json")},
+                    keep=config.checkpoint.keep,
+                )
+                sink.emit({"type": "checkpoint", "step": step, "path": str(path)})
+    except Exception as exc:
+        sink.emit({"type": "run_finished", "status": "failed", "step": step, "error": f"{type(exc).__name__}: {exc}"})
+        raise
+    sink.emit({"type": "run_finished", "status": "succeeded", "step": config.steps, "error": None})
+    return TrainResult("succeeded", config.steps, metrics)
+
+
+def _reference(policy: Policy, algo: ResolvedAlgorithm, checkpoint_dir: str | Path | None) -> Policy | None:
+    """The frozen KL reference is the policy as RL began (after any warm start); it is
+    saved once beside the checkpoints so a resumed run compares against the same one."""
+    if algo.kl_beta <= 0:
+        return None
+    from safetensors.torch import load_model, save_model
+
+    ref = policy.frozen_copy()
+    if checkpoint_dir is not None:
+        path = Path(checkpoint_dir) / "reference.safetensors"
+        if path.exists():
+            load_model(ref, str(path), strict=False)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_model(ref, str(path))
+    return ref
+
+
+def sample(
+    step: int,
+    config: TrainConfig,
+    algo: ResolvedAlgorithm,
+    env: Environment,
+    reward_fn: RewardFn,
+    policy: Policy,
+    state: TrainState,
+) -> Sampled:
+    """Roll out and score. DAPO's dynamic sampling (arXiv 2503.14476 §3.2): groups whose
+    rewards are all equal carry no gradient, so they are dropped and new tasks sampled
+    until the batch holds ``tasks_per_step`` groups or the round cap is hit."""
+    G = config.rollout.group_size
+    need = config.rollout.tasks_per_step
+    out = Sampled([], [], [], 0)
+    rounds = 1 + (algo.max_resample_rounds if algo.group_filter == "drop_zero_variance" else 0)
+    kept_groups = 0
+    for _ in range(rounds):
+        tasks = env.sample_tasks(need - kept_groups, state.task_rng)
+        t0 = time.perf_counter()
+        rollouts = play(policy, env, tasks, config.rollout, generator=state.sample_gen,
+                        first_group=len(out.rollouts) // G)
+        t1 = time.perf_counter()
+        results = reward_fn([ro.episode for ro in rollouts], step)
+        out.gen_s += t1 - t0
+        out.reward_s += time.perf_counter() - t1
+        keep = [True] * len(tasks)
+        if algo.group_filter == "drop_zero_variance":
+            totals = torch.tensor([r.breakdown.total for r in results], dtype=torch.float32)
+            keep = [not z for z in zero_variance_groups(totals, G).tolist()]
+        out.rollouts += rollouts
+        out.results += results
+        out.kept += [k for k in keep for _ in range(G)]
+        out.groups_dropped += keep.count(False)
+        kept_groups += keep.count(True)
+        if kept_groups >= need:
+            break
+    return out
+
+
+def _train_step(
+    step: int,
+    config: TrainConfig,
+    algo: ResolvedAlgorithm,
+    env: Environment,
+    reward_fn: RewardFn,
+    policy: Policy,
+    ref: Policy | None,
+    optimizer: torch.optim.Optimizer,
+    state: TrainState,
+    sink: Sink,
+    monitor: Monitor | None,
+) -> dict[str, float]:
+    t_start = time.perf_counter()
+    sampled = sample(step, config, algo, env, reward_fn, policy, state)
+    kept_idx = [i for i, k in enumerate(sampled.kept) if k]
+    kept = [sampled.rollouts[i] for i in kept_idx]
+    kept_results = [sampled.results[i] for i in kept_idx]
+    t_update = time.perf_counter()
+    upd: dict[str, float] = {}
+    arrays: list[dict[str, list[float]] | None] = [None] * len(sampled.rollouts)
+    per_traj_adv = [0.0] * len(sampled.rollouts)
+    if kept:
+        batch = collate(kept, policy.pad_id, policy.device)
+        scores = score(policy, ref, batch)
+        adv, returns, traj_adv = token_advantages(
+            algo, batch, kept_results, config.rollout.group_size, scores.values
+        )
+        upd, new_lp = optimise(
+            policy, optimizer, algo, config.optim, batch, scores, adv, returns,
+            max_len=config.rollout.max_total_tokens, generator=state.sample_gen,
+        )
+        upd.update(_token_summaries(batch.loss_mask, adv, scores.entropy))
+        rows = _rows(batch.attention_mask, new_lp, scores.old_logprobs, scores.entropy, adv)
+        for j, i in enumerate(kept_idx):
+            arrays[i] = rows[j]
+            per_traj_adv[i] = float(traj_adv[j])
+    t_end = time.perf_counter()
+    timing = {
+        "gen": sampled.gen_s,
+        "reward": sampled.reward_s,
+        "update": t_end - t_update,
+        "step": t_end - t_start,
+    }
+    metrics = step_metrics(config, sampled, upd, timing)
+    sink.emit({"type": "step", "step": step, "metrics": metrics})
+    _emit_records(step, sampled, arrays, per_traj_adv, policy, sink)
+    if monitor is not None:
+        for alert in monitor(step, metrics, [r.episode for r in sampled.rollouts], sampled.results):
+            sink.emit(alert_event(alert))
+    return metrics
+
+
+def _token_summaries(mask: torch.Tensor, adv: torch.Tensor, entropy: torch.Tensor) -> dict[str, float]:
+    sel = mask > 0
+    if not bool(sel.any()):
+        return {}
+    a = adv[sel]
+    return {
+        "advantages/mean": float(a.mean()),
+        "advantages/min": float(a.min()),
+        "advantages/max": float(a.max()),
+        "entropy": float(entropy[sel].mean()),
+    }
+
+
+def _rows(attn, new_lp, old_lp, entropy, adv) -> list[dict[str, list[float]]]:
+    """Per-row Python lists (one conversion per batch), cut to each row's length."""
+    lengths = (attn.sum(1) - 1).tolist()
+    ratio = torch.exp(new_lp - old_lp)
+    tables = {
+        "logprob": new_lp.float().cpu().tolist(),
+        "old_logprob": old_lp.float().cpu().tolist(),
+        "ratio": ratio.float().cpu().tolist(),
+        "entropy": entropy.float().cpu().tolist(),
+        "advantage": adv.float().cpu().tolist(),
+    }
+    return [{k: v[b][: lengths[b]] for k, v in tables.items()} for b in range(len(lengths))]
+
+
+def _emit_records(step, sampled: Sampled, arrays, per_traj_adv, policy: Policy, sink: Sink) -> None:
+    for i, (ro, res) in enumerate(zip(sampled.rollouts, sampled.results, strict=True)):
+        tokens = policy.tokens(ro.token_ids)
+        texts = [policy.tokenizer.decode(seg.token_ids) for seg in ro.segments]
+        sink.emit(
+            trajectory_event(
+                step, ro, res, dropped=not sampled.kept[i], advantage=per_traj_adv[i],
+                tokens=tokens, texts=texts, arrays=arrays[i],
+            )
+        )
+        for ev in judgement_events(step, ro, res):
+            sink.emit(ev)
+        cp = critical_path_event(step, ro, res)
+        if cp is not None:
+            sink.emit(cp)

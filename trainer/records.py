@@ -1,0 +1,131 @@
+"""Event payloads: a rollout plus its numbers -> the dicts the sink receives.
+
+Token arrays are aligned with the trajectory's tokens: entry ``k`` of a segment describes
+that segment's ``k``-th token. The first token of a trajectory has no log-prob (nothing
+predicts it), so it carries NaN. Tensors are turned into Python lists once per batch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rewards.types import RewardResult
+from trainer.rollout import Rollout
+
+NAN = float("nan")
+
+
+def trajectory_event(
+    step: int,
+    ro: Rollout,
+    result: RewardResult,
+    *,
+    dropped: bool,
+    advantage: float,
+    tokens: list[str],
+    texts: list[str],
+    arrays: dict[str, list[float]] | None,
+) -> dict[str, Any]:
+    """``tokens`` are the token strings of the whole trajectory, ``texts`` each
+    segment's decoded text. ``arrays`` maps name -> per-target values (length T-1 of this row, unpadded);
+    None for a dropped group (never scored by the learner)."""
+    segments = []
+    pos = 0
+    for seg, text in zip(ro.segments, texts, strict=True):
+        n = len(seg.token_ids)
+        entry: dict[str, Any] = {
+            "turn": seg.turn,
+            "kind": seg.kind,
+            "text": text,
+            "token_ids": list(seg.token_ids),
+            "tokens": tokens[pos : pos + n],
+            "mask": seg.mask,
+        }
+        for name in ("logprob", "old_logprob", "ratio", "entropy", "advantage"):
+            if arrays is None:
+                entry[name] = [NAN] * n
+            else:
+                # target index p-1 scores token p; token 0 has no prediction.
+                vals = arrays[name]
+                entry[name] = [vals[p - 1] if p >= 1 else NAN for p in range(pos, pos + n)]
+        segments.append(entry)
+        pos += n
+    ep = ro.episode
+    bd = result.breakdown
+    return {
+        "type": "trajectory",
+        "step": step,
+        "group": ro.group,
+        "index": ro.index,
+        "task_id": ro.task.id,
+        "dropped": dropped,
+        "reward": float(bd.total),
+        "advantage": float(advantage),
+        "rewards": {
+            "total": float(bd.total),
+            "components": {k: float(v) for k, v in bd.components.items()},
+            "per_step": {k: [float(x) for x in v] for k, v in bd.per_step.items()},
+        },
+        "num_turns": ro.num_turns,
+        "length": ro.action_tokens,
+        "truncated": ro.truncated,
+        "facts": dict(ep.facts) if ep is not None else {},
+        "steps": [
+            {"index": s.index, "tool": s.tool, "ok": s.ok, "action": s.action,
+             "observation": s.observation, "facts": dict(s.facts)}
+            for s in (ep.steps if ep is not None else ())
+        ],
+        "segments": segments,
+    }
+
+
+def judgement_events(step: int, ro: Rollout, result: RewardResult) -> list[dict[str, Any]]:
+    out = []
+    for j in result.judgements:
+        score = j.score if j.score is not None and math.isfinite(j.score) else None
+        out.append(
+            {
+                "type": "judgement",
+                "step": step,
+                "group": ro.group,
+                "index": ro.index,
+                "judge": j.judge,
+                "backend": j.backend,
+                "ok": j.ok,
+                "score": score,
+                "scores": {k: float(v) for k, v in j.scores.items()},
+                "rationale": j.rationale,
+                "raw": j.raw,
+                "error": j.error,
+                "target_step": j.target_step,
+            }
+        )
+    return out
+
+
+def critical_path_event(step: int, ro: Rollout, result: RewardResult) -> dict[str, Any] | None:
+    cp = result.critical_path
+    if cp is None:
+        return None
+    return {
+        "type": "critical_path",
+        "step": step,
+        "group": ro.group,
+        "index": ro.index,
+        "stages": list(cp.get("stages", [])),
+        "critical_steps": int(cp.get("critical_steps", 0)),
+        "total_steps": int(cp.get("total_steps", 0)),
+        "path": list(cp.get("path", [])),
+    }
+
+
+def alert_event(alert: Any) -> dict[str, Any]:
+    return {
+        "type": "alert",
+        "step": int(alert.step),
+        "detector": alert.detector,
+        "severity": alert.severity,
+        "message": alert.message,
+        "evidence": dict(alert.evidence),
+    }

@@ -1,0 +1,169 @@
+"""Multi-turn rollout: generate an action, step the environment, append the observation.
+
+For a batch of tasks, G sessions per task are played in lock-step: every turn the
+still-active sessions generate one action each in a single batched call, the
+environment answers, and its observation is appended to that session's context. A
+session ends when the environment says done, or is truncated by the turn or token
+budget. Malformed actions are the environment's business (recorded as failed tool
+calls); nothing here raises on model output.
+
+Each rollout is kept as segments of token ids with a loss-mask reason: ``None`` for
+the policy's own action tokens (trained on), ``"prompt"``, ``"tool"`` or
+``"subagent"`` for everything the policy did not write.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from rewards.types import Episode
+from trainer.config import RolloutConfig
+from trainer.envs.base import Environment, EnvSession, Task
+from trainer.policy import Policy
+
+
+@dataclass
+class Segment:
+    """A run of tokens of one kind within one turn. ``mask`` None: trained on."""
+
+    turn: int
+    kind: str  # "prompt" | "action" | "tool" | "subagent"
+    token_ids: list[int]
+    mask: str | None
+
+
+@dataclass
+class Rollout:
+    """One trajectory: its segments, the environment's episode facts, and where it sits
+    in the batch (``group`` = task slot, ``index`` = sample within the group)."""
+
+    task: Task
+    group: int
+    index: int
+    segments: list[Segment] = field(default_factory=list)
+    episode: Episode | None = None
+    truncated: bool = False
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [t for s in self.segments for t in s.token_ids]
+
+    @property
+    def action_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.segments if s.mask is None)
+
+    @property
+    def num_turns(self) -> int:
+        return sum(1 for s in self.segments if s.kind == "action")
+
+    def step_index_per_token(self) -> list[int]:
+        """For every token, the agent step (turn) it belongs to; prompt tokens get -1."""
+        return [s.turn if s.kind != "prompt" else -1 for s in self.segments for _ in s.token_ids]
+
+
+def prompt_ids(policy: Policy, text: str) -> list[int]:
+    return [policy.bos_id, *policy.encode(text)]
+
+
+def observation_ids(policy: Policy, text: str) -> list[int]:
+    return [policy.obs_id, *policy.encode(text)]
+
+
+def play(
+    policy: Policy,
+    env: Environment,
+    tasks: list[Task],
+    cfg: RolloutConfig,
+    *,
+    generator: torch.Generator,
+    first_group: int = 0,
+) -> list[Rollout]:
+    """G rollouts of each task, batched across all sessions; returns B = len(tasks) * G."""
+    sessions: list[EnvSession] = []
+    rollouts: list[Rollout] = []
+    contexts: list[list[int]] = []
+    for g, task in enumerate(tasks):
+        for i in range(cfg.group_size):
+            sessions.append(env.start(task))
+            ro = Rollout(task=task, group=first_group + g, index=i)
+            ids = prompt_ids(policy, task.prompt)
+            ro.segments.append(Segment(0, "prompt", ids, "prompt"))
+            rollouts.append(ro)
+            contexts.append(list(ids))
+    active = list(range(len(sessions)))
+    for turn in range(cfg.max_turns):
+        budgets = [min(cfg.max_action_tokens, cfg.max_total_tokens - len(contexts[i])) for i in active]
+        # A session whose context is already full cannot act: it is truncated.
+        for i, b in zip(list(active), budgets, strict=True):
+            if b <= 0:
+                rollouts[i].truncated = True
+        pairs = [(i, b) for i, b in zip(active, budgets, strict=True) if b > 0]
+        active = [i for i, _ in pairs]
+        if not active:
+            break
+        actions = policy.generate(
+            [contexts[i] for i in active],
+            max_new_tokens=[b for _, b in pairs],
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            generator=generator,
+        )
+        still: list[int] = []
+        for i, ids in zip(active, actions, strict=True):
+            rollouts[i].segments.append(Segment(turn, "action", ids, None))
+            contexts[i].extend(ids)
+            text = policy.decode([t for t in ids if t != policy.eoa_id])
+            result = sessions[i].step(text)
+            if result.done:
+                continue
+            obs = observation_ids(policy, result.observation)
+            if len(contexts[i]) + len(obs) >= cfg.max_total_tokens:
+                rollouts[i].truncated = True
+                continue
+            kind = result.observation_kind
+            rollouts[i].segments.append(Segment(turn, kind, obs, kind))
+            contexts[i].extend(obs)
+            still.append(i)
+        active = still
+    for i in active:  # out of turns without finishing
+        rollouts[i].truncated = True
+    for ro, sess in zip(rollouts, sessions, strict=True):
+        ro.episode = sess.episode(truncated=ro.truncated)
+    return rollouts
+
+
+def scripted_rollouts(
+    policy: Policy,
+    env: Environment,
+    tasks: list[Task],
+    *,
+    rng: random.Random,
+    max_turns: int,
+    max_total_tokens: int,
+) -> list[Rollout]:
+    """Rollouts whose actions come from ``session.random_action`` (warm-start data):
+    the same segment layout as :func:`play`, with the end-of-action token appended."""
+    out: list[Rollout] = []
+    for g, task in enumerate(tasks):
+        sess = env.start(task)
+        ro = Rollout(task=task, group=g, index=0)
+        ids = prompt_ids(policy, task.prompt)
+        ro.segments.append(Segment(0, "prompt", ids, "prompt"))
+        length = len(ids)
+        for turn in range(max_turns):
+            act = [*policy.encode(sess.random_action(rng)), policy.eoa_id]
+            if length + len(act) > max_total_tokens:
+                break
+            ro.segments.append(Segment(turn, "action", act, None))
+            length += len(act)
+            result = sess.step(policy.decode(act[:-1]))
+            if result.done:
+                break
+            obs = observation_ids(policy, result.observation)
+            ro.segments.append(Segment(turn, result.observation_kind, obs, result.observation_kind))
+            length += len(obs)
+        out.append(ro)
+    return out

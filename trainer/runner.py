@@ -1,0 +1,50 @@
+"""Wiring: a validated config -> environment + reward function + monitor -> ``train``.
+
+The one place (with the CLI that calls it) where the trainer meets ``rewards``; the
+Django worker calls :func:`run_from_config` too, so both paths train identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from trainer.config import TrainConfig
+from trainer.envs.base import make_env
+from trainer.events import Sink
+from trainer.loop import TrainResult, train
+
+
+def reward_config_for(config: TrainConfig):
+    """The run's reward config, or the environment's default when none is given."""
+    from rewards import default_reward_config
+
+    return config.reward if config.reward is not None else default_reward_config(config.env.name)
+
+
+def run_from_config(
+    config: TrainConfig,
+    sink: Sink | None = None,
+    *,
+    should_stop: Callable[[], bool] | None = None,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = True,
+    endpoints: Mapping[str, Any] | None = None,
+) -> TrainResult:
+    from rewards import build_monitor, build_reward_fn
+
+    env = make_env(config.env.name, config.env.params, seed=config.seed)
+    rcfg = reward_config_for(config)
+    reward_fn = build_reward_fn(rcfg, env_name=config.env.name, endpoints=endpoints)
+    monitor = build_monitor(rcfg, env_name=config.env.name)
+    return train(
+        config,
+        env,
+        reward_fn,
+        sink,
+        monitor=monitor,
+        should_stop=should_stop,
+        checkpoint_dir=checkpoint_dir,
+        resume=resume,
+    )

@@ -1,0 +1,138 @@
+"""Scoring a batch and the optimisation epochs over it.
+
+``score`` computes, without gradients, what the sampling policy thought of every token
+(old log-probs, entropy, values) and, when the KL term is on, the frozen reference's
+log-probs. ``optimise`` then runs ``epochs`` passes of ``minibatches`` over the batch
+with the configured loss (old log-probs kept fixed across epochs, as PPO does), clips
+the gradient norm and steps AdamW.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trainer.algorithms import ResolvedAlgorithm, agg_loss, kl_k3, policy_loss, value_loss
+from trainer.batch import Batch
+from trainer.config import OptimConfig
+from trainer.policy import Policy
+
+
+@dataclass
+class Scores:
+    old_logprobs: torch.Tensor  # (B, T-1)
+    entropy: torch.Tensor  # (B, T-1)
+    values: torch.Tensor | None  # (B, T-1)
+    ref_logprobs: torch.Tensor | None  # (B, T-1)
+
+
+def _chunks(n: int, size: int) -> list[slice]:
+    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+
+
+@torch.no_grad()
+def score(policy: Policy, ref: Policy | None, batch: Batch, chunk: int = 64) -> Scores:
+    parts: dict[str, list[torch.Tensor]] = {"lp": [], "ent": [], "val": [], "ref": []}
+    for sl in _chunks(batch.size, chunk):
+        ids, attn = batch.input_ids[sl], batch.attention_mask[sl]
+        st = policy.token_stats(ids, attn, with_entropy=True, with_values=True)
+        parts["lp"].append(st.logprobs)
+        parts["ent"].append(st.entropy)
+        if st.values is not None:
+            parts["val"].append(st.values)
+        if ref is not None:
+            parts["ref"].append(ref.token_stats(ids, attn).logprobs)
+    return Scores(
+        old_logprobs=torch.cat(parts["lp"]),
+        entropy=torch.cat(parts["ent"]),
+        values=torch.cat(parts["val"]) if parts["val"] else None,
+        ref_logprobs=torch.cat(parts["ref"]) if parts["ref"] else None,
+    )
+
+
+def optimise(
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    algo: ResolvedAlgorithm,
+    optim: OptimConfig,
+    batch: Batch,
+    scores: Scores,
+    advantages: torch.Tensor,
+    returns: torch.Tensor | None,
+    *,
+    max_len: int,
+    generator: torch.Generator,
+) -> tuple[dict[str, float], torch.Tensor]:
+    """Returns averaged metrics and the log-probs of the last epoch's forward (B, T-1)."""
+    B = batch.size
+    mb = max(1, -(-B // optim.minibatches))
+    sums: dict[str, float] = {}
+    count = 0
+    last_logprobs = scores.old_logprobs.clone()
+    policy.train()
+    for _epoch in range(optim.epochs):
+        order = torch.randperm(B, generator=generator)
+        for sl in _chunks(B, mb):
+            idx = order[sl].to(batch.input_ids.device)
+            metrics, logprobs = _minibatch_step(
+                policy, optimizer, algo, optim, batch.select(idx), scores, idx,
+                advantages[idx], None if returns is None else returns[idx], max_len,
+            )
+            last_logprobs[idx] = logprobs
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v
+            count += 1
+    policy.eval()
+    return {k: v / max(count, 1) for k, v in sums.items()}, last_logprobs
+
+
+def _minibatch_step(
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    algo: ResolvedAlgorithm,
+    optim: OptimConfig,
+    mb: Batch,
+    scores: Scores,
+    idx: torch.Tensor,
+    adv: torch.Tensor,
+    returns: torch.Tensor | None,
+    max_len: int,
+) -> tuple[dict[str, float], torch.Tensor]:
+    mask = mb.loss_mask
+    st = policy.token_stats(
+        mb.input_ids,
+        mb.attention_mask,
+        with_entropy=algo.entropy_coef != 0,
+        with_values=returns is not None,
+    )
+    loss, metrics = policy_loss(
+        algo.loss,
+        st.logprobs,
+        scores.old_logprobs[idx],
+        adv,
+        mask,
+        agg=algo.agg,
+        clip_low=algo.clip_low,
+        clip_high=algo.clip_high,
+        max_len=max_len,
+    )
+    metrics = dict(metrics)
+    if scores.ref_logprobs is not None and algo.kl_beta > 0:
+        kl = agg_loss(kl_k3(st.logprobs, scores.ref_logprobs[idx]), mask, algo.agg, max_len=max_len)
+        loss = loss + algo.kl_beta * kl
+        metrics["kl"] = float(kl)
+    if returns is not None and st.values is not None:
+        vl = value_loss(st.values, returns, mask, agg="token_mean")
+        loss = loss + algo.value_coef * vl
+        metrics["value_loss"] = float(vl)
+    if algo.entropy_coef != 0 and st.entropy is not None:
+        ent = agg_loss(st.entropy, mask, algo.agg, max_len=max_len)
+        loss = loss - algo.entropy_coef * ent
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), optim.grad_clip)
+    optimizer.step()
+    metrics["grad_norm"] = float(grad_norm)
+    metrics["loss"] = float(loss.detach())
+    return metrics, st.logprobs.detach()
