@@ -1,0 +1,193 @@
+"""Algorithm presets as data, and their resolution against a run's overrides.
+
+A preset is a handful of choices (advantage estimator, std scaling, loss, clip
+bounds, aggregation, group filter, credit assignment), not a subclass: PPO, GRPO,
+Dr. GRPO, DAPO and CISPO differ only in these. :func:`resolve_algorithm` merges a
+:class:`trainer.config.AlgorithmConfig` (``None`` = take the preset's value) into a
+:class:`ResolvedAlgorithm` where every field is concrete, and rejects combinations
+that cannot train. The trainer loop reads only the resolved object.
+
+This module knows the names of losses and estimators, not their math.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainer.config import AlgorithmConfig
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The fields a preset sets; everything else comes from AlgorithmConfig defaults.
+
+    advantage: ``"group"`` (group-relative, GRPO) or ``"gae"`` (critic, PPO).
+    std_scaling: ``"group"``, ``"batch"`` or ``"none"``; unused with GAE.
+    loss: a name in :data:`trainer.algorithms.LOSSES`.
+    clip_low, clip_high: the ratio bounds [1 - clip_low, 1 + clip_high].
+    agg: a mode of :func:`trainer.algorithms.agg_loss`.
+    group_filter: ``"off"`` or ``"drop_zero_variance"`` (DAPO dynamic sampling).
+    credit: ``"outcome"`` one advantage per trajectory, ``"process"`` per-step
+        rewards normalised in the group, ``"gae"`` a critic.
+    """
+
+    advantage: str
+    std_scaling: str
+    loss: str
+    clip_low: float
+    clip_high: float
+    agg: str
+    group_filter: str
+    credit: str
+
+
+PRESETS: dict[str, Preset] = {
+    # PPO with a value head and GAE (arXiv 1707.06347, 1506.02438).
+    "ppo": Preset(
+        advantage="gae",
+        std_scaling="none",
+        loss="ppo_clip",
+        clip_low=0.2,
+        clip_high=0.2,
+        agg="token_mean",
+        group_filter="off",
+        credit="gae",
+    ),
+    # GRPO: group-relative advantage scaled by the group std, per-sequence mean
+    # (arXiv 2402.03300).
+    "grpo": Preset(
+        advantage="group",
+        std_scaling="group",
+        loss="ppo_clip",
+        clip_low=0.2,
+        clip_high=0.2,
+        agg="seq_mean_token_mean",
+        group_filter="off",
+        credit="outcome",
+    ),
+    # Dr. GRPO: no std scaling and a constant normaliser remove GRPO's difficulty
+    # and length biases (arXiv 2503.20783).
+    "dr_grpo": Preset(
+        advantage="group",
+        std_scaling="none",
+        loss="ppo_clip",
+        clip_low=0.2,
+        clip_high=0.2,
+        agg="seq_mean_token_sum_norm",
+        group_filter="off",
+        credit="outcome",
+    ),
+    # DAPO: clip-higher, token-level loss, dynamic sampling (arXiv 2503.14476).
+    "dapo": Preset(
+        advantage="group",
+        std_scaling="group",
+        loss="ppo_clip",
+        clip_low=0.2,
+        clip_high=0.28,
+        agg="token_mean",
+        group_filter="drop_zero_variance",
+        credit="outcome",
+    ),
+    # CISPO: clipped, stop-gradient importance weights (MiniMax-M1, arXiv
+    # 2506.13585); the group filter is optional, off by default.
+    "cispo": Preset(
+        advantage="group",
+        std_scaling="group",
+        loss="cispo",
+        clip_low=1.0,
+        clip_high=4.0,
+        agg="token_mean",
+        group_filter="off",
+        credit="outcome",
+    ),
+}
+
+PRESET_LABELS: dict[str, str] = {
+    "ppo": "PPO (GAE with a value head)",
+    "grpo": "GRPO (DeepSeekMath)",
+    "dr_grpo": "Dr. GRPO (the 'Cursor' variant)",
+    "dapo": "DAPO (clip-higher, dynamic sampling)",
+    "cispo": "CISPO (MiniMax-M1)",
+}
+
+
+@dataclass(frozen=True)
+class ResolvedAlgorithm:
+    """Every algorithm choice of a run, concrete (no ``None``): what the loop reads."""
+
+    preset: str
+    advantage: str
+    std_scaling: str
+    loss: str
+    agg: str
+    clip_low: float
+    clip_high: float
+    group_filter: str
+    max_resample_rounds: int
+    credit: str
+    kl_beta: float
+    entropy_coef: float
+    gamma: float
+    lam: float
+    value_coef: float
+    eps: float
+
+    @property
+    def needs_value_head(self) -> bool:
+        """Whether the policy needs a critic (GAE advantages or GAE credit)."""
+        return self.advantage == "gae" or self.credit == "gae"
+
+
+def _get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        known = ", ".join(sorted(PRESETS))
+        raise KeyError(f"unknown preset {name!r} (known: {known})") from None
+
+
+def describe_preset(name: str) -> dict[str, Any]:
+    """The fields preset ``name`` sets, as a plain dict (for the UI and CLI)."""
+    return asdict(_get_preset(name))
+
+
+def resolve_algorithm(cfg: AlgorithmConfig) -> ResolvedAlgorithm:
+    """Merge the config's overrides into its preset and check the result.
+
+    A field set on ``cfg`` (not ``None``) wins over the preset. ``credit="gae"``
+    switches a preset's group advantage to GAE (a critic assigns the credit); an
+    explicit ``advantage="group"`` with ``credit="gae"``, or ``advantage="gae"``
+    with ``credit="outcome"``/``"process"``, is a ValueError naming both fields.
+    """
+    preset = _get_preset(cfg.preset)
+    chosen: dict[str, Any] = {}
+    for f in fields(Preset):
+        override = getattr(cfg, f.name)
+        chosen[f.name] = getattr(preset, f.name) if override is None else override
+
+    if chosen["credit"] == "gae" and chosen["advantage"] != "gae":
+        if cfg.advantage is not None:
+            raise ValueError(
+                f"algorithm.advantage={cfg.advantage!r} conflicts with "
+                f"algorithm.credit='gae': GAE credit needs advantage='gae'"
+            )
+        chosen["advantage"] = "gae"
+    if chosen["advantage"] == "gae" and chosen["credit"] != "gae":
+        raise ValueError(
+            f"algorithm.advantage='gae' needs algorithm.credit='gae' "
+            f"(got credit={chosen['credit']!r}); set both, or pick a group advantage"
+        )
+
+    return ResolvedAlgorithm(
+        preset=cfg.preset,
+        max_resample_rounds=cfg.max_resample_rounds,
+        kl_beta=cfg.kl_beta,
+        entropy_coef=cfg.entropy_coef,
+        gamma=cfg.gamma,
+        lam=cfg.lam,
+        value_coef=cfg.value_coef,
+        eps=cfg.eps,
+        **chosen,
+    )
