@@ -224,6 +224,11 @@ def _train_step(
         for j, i in enumerate(kept_idx):
             arrays[i] = rows[j]
             per_traj_adv[i] = float(traj_adv[j])
+    else:  # every group dropped: no update, but the policy's entropy is still news
+        batch = collate(sampled.rollouts, policy.pad_id, policy.device)
+        ent = score(policy, None, batch).entropy
+        sel = batch.loss_mask > 0
+        upd["entropy"] = float(ent[sel].mean()) if bool(sel.any()) else float("nan")
     t_end = time.perf_counter()
     timing = {
         "gen": sampled.gen_s,

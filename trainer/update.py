@@ -119,13 +119,15 @@ def _minibatch_step(
     )
     metrics = dict(metrics)
     if scores.ref_logprobs is not None and algo.kl_beta > 0:
-        kl = agg_loss(kl_k3(st.logprobs, scores.ref_logprobs[idx]), mask, algo.agg, max_len=max_len)
+        kl = agg_loss(
+            kl_k3(st.logprobs, scores.ref_logprobs[idx], mask), mask, algo.agg, max_len=max_len
+        )
         loss = loss + algo.kl_beta * kl
-        metrics["kl"] = float(kl)
+        metrics["kl"] = float(kl.detach())
     if returns is not None and st.values is not None:
         vl = value_loss(st.values, returns, mask, agg="token_mean")
         loss = loss + algo.value_coef * vl
-        metrics["value_loss"] = float(vl)
+        metrics["value_loss"] = float(vl.detach())
     if algo.entropy_coef != 0 and st.entropy is not None:
         ent = agg_loss(st.entropy, mask, algo.agg, max_len=max_len)
         loss = loss - algo.entropy_coef * ent
