@@ -51,14 +51,25 @@ def test_it_trains_every_preset_and_emits_the_events(preset, reward_fn):
     result = train(cfg, make_env("calc", seed=0), reward_fn, sink)
     assert result.status == "succeeded" and result.last_step == 3
     kinds = [e["type"] for e in sink.events]
-    assert kinds[0] == "step" and kinds[1] == "run_started" and kinds[-1] == "run_finished"
+    assert (
+        kinds[0] == "step" and kinds[1] == "run_started" and kinds[-1] == "run_finished"
+    )
     steps = [e for e in sink.of_type("step") if e["step"] > 0]
     assert [e["step"] for e in steps] == [1, 2, 3]
     if preset != "dapo":  # DAPO may drop every group of a step: then nothing updates
         assert "grad_norm" in steps[0]["metrics"]
-    for key in ("reward", "reward_std", "frac_reward_zero_std", "entropy",
-                "completions/mean_length", "num_turns", "timing_s/gen", "perf/tokens_per_s",
-                "rewards/outcome/mean", "groups_dropped"):
+    for key in (
+        "reward",
+        "reward_std",
+        "frac_reward_zero_std",
+        "entropy",
+        "completions/mean_length",
+        "num_turns",
+        "timing_s/gen",
+        "perf/tokens_per_s",
+        "rewards/outcome/mean",
+        "groups_dropped",
+    ):
         assert key in steps[0]["metrics"], key
     trajs = sink.of_type("trajectory")
     assert len(trajs) >= 3 * 2 * 3
@@ -75,22 +86,41 @@ def test_it_masks_everything_but_the_policys_own_actions(reward_fn):
             assert kinds["tool"] == "tool"
         for seg in traj["segments"]:
             n = len(seg["token_ids"])
-            assert all(len(seg[k]) == n for k in ("tokens", "logprob", "old_logprob", "ratio",
-                                                   "entropy", "advantage"))
+            assert all(
+                len(seg[k]) == n
+                for k in (
+                    "tokens",
+                    "logprob",
+                    "old_logprob",
+                    "ratio",
+                    "entropy",
+                    "advantage",
+                )
+            )
             if seg["mask"] is not None and not traj["dropped"]:
                 assert all(a == 0.0 or math.isnan(a) for a in seg["advantage"])
 
 
 def test_it_resumes_bit_for_bit_like_an_uninterrupted_run(tmp_path, reward_fn):
-    cfg = _config(steps=4, checkpoint={"every": 2}, algorithm={"preset": "ppo", "kl_beta": 0.1})
+    cfg = _config(
+        steps=4, checkpoint={"every": 2}, algorithm={"preset": "ppo", "kl_beta": 0.1}
+    )
     whole = ListSink()
     train(cfg, make_env("calc", seed=0), reward_fn, whole)
     first, second = ListSink(), ListSink()
     answers = iter([False, False, True])
-    stopped = train(cfg, make_env("calc", seed=0), reward_fn, first,
-                    checkpoint_dir=tmp_path, should_stop=lambda: next(answers))
+    stopped = train(
+        cfg,
+        make_env("calc", seed=0),
+        reward_fn,
+        first,
+        checkpoint_dir=tmp_path,
+        should_stop=lambda: next(answers),
+    )
     assert (stopped.status, stopped.last_step) == ("cancelled", 2)
-    resumed = train(cfg, make_env("calc", seed=0), reward_fn, second, checkpoint_dir=tmp_path)
+    resumed = train(
+        cfg, make_env("calc", seed=0), reward_fn, second, checkpoint_dir=tmp_path
+    )
     assert resumed.status == "succeeded"
     assert second.of_type("run_started")[0]["start_step"] == 3
     assert _same(_metrics(whole), _metrics(first) + _metrics(second))
@@ -98,10 +128,20 @@ def test_it_resumes_bit_for_bit_like_an_uninterrupted_run(tmp_path, reward_fn):
 
 def test_it_stops_before_the_next_step_when_cancelled(reward_fn):
     sink = ListSink()
-    result = train(_config(steps=10), make_env("calc", seed=0), reward_fn, sink,
-                   should_stop=lambda: len(sink.of_type("step")) >= 3)
+    result = train(
+        _config(steps=10),
+        make_env("calc", seed=0),
+        reward_fn,
+        sink,
+        should_stop=lambda: len(sink.of_type("step")) >= 3,
+    )
     assert result.status == "cancelled" and result.last_step == 2
-    assert sink.events[-1] == {"type": "run_finished", "status": "cancelled", "step": 2, "error": None}
+    assert sink.events[-1] == {
+        "type": "run_finished",
+        "status": "cancelled",
+        "step": 2,
+        "error": None,
+    }
 
 
 def test_it_drops_zero_variance_groups_and_resamples(reward_fn):
@@ -113,8 +153,20 @@ def test_it_drops_zero_variance_groups_and_resamples(reward_fn):
         from rewards.types import RewardBreakdown, RewardResult
 
         n = [max(1, len(e.steps)) for e in episodes]
-        return [RewardResult(RewardBreakdown(1.0, {"outcome": 1.0},
-                {"outcome": tuple([0.0] * (k - 1) + [1.0])})) for k in n] if res else []
+        return (
+            [
+                RewardResult(
+                    RewardBreakdown(
+                        1.0,
+                        {"outcome": 1.0},
+                        {"outcome": tuple([0.0] * (k - 1) + [1.0])},
+                    )
+                )
+                for k in n
+            ]
+            if res
+            else []
+        )
 
     sink = ListSink()
     cfg = _config(steps=1, algorithm={"preset": "dapo", "max_resample_rounds": 2})
@@ -142,9 +194,15 @@ def test_it_fails_loudly_and_reports_the_failure(reward_fn):
 
 @pytest.mark.parametrize("credit", ["process", "gae"])
 def test_it_trains_with_process_and_gae_credit(credit, reward_fn):
-    algo = {"preset": "ppo"} if credit == "gae" else {"preset": "grpo", "credit": "process"}
+    algo = (
+        {"preset": "ppo"}
+        if credit == "gae"
+        else {"preset": "grpo", "credit": "process"}
+    )
     sink = ListSink()
-    result = train(_config(steps=2, algorithm=algo), make_env("calc", seed=0), reward_fn, sink)
+    result = train(
+        _config(steps=2, algorithm=algo), make_env("calc", seed=0), reward_fn, sink
+    )
     assert result.status == "succeeded"
     if credit == "gae":
         assert "value_loss" in sink.of_type("step")[-1]["metrics"]

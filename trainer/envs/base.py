@@ -83,7 +83,9 @@ class Environment(ABC):
     name: ClassVar[str]
     Params: ClassVar[type[EnvParams]] = EnvParams
 
-    def __init__(self, params: EnvParams | Mapping[str, Any] | None = None, *, seed: int = 0):
+    def __init__(
+        self, params: EnvParams | Mapping[str, Any] | None = None, *, seed: int = 0
+    ):
         if params is None or isinstance(params, Mapping):
             params = self.Params.model_validate(dict(params or {}))
         self.params = params
@@ -102,7 +104,9 @@ class Environment(ABC):
         """Begin an episode of ``task``."""
 
 
-def make_env(name: str, params: Mapping[str, Any] | None = None, *, seed: int = 0) -> Environment:
+def make_env(
+    name: str, params: Mapping[str, Any] | None = None, *, seed: int = 0
+) -> Environment:
     """Build a registered environment by name (imports the built-in ones first)."""
     import trainer.envs  # noqa: F401  (registers the built-ins)
 

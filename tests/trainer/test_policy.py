@@ -1,0 +1,125 @@
+"""The policy wrapper: building, loading, sampling and scoring."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from trainer.config import ModelConfig
+from trainer.policy import Policy, PolicyError
+from trainer.tokenizer import EOA, build_word_tokenizer
+
+WORDS = ["calc", "answer", "+", "=", *map(str, range(10))]
+
+
+@pytest.fixture(scope="module")
+def policy() -> Policy:
+    torch.manual_seed(0)
+    return Policy.build(ModelConfig(size="tiny"), WORDS)
+
+
+def test_it_builds_a_default_model_of_about_a_million_parameters(policy):
+    assert 500_000 < policy.num_params() < 2_000_000
+    assert policy.device.type == "cpu"
+    assert next(policy.parameters()).dtype == torch.float32
+
+
+def test_it_round_trips_environment_text_through_its_tokenizer(policy):
+    ids = policy.encode("calc 1 2 + 7")
+    assert policy.decode(ids) == "calc 1 2 + 7"
+    assert policy.tokens(ids) == ["calc", "1", "2", "+", "7"]
+
+
+def test_it_respects_each_rows_token_budget_and_stops_at_end_of_action(policy):
+    gen = torch.Generator().manual_seed(0)
+    out = policy.generate(
+        [[policy.bos_id, 5, 6], [policy.bos_id]], max_new_tokens=[3, 7], generator=gen
+    )
+    assert len(out[0]) <= 3 and len(out[1]) <= 7
+    for row in out:
+        assert policy.eoa_id not in row[:-1]  # nothing after the end of action
+
+
+def test_it_samples_reproducibly_with_the_same_generator(policy):
+    a = policy.generate(
+        [[policy.bos_id, 7]] * 4,
+        max_new_tokens=6,
+        generator=torch.Generator().manual_seed(3),
+    )
+    b = policy.generate(
+        [[policy.bos_id, 7]] * 4,
+        max_new_tokens=6,
+        generator=torch.Generator().manual_seed(3),
+    )
+    assert a == b
+
+
+def test_left_padding_does_not_change_what_a_row_samples(policy):
+    """A row's continuation must not depend on its neighbours' lengths (positions and
+    attention ignore the padding): greedy decoding alone vs in a ragged batch."""
+    ctx = [policy.bos_id, 5, 6, 7]
+    alone = policy.generate(
+        [ctx],
+        max_new_tokens=5,
+        temperature=1e-4,
+        generator=torch.Generator().manual_seed(0),
+    )
+    batch = policy.generate(
+        [[policy.bos_id, 9, 9, 9, 9, 9, 9, 9], ctx],
+        max_new_tokens=5,
+        temperature=1e-4,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert batch[1] == alone[0]
+
+
+def test_it_scores_log_probs_that_match_a_manual_softmax(policy):
+    ids = torch.tensor([[policy.bos_id, 5, 6, 7]])
+    mask = torch.ones_like(ids)
+    stats = policy.token_stats(ids, mask, with_entropy=True)
+    logits = policy.model(input_ids=ids).logits[0, :-1]
+    manual = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
+    torch.testing.assert_close(stats.logprobs[0], manual)
+    assert stats.entropy.shape == (1, 3) and bool((stats.entropy > 0).all())
+
+
+def test_it_gives_values_only_with_a_value_head():
+    p = Policy.build(ModelConfig(), WORDS, with_value_head=True)
+    ids = torch.tensor([[p.bos_id, 5, 6]])
+    st = p.token_stats(ids, torch.ones_like(ids), with_values=True)
+    assert st.values.shape == (1, 2)
+
+
+def test_it_loads_a_local_model_directory(tmp_path):
+    tok = build_word_tokenizer(WORDS)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    p = Policy.build(ModelConfig(path=str(tmp_path)), [])
+    assert p.eoa_id == tok.convert_tokens_to_ids(EOA)
+    assert p.decode(p.encode("calc 3")) == "calc 3"
+
+
+def test_it_names_the_field_for_a_missing_or_bad_model_path(tmp_path):
+    with pytest.raises(PolicyError, match="model.path: .* is not a directory"):
+        Policy.build(ModelConfig(path=str(tmp_path / "nope")), WORDS)
+    with pytest.raises(PolicyError, match="model.path: .* no config.json"):
+        Policy.build(ModelConfig(path=str(tmp_path)), WORDS)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(PolicyError, match="model.path: could not load"):
+        Policy.build(ModelConfig(path=str(tmp_path)), WORDS)
+
+
+def test_it_refuses_cuda_when_there_is_none():
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(PolicyError, match="model.device"):
+        Policy.build(ModelConfig(device="cuda"), WORDS)
