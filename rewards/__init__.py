@@ -1,0 +1,51 @@
+"""Rewards: composable components with per-step attribution, critical steps and PARL,
+recall-first search rewards, multi-judge generative reward models, and reward-hacking
+detectors. Pure Python (+ torch/transformers for the local judge); never Django.
+
+The trainer receives ``build_reward_fn(cfg, env_name=...)`` as a callable and, if it
+wants alerts, ``build_monitor(cfg, env_name=...)``.
+"""
+
+from __future__ import annotations
+
+from rewards import parl, search  # noqa: F401  (register the components)
+from rewards.combine import build_reward_fn, check_reward_config
+from rewards.components import COMPONENTS
+from rewards.config import (
+    ComponentConfig,
+    DetectorConfig,
+    JudgeConfig,
+    RewardConfig,
+    RubricDimension,
+    WeightSchedule,
+)
+from rewards.detectors import DETECTORS
+from rewards.judges import JUDGE_BACKENDS, EndpointSpec
+from rewards.monitor import build_monitor
+from rewards.parl import critical_path, critical_steps, stages_from_facts
+from rewards.presets import default_reward_config, demo_config, demo_configs, demo_names
+from rewards.search import fbeta
+
+__all__ = [
+    "COMPONENTS",
+    "DETECTORS",
+    "JUDGE_BACKENDS",
+    "ComponentConfig",
+    "DetectorConfig",
+    "EndpointSpec",
+    "JudgeConfig",
+    "RewardConfig",
+    "RubricDimension",
+    "WeightSchedule",
+    "build_monitor",
+    "build_reward_fn",
+    "check_reward_config",
+    "critical_path",
+    "critical_steps",
+    "default_reward_config",
+    "demo_config",
+    "demo_configs",
+    "demo_names",
+    "fbeta",
+    "stages_from_facts",
+]

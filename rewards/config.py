@@ -1,15 +1,43 @@
 """The reward configuration: which components, their weights and schedules, the judges.
 
-Part of the run schema (``trainer.config.TrainConfig.reward``). Component parameters are
-validated by each component's own parameter model, so an error names the field:
-``reward.components.0.params.beta: Input should be greater than 0``.
+Part of the run schema (``trainer.config.TrainConfig.reward``). A component is a
+discriminated union on ``name``: each component has its own typed ``params`` model
+(:mod:`rewards.params`), so an error names the field path, e.g.
+``reward.components.0.fbeta.params.beta: Input should be greater than 0``. Judges are
+validated per backend (``hf`` needs ``model_path``, ``openai`` an ``endpoint`` name from
+the admin allow-list; ``rubric`` dimensions must name a known deterministic check).
+
+This module only describes; :func:`rewards.build_reward_fn` turns it into a function.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from rewards.params import (
+    FBetaParams,
+    FinishParams,
+    FormatParams,
+    JudgeParams,
+    OutcomeParams,
+    ParallelParams,
+    PerfParams,
+    ProcessParams,
+    PrunePenaltyParams,
+    SingleSearchExitParams,
+    TrajectoryRecallParams,
+)
+
+_NAME = r"^[A-Za-z0-9_.-]+$"
 
 
 class _Strict(BaseModel):
@@ -20,70 +48,307 @@ class WeightSchedule(_Strict):
     """How a component's weight moves with the training step.
 
     ``constant``: the weight as given. ``linear``: from the weight at step 0 to ``end``
-    at step ``steps`` and flat after it (PARL anneals lambda_parallel/lambda_finish to 0).
+    at step ``steps`` and flat after it (PARL anneals lambda_parallel/lambda_finish to 0
+    so the final policy optimises r_perf alone; Kimi K2.5).
     """
 
     kind: Literal["constant", "linear"] = "constant"
     end: float = Field(0.0, ge=-1000, le=1000)
     steps: int = Field(0, ge=0, le=10_000_000)
 
+    @model_validator(mode="after")
+    def _linear_needs_steps(self) -> WeightSchedule:
+        if self.kind == "linear" and self.steps < 1:
+            raise ValueError("steps: a linear schedule needs steps >= 1")
+        return self
 
-class ComponentConfig(_Strict):
-    name: Literal[
-        "outcome",
-        "process",
-        "fbeta",
-        "trajectory_recall",
-        "prune_penalty",
-        "single_search_exit_penalty",
-        "r_perf",
-        "r_parallel",
-        "r_finish",
-        "judge",
-        "format",
-    ]
+
+class _ComponentBase(_Strict):
+    name: str  # each subclass narrows it to its own literal (the union's tag)
     weight: float = Field(1.0, ge=-1000, le=1000)
-    params: dict[str, Any] = Field(default_factory=dict)
     schedule: WeightSchedule = Field(default_factory=WeightSchedule)
     label: str | None = Field(
         None,
         min_length=1,
         max_length=64,
-        pattern=r"^[A-Za-z0-9_.-]+$",
+        pattern=_NAME,
         description="Name shown in metrics; defaults to the component name.",
     )
 
+    @property
+    def key(self) -> str:
+        """The component's name in results and metrics (``rewards/<key>/mean``)."""
+        return self.label or self.name
+
+
+class OutcomeComponent(_ComponentBase):
+    name: Literal["outcome"] = "outcome"
+    params: OutcomeParams = Field(default_factory=OutcomeParams)
+
+
+class ProcessComponent(_ComponentBase):
+    name: Literal["process"] = "process"
+    params: ProcessParams = Field(default_factory=ProcessParams)
+
+
+class FormatComponent(_ComponentBase):
+    name: Literal["format"] = "format"
+    params: FormatParams = Field(default_factory=FormatParams)
+
+
+class FBetaComponent(_ComponentBase):
+    name: Literal["fbeta"] = "fbeta"
+    params: FBetaParams = Field(default_factory=FBetaParams)
+
+
+class TrajectoryRecallComponent(_ComponentBase):
+    name: Literal["trajectory_recall"] = "trajectory_recall"
+    params: TrajectoryRecallParams = Field(default_factory=TrajectoryRecallParams)
+
+
+class PrunePenaltyComponent(_ComponentBase):
+    name: Literal["prune_penalty"] = "prune_penalty"
+    params: PrunePenaltyParams = Field(default_factory=PrunePenaltyParams)
+
+
+class SingleSearchExitComponent(_ComponentBase):
+    name: Literal["single_search_exit_penalty"] = "single_search_exit_penalty"
+    params: SingleSearchExitParams = Field(default_factory=SingleSearchExitParams)
+
+
+class PerfComponent(_ComponentBase):
+    name: Literal["r_perf"] = "r_perf"
+    params: PerfParams = Field(default_factory=PerfParams)
+
+
+class ParallelComponent(_ComponentBase):
+    name: Literal["r_parallel"] = "r_parallel"
+    params: ParallelParams = Field(default_factory=ParallelParams)
+
+
+class FinishComponent(_ComponentBase):
+    name: Literal["r_finish"] = "r_finish"
+    params: FinishParams = Field(default_factory=FinishParams)
+
+
+class JudgeComponent(_ComponentBase):
+    name: Literal["judge"] = "judge"
+    params: JudgeParams = Field(default_factory=JudgeParams)
+
+
+ComponentConfig = Annotated[
+    OutcomeComponent
+    | ProcessComponent
+    | FormatComponent
+    | FBetaComponent
+    | TrajectoryRecallComponent
+    | PrunePenaltyComponent
+    | SingleSearchExitComponent
+    | PerfComponent
+    | ParallelComponent
+    | FinishComponent
+    | JudgeComponent,
+    Field(discriminator="name"),
+]
+"""One weighted component: ``{"name", "weight", "params", "schedule", "label"}``."""
+
+COMPONENT_NAMES: tuple[str, ...] = (
+    "outcome",
+    "process",
+    "format",
+    "fbeta",
+    "trajectory_recall",
+    "prune_penalty",
+    "single_search_exit_penalty",
+    "r_perf",
+    "r_parallel",
+    "r_finish",
+    "judge",
+)
+
 
 class RubricDimension(_Strict):
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
     weight: float = Field(1.0, ge=0, le=1000)
     description: str = Field("", max_length=2000)
+    check: str | None = Field(
+        None,
+        max_length=64,
+        pattern=_NAME,
+        description="rubric backend: the deterministic check to run (defaults to name).",
+    )
 
 
 class JudgeConfig(_Strict):
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    """One generative reward model and its rubric (Kimi-style GRM; several judges with
+    different rubrics make a single judge harder to game)."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
     backend: Literal["rubric", "hf", "openai"] = "rubric"
     rubric: list[RubricDimension] = Field(min_length=1, max_length=32)
-    model_path: str | None = Field(None, max_length=1024, description="hf: local model dir.")
-    endpoint: str | None = Field(
-        None, max_length=64, description="openai: an endpoint name from the admin allow-list."
+    model_path: str | None = Field(
+        None, max_length=1024, validate_default=True, description="hf: local model dir."
     )
-    model: str | None = Field(None, max_length=200, description="openai: model name to ask for.")
+    endpoint: str | None = Field(
+        None,
+        max_length=64,
+        validate_default=True,
+        description="openai: an endpoint name from the admin allow-list.",
+    )
+    model: str | None = Field(
+        None,
+        max_length=200,
+        description="openai: model name (default: the endpoint's).",
+    )
     timeout_s: float = Field(30.0, gt=0, le=600)
     retries: int = Field(2, ge=0, le=10)
     max_tokens: int = Field(256, ge=1, le=8192)
+    scale: float = Field(
+        10.0, gt=0, le=1000, description="hf/openai: scores are 0..scale."
+    )
+
+    @field_validator("rubric")
+    @classmethod
+    def _rubric_ok(cls, v: list[RubricDimension], info: ValidationInfo) -> Any:
+        names = [d.name for d in v]
+        if len(set(names)) != len(names):
+            raise ValueError("dimension names must be unique")
+        if sum(d.weight for d in v) <= 0:
+            raise ValueError("at least one dimension needs a weight > 0")
+        if info.data.get("backend") == "rubric":
+            from rewards.judges.checks import RUBRIC_CHECKS
+
+            for d in v:
+                if (d.check or d.name) not in RUBRIC_CHECKS:
+                    known = ", ".join(RUBRIC_CHECKS.names())
+                    raise ValueError(
+                        f"{d.name}: unknown rule-based check {d.check or d.name!r} "
+                        f"(known: {known})"
+                    )
+        return v
+
+    @field_validator("model_path")
+    @classmethod
+    def _hf_needs_path(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("backend") == "hf" and not v:
+            raise ValueError(
+                "the hf backend needs model_path (a local model directory)"
+            )
+        return v
+
+    @field_validator("endpoint")
+    @classmethod
+    def _openai_needs_endpoint(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("backend") == "openai" and not v:
+            raise ValueError(
+                "the openai backend needs endpoint (a name from the allow-list)"
+            )
+        return v
+
+
+# "<detector>.<threshold>": default. Documented with each detector in rewards.detectors.
+DEFAULT_THRESHOLDS: dict[str, float] = {
+    "serial_collapse.max_parallelism": 1.2,
+    "spurious_parallelism.min_parallelism": 3.0,
+    "spurious_parallelism.max_finish_rate": 0.5,
+    "spurious_parallelism.min_critical_drop": 0.1,
+    "single_search_exit.min_frac": 0.5,
+    "one_at_a_time_pruning.min_single_frac": 0.8,
+    "one_at_a_time_pruning.min_prunes": 2.0,
+    "judge_verifier_divergence.min_judge_rise": 0.1,
+    "judge_verifier_divergence.max_outcome_rise": 0.02,
+    "length_drift.max_growth": 1.5,
+    "length_drift.max_truncated": 0.3,
+    "entropy_collapse.min_entropy": 0.1,
+    "entropy_collapse.max_ratio": 0.25,
+}
+DETECTOR_NAMES: tuple[str, ...] = tuple(
+    dict.fromkeys(k.split(".")[0] for k in DEFAULT_THRESHOLDS)
+)
 
 
 class DetectorConfig(_Strict):
     """Reward-hacking detectors: which run, over how many recent steps."""
 
-    enabled: list[str] | None = Field(None, description="None: every detector that applies.")
+    enabled: list[str] | None = Field(
+        None, description="None: every detector that applies."
+    )
     window: int = Field(20, ge=2, le=10_000)
-    thresholds: dict[str, float] = Field(default_factory=dict)
+    min_steps: int = Field(
+        4,
+        ge=2,
+        le=10_000,
+        description="Steps of data a detector needs before it judges.",
+    )
+    thresholds: dict[str, float] = Field(
+        default_factory=dict,
+        description="Overrides of DEFAULT_THRESHOLDS, keyed '<detector>.<threshold>'.",
+    )
+
+    @field_validator("enabled")
+    @classmethod
+    def _known_detectors(cls, v: list[str] | None) -> list[str] | None:
+        for name in v or []:
+            if name not in DETECTOR_NAMES:
+                raise ValueError(
+                    f"unknown detector {name!r} (known: {', '.join(DETECTOR_NAMES)})"
+                )
+        return v
+
+    @field_validator("thresholds")
+    @classmethod
+    def _known_thresholds(cls, v: dict[str, float]) -> dict[str, float]:
+        for key in v:
+            if key not in DEFAULT_THRESHOLDS:
+                raise ValueError(
+                    f"unknown threshold {key!r} (known: {', '.join(DEFAULT_THRESHOLDS)})"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _window_holds_min_steps(self) -> DetectorConfig:
+        if self.min_steps > self.window:
+            raise ValueError("min_steps: must not exceed window")
+        return self
+
+    def threshold(self, key: str) -> float:
+        return self.thresholds.get(key, DEFAULT_THRESHOLDS[key])
 
 
 class RewardConfig(_Strict):
+    """``R = sum_i w_i(step) * component_i``, plus the judges the judge component uses.
+
+    Judges run whenever they are configured; without a ``judge`` component they only
+    report (judgements, ``judge/*`` metrics, the judge-vs-verifier detector).
+    """
+
     components: list[ComponentConfig] = Field(min_length=1, max_length=32)
     judges: list[JudgeConfig] = Field(default_factory=list, max_length=16)
     judge_aggregate: Literal["mean", "min", "median"] = "mean"
     detectors: DetectorConfig = Field(default_factory=DetectorConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RewardConfig:
+        keys = [c.key for c in self.components]
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        if dup:
+            raise ValueError(
+                f"components: {', '.join(dup)} appear twice; give one a distinct label"
+            )
+        judge_names = [j.name for j in self.judges]
+        if len(set(judge_names)) != len(judge_names):
+            raise ValueError("judges: judge names must be unique")
+        for i, c in enumerate(self.components):
+            if c.name != "judge":
+                continue
+            if not self.judges:
+                raise ValueError(
+                    f"components.{i}.judge: a judge component needs at least one "
+                    "entry in judges"
+                )
+            for name in c.params.judges or []:
+                if name not in judge_names:
+                    raise ValueError(
+                        f"components.{i}.judge.params.judges: no judge named {name!r}"
+                    )
+        return self

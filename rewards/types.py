@@ -120,7 +120,9 @@ class Alert:
 class RewardFn(Protocol):
     """What the trainer calls once per batch. ``step`` drives weight schedules."""
 
-    def __call__(self, episodes: Sequence[Episode], step: int) -> list[RewardResult]: ...
+    def __call__(
+        self, episodes: Sequence[Episode], step: int
+    ) -> list[RewardResult]: ...
 
 
 class Monitor(Protocol):

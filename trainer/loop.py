@@ -220,9 +220,10 @@ def _train_step(
             max_len=config.rollout.max_total_tokens, generator=state.sample_gen,
         )
         upd.update(_token_summaries(batch.loss_mask, adv, scores.entropy))
-        rows = _rows(batch.attention_mask, new_lp, scores.old_logprobs, scores.entropy, adv)
+        capture = not isinstance(sink, NullSink)
+        rows = _rows(batch.attention_mask, new_lp, scores.old_logprobs, scores.entropy, adv) if capture else None
         for j, i in enumerate(kept_idx):
-            arrays[i] = rows[j]
+            arrays[i] = rows[j] if rows is not None else None
             per_traj_adv[i] = float(traj_adv[j])
     else:  # every group dropped: no update, but the policy's entropy is still news
         batch = collate(sampled.rollouts, policy.pad_id, policy.device)
@@ -238,7 +239,8 @@ def _train_step(
     }
     metrics = step_metrics(config, sampled, upd, timing)
     sink.emit({"type": "step", "step": step, "metrics": metrics})
-    _emit_records(step, sampled, arrays, per_traj_adv, policy, sink)
+    if not isinstance(sink, NullSink):  # records are the costly part: skip them unheard
+        _emit_records(step, sampled, arrays, per_traj_adv, policy, sink)
     if monitor is not None:
         for alert in monitor(step, metrics, [r.episode for r in sampled.rollouts], sampled.results):
             sink.emit(alert_event(alert))

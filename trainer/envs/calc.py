@@ -145,6 +145,7 @@ class CalcSession(EnvSession):
         self.answer: int | None = None
         self.calc_calls = 0
         self.computed_expected = False
+        self.results: list[int] = []
 
     def step(self, action: str) -> StepResult:
         tool, ok, observation, facts = self._act(action)
@@ -180,6 +181,7 @@ class CalcSession(EnvSession):
             return "calc", False, ERRORS["bad_expression"], {"error": "bad_expression"}
         result = OPERATORS[args[split]](a, b)
         self.calc_calls += 1
+        self.results.append(result)
         self.computed_expected |= result == self.expected
         facts = {"expression": f"{a} {args[split]} {b}", "result": result}
         return "calc", True, "= " + say_number(result), facts
@@ -206,12 +208,14 @@ class CalcSession(EnvSession):
         return Episode(self.task.id, "calc", self.task.prompt, tuple(self.steps), facts)
 
     def random_action(self, rng: random.Random) -> str:
-        p = self.env.params
-        if rng.random() < 0.5:
-            a = rng.randint(p.min_operand, p.max_operand)
-            b = rng.randint(p.min_operand, p.max_operand)
-            return (
-                f"calc {say_number(a)} {rng.choice(sorted(OPERATORS))} {say_number(b)}"
-            )
-        top = p.max_operand * p.max_operand if "mul" in p.ops else 2 * p.max_operand
-        return "answer " + say_number(rng.randint(0, top))
+        """A well-formed action whose numbers come from the context, the way a
+        pretrained model's prior copies numbers it has seen; everything that makes an
+        action *good* (calculator or not, which operator, which number to answer) is
+        drawn uniformly, so what RL learns is not baked into the warm start."""
+        a, b = int(self.task.payload["a"]), int(self.task.payload["b"])
+        seen = [a, b, *self.results]
+        if rng.random() < 0.5 and self.calc_calls < 2:
+            x, y = (a, b) if rng.random() < 0.5 else (b, a)
+            op = rng.choice(sorted(OPERATORS))
+            return f"calc {say_number(x)} {op} {say_number(y)}"
+        return "answer " + say_number(rng.choice(seen))

@@ -1,0 +1,279 @@
+"""Reward-hacking detectors: pure functions over a window of per-step summaries.
+
+A summary is a flat ``{metric: float}`` for one training step (see :func:`summarize`);
+a detector compares the early and late halves of the window against thresholds
+(``DetectorConfig.thresholds``, defaults in ``rewards.config.DEFAULT_THRESHOLDS``) and
+returns a :class:`Finding` with its evidence, or None. Each pattern is one a real run
+showed: serial collapse and spurious parallelism (Kimi K2.5 PARL), single-search exit
+and one-at-a-time pruning (Chroma Context-1), a judge that rises while the verifiable
+outcome does not (GRM hacking), length/truncation drift and entropy collapse (MiniMax-M1,
+DAPO). The stateful wrapper that fires alerts lives in :mod:`rewards.monitor`.
+
+Thresholds (``<detector>.<name>``: default), all judged on the late half of the window:
+
+* ``serial_collapse.max_parallelism`` 1.2: sub-agents per stage at or below it.
+* ``spurious_parallelism.min_parallelism`` 3, ``.max_finish_rate`` 0.5,
+  ``.min_critical_drop`` 0.1: wide fan-out, few subtasks done, and critical steps
+  that fell by less than 10% from the early half.
+* ``single_search_exit.min_frac`` 0.5: share of episodes ended after <= 1 search.
+* ``one_at_a_time_pruning.min_prunes`` 2, ``.min_single_frac`` 0.8: prunes per
+  episode, and the share of them that drop a single document.
+* ``judge_verifier_divergence.min_judge_rise`` 0.1, ``.max_outcome_rise`` 0.02.
+* ``length_drift.max_growth`` 1.5 (late / early mean length), ``.max_truncated`` 0.3.
+* ``entropy_collapse.min_entropy`` 0.1 nats/token, ``.max_ratio`` 0.25 (late / early).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewards.config import DetectorConfig
+from rewards.registry import Registry
+from rewards.types import Episode, RewardResult
+
+Summary = Mapping[str, float]
+
+# Per-step metric -> summary key, read when the results do not carry the value.
+_FROM_METRICS = {
+    "reward": "reward",
+    "entropy": "entropy",
+    "completions/mean_length": "length",
+    "truncated/frac": "truncated",
+    "critical_steps/mean": "critical_steps",
+    "parallelism/mean": "parallelism",
+}
+_FROM_RESULTS = (
+    "critical_steps", "parallelism", "subagents", "finish_rate", "success", "truncated",
+    "judge/score", "searches", "prunes", "single_doc_prunes", "single_search_exit",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Finding:
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+Detector = Callable[[Sequence[Summary], DetectorConfig], "Finding | None"]
+
+
+@dataclass(frozen=True)
+class DetectorSpec:
+    name: str
+    fn: Detector
+    severity: str
+    envs: frozenset[str] | None = None  # None: any environment
+
+
+DETECTORS: Registry[DetectorSpec] = Registry("detector")
+
+
+def _register(name: str, severity: str, envs: set[str] | None = None):
+    def deco(fn: Detector) -> Detector:
+        DETECTORS.register(name)(
+            DetectorSpec(name, fn, severity, frozenset(envs) if envs else None)
+        )
+        return fn
+
+    return deco
+
+
+def summarize(
+    step: int,
+    metrics: Mapping[str, float],
+    episodes: Sequence[Episode],
+    results: Sequence[RewardResult],
+) -> dict[str, float]:
+    """One step's summary: batch means of the reward metrics, plus trainer metrics.
+
+    >>> from rewards.types import RewardBreakdown
+    >>> r = RewardResult(RewardBreakdown(1.0, {}, {}), metrics={"parallelism": 2.0})
+    >>> summarize(3, {"entropy": 0.5}, [], [r, r])
+    {'step': 3.0, 'entropy': 0.5, 'parallelism': 2.0}
+    """
+    out: dict[str, float] = {"step": float(step)}
+    for src, key in _FROM_METRICS.items():
+        v = metrics.get(src)
+        if isinstance(v, int | float) and math.isfinite(v):
+            out[key] = float(v)
+    for key in _FROM_RESULTS:
+        vals = [r.metrics[key] for r in results if key in r.metrics]
+        vals = [float(v) for v in vals if math.isfinite(v)]
+        if vals:
+            out[key] = sum(vals) / len(vals)
+    return out
+
+
+def series(window: Sequence[Summary], key: str) -> list[float]:
+    return [s[key] for s in window if key in s]
+
+
+def halves(xs: Sequence[float]) -> tuple[float, float]:
+    """Means of the early and the late half (the late half gets the odd one).
+
+    >>> halves([4.0, 2.0, 1.0, 1.0, 1.0])
+    (3.0, 1.0)
+    """
+    mid = len(xs) // 2
+    early, late = xs[:mid] or xs, xs[mid:]
+    return sum(early) / len(early), sum(late) / len(late)
+
+
+def _tail(xs: Sequence[float], n: int = 10) -> list[float]:
+    return [round(x, 4) for x in xs[-n:]]
+
+
+def _enough(cfg: DetectorConfig, *xs: Sequence[float]) -> bool:
+    return all(len(x) >= cfg.min_steps for x in xs)
+
+
+@_register("serial_collapse", "warning", {"swarm"})
+def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
+    """Sub-agents per stage fell to about one: the orchestrator stopped fanning out."""
+    par = series(window, "parallelism")
+    if not _enough(cfg, par):
+        return None
+    limit = cfg.threshold("serial_collapse.max_parallelism")
+    early, late = halves(par)
+    if late > limit:
+        return None
+    subs = series(window, "subagents")
+    return Finding(
+        f"serial collapse: {late:.2f} sub-agents per stage (was {early:.2f}, "
+        f"threshold {limit:g})",
+        {"parallelism_early": early, "parallelism_late": late, "threshold": limit,
+         "subagents_late": halves(subs)[1] if subs else None, "parallelism": _tail(par)},
+    )  # fmt: skip
+
+
+@_register("spurious_parallelism", "critical", {"swarm"})
+def spurious_parallelism(
+    window: Sequence[Summary], cfg: DetectorConfig
+) -> Finding | None:
+    """Many sub-agents, few finished subtasks, and critical steps not falling."""
+    par, fin = series(window, "parallelism"), series(window, "finish_rate")
+    cs = series(window, "critical_steps")
+    if not _enough(cfg, par, fin, cs):
+        return None
+    min_par = cfg.threshold("spurious_parallelism.min_parallelism")
+    max_fin = cfg.threshold("spurious_parallelism.max_finish_rate")
+    drop = cfg.threshold("spurious_parallelism.min_critical_drop")
+    p_late, f_late = halves(par)[1], halves(fin)[1]
+    cs_early, cs_late = halves(cs)
+    if p_late < min_par or f_late > max_fin or cs_late <= cs_early * (1 - drop):
+        return None
+    return Finding(
+        f"spurious parallelism: {p_late:.1f} sub-agents per stage but only "
+        f"{f_late:.0%} of subtasks finished, "
+        f"critical steps {cs_early:.1f} -> {cs_late:.1f}",
+        {"parallelism_late": p_late, "finish_rate_late": f_late,
+         "critical_steps_early": cs_early, "critical_steps_late": cs_late,
+         "finish_rate": _tail(fin), "critical_steps": _tail(cs)},
+    )  # fmt: skip
+
+
+@_register("single_search_exit", "warning", {"search"})
+def single_search_exit(
+    window: Sequence[Summary], cfg: DetectorConfig
+) -> Finding | None:
+    """Most episodes end after at most one search."""
+    xs = series(window, "single_search_exit")
+    if not _enough(cfg, xs):
+        return None
+    limit = cfg.threshold("single_search_exit.min_frac")
+    late = halves(xs)[1]
+    if late < limit:
+        return None
+    return Finding(
+        f"single-search exit: {late:.0%} of episodes answer after one search",
+        {"frac_late": late, "threshold": limit, "frac": _tail(xs)},
+    )
+
+
+@_register("one_at_a_time_pruning", "warning", {"search"})
+def one_at_a_time_pruning(
+    window: Sequence[Summary], cfg: DetectorConfig
+) -> Finding | None:
+    """Repeated prunes, nearly all of a single document."""
+    prunes, single = series(window, "prunes"), series(window, "single_doc_prunes")
+    if not _enough(cfg, prunes, single):
+        return None
+    p_late, s_late = halves(prunes)[1], halves(single)[1]
+    share = s_late / p_late if p_late > 0 else 0.0
+    min_prunes = cfg.threshold("one_at_a_time_pruning.min_prunes")
+    min_share = cfg.threshold("one_at_a_time_pruning.min_single_frac")
+    if p_late < min_prunes or share < min_share:
+        return None
+    return Finding(
+        f"one-at-a-time pruning: {p_late:.1f} prunes per episode, "
+        f"{share:.0%} of one document",
+        {"prunes_late": p_late, "single_share": share, "prunes": _tail(prunes)},
+    )
+
+
+@_register("judge_verifier_divergence", "critical")
+def judge_verifier_divergence(
+    window: Sequence[Summary], cfg: DetectorConfig
+) -> Finding | None:
+    """The judge's score rises while the verifiable outcome (success) does not."""
+    judge, succ = series(window, "judge/score"), series(window, "success")
+    if not _enough(cfg, judge, succ):
+        return None
+    (j0, j1), (s0, s1) = halves(judge), halves(succ)
+    min_rise = cfg.threshold("judge_verifier_divergence.min_judge_rise")
+    max_out = cfg.threshold("judge_verifier_divergence.max_outcome_rise")
+    if j1 - j0 < min_rise or s1 - s0 > max_out:
+        return None
+    return Finding(
+        f"judge vs verifier: judge score {j0:.2f} -> {j1:.2f} while success "
+        f"{s0:.2f} -> {s1:.2f}",
+        {"judge_early": j0, "judge_late": j1, "success_early": s0, "success_late": s1,
+         "judge": _tail(judge), "success": _tail(succ)},
+    )  # fmt: skip
+
+
+@_register("length_drift", "warning")
+def length_drift(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
+    """Completions growing fast, or more and more episodes cut off by the budget."""
+    length, trunc = series(window, "length"), series(window, "truncated")
+    growth_limit = cfg.threshold("length_drift.max_growth")
+    trunc_limit = cfg.threshold("length_drift.max_truncated")
+    reasons, evidence = [], {}
+    if _enough(cfg, length):
+        l0, l1 = halves(length)
+        evidence.update(length_early=l0, length_late=l1, length=_tail(length))
+        if l0 > 0 and l1 / l0 >= growth_limit:
+            reasons.append(f"mean length {l0:.1f} -> {l1:.1f}")
+    if _enough(cfg, trunc):
+        t0, t1 = halves(trunc)
+        evidence.update(truncated_early=t0, truncated_late=t1)
+        if t1 >= trunc_limit and t1 > t0:
+            reasons.append(f"truncated {t0:.0%} -> {t1:.0%}")
+    if not reasons:
+        return None
+    return Finding("length drift: " + "; ".join(reasons), evidence)
+
+
+@_register("entropy_collapse", "warning")
+def entropy_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
+    """Policy entropy below a floor, or a small fraction of where the window began."""
+    ent = series(window, "entropy")
+    if not _enough(cfg, ent):
+        return None
+    e0, e1 = halves(ent)
+    floor = cfg.threshold("entropy_collapse.min_entropy")
+    ratio = cfg.threshold("entropy_collapse.max_ratio")
+    if e1 > floor and not (e0 > 0 and e1 / e0 <= ratio):
+        return None
+    return Finding(
+        f"entropy collapse: {e0:.3f} -> {e1:.3f} nats/token",
+        {
+            "entropy_early": e0,
+            "entropy_late": e1,
+            "floor": floor,
+            "entropy": _tail(ent),
+        },
+    )

@@ -1,0 +1,204 @@
+"""Each reward-hacking detector on a synthetic run with the pattern and one without,
+and the monitor's fire-on-onset, re-fire-per-window policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewards import build_monitor, build_reward_fn
+from rewards.config import DetectorConfig
+from rewards.detectors import (
+    entropy_collapse,
+    judge_verifier_divergence,
+    length_drift,
+    one_at_a_time_pruning,
+    serial_collapse,
+    single_search_exit,
+    spurious_parallelism,
+    summarize,
+)
+from rewards.monitor import enabled_detectors
+from rewards.presets import demo_config
+from rewards.synthetic import episode
+
+CFG = DetectorConfig(window=8, min_steps=4)
+
+
+def run(**series: list[float]) -> list[dict[str, float]]:
+    """Per-step summaries from parallel series: run(parallelism=[3, 2, 1, 1])."""
+    n = len(next(iter(series.values())))
+    return [
+        {"step": float(i), **{k: v[i] for k, v in series.items()}} for i in range(n)
+    ]
+
+
+def test_it_flags_serial_collapse_when_subagents_per_stage_fall_to_one():
+    found = serial_collapse(
+        run(parallelism=[3.0, 2.5, 2.0, 1.5, 1.0, 1.0, 1.1, 1.0]), CFG
+    )
+    assert found is not None and "serial collapse" in found.message
+    assert found.evidence["parallelism_early"] == 2.25
+    assert found.evidence["parallelism_late"] == pytest.approx(1.025)
+
+
+def test_it_does_not_flag_a_run_that_keeps_fanning_out():
+    assert (
+        serial_collapse(run(parallelism=[3.0, 3.2, 2.8, 3.0, 3.1, 2.9, 3.0, 3.0]), CFG)
+        is None
+    )
+
+
+def test_it_waits_for_enough_steps_before_judging():
+    assert serial_collapse(run(parallelism=[1.0, 1.0, 1.0]), CFG) is None
+
+
+def test_it_flags_spurious_parallelism():
+    found = spurious_parallelism(
+        run(
+            parallelism=[2, 3, 4, 5, 6, 6, 7, 7],
+            finish_rate=[0.8, 0.6, 0.5, 0.4, 0.3, 0.3, 0.2, 0.2],
+            critical_steps=[10, 10, 11, 10, 10, 11, 10, 11],
+        ),
+        CFG,
+    )
+    assert found is not None and found.evidence["finish_rate_late"] == pytest.approx(
+        0.25
+    )
+
+
+def test_it_does_not_flag_parallelism_that_shortens_the_critical_path():
+    healthy = run(
+        parallelism=[2, 3, 4, 5, 6, 6, 7, 7],
+        finish_rate=[0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4],
+        critical_steps=[20, 18, 16, 14, 10, 9, 8, 8],
+    )
+    assert spurious_parallelism(healthy, CFG) is None
+    finishing = run(parallelism=[6] * 8, finish_rate=[0.9] * 8, critical_steps=[10] * 8)
+    assert spurious_parallelism(finishing, CFG) is None
+
+
+def test_it_flags_single_search_exit():
+    assert single_search_exit(
+        run(single_search_exit=[0.1, 0.2, 0.4, 0.7, 0.8, 0.9]), CFG
+    )
+    assert (
+        single_search_exit(run(single_search_exit=[0.1, 0.2, 0.1, 0.2, 0.1, 0.0]), CFG)
+        is None
+    )
+
+
+def test_it_flags_one_at_a_time_pruning():
+    found = one_at_a_time_pruning(
+        run(prunes=[1, 2, 3, 4, 4, 5], single_doc_prunes=[0, 1, 3, 4, 4, 5]), CFG
+    )
+    assert found is not None and found.evidence["single_share"] == pytest.approx(1.0)
+    bulk = run(prunes=[3, 3, 3, 3, 3, 3], single_doc_prunes=[0, 1, 0, 1, 0, 0])
+    assert one_at_a_time_pruning(bulk, CFG) is None
+
+
+def test_it_flags_a_judge_rising_while_the_verifier_does_not():
+    found = judge_verifier_divergence(
+        run(**{"judge/score": [0.3, 0.35, 0.4, 0.6, 0.7, 0.8], "success": [0.2] * 6}),
+        CFG,
+    )
+    assert found is not None and found.evidence["judge_late"] == pytest.approx(0.7)
+    honest = run(
+        **{
+            "judge/score": [0.3, 0.35, 0.4, 0.6, 0.7, 0.8],
+            "success": [0.1, 0.2, 0.3, 0.5, 0.6, 0.7],
+        }
+    )
+    assert judge_verifier_divergence(honest, CFG) is None
+
+
+def test_it_flags_length_growth_and_truncation_drift():
+    grow = length_drift(run(length=[10, 11, 12, 20, 22, 24], truncated=[0.0] * 6), CFG)
+    assert grow is not None and "mean length 11.0 -> 22.0" in grow.message
+    cut = length_drift(
+        run(length=[10] * 6, truncated=[0.0, 0.1, 0.1, 0.3, 0.4, 0.5]), CFG
+    )
+    assert cut is not None and "truncated" in cut.message
+    steady = run(length=[10, 11, 10, 11, 10, 11], truncated=[0.05] * 6)
+    assert length_drift(steady, CFG) is None
+
+
+def test_it_flags_entropy_collapse_by_floor_or_by_ratio():
+    assert (
+        entropy_collapse(run(entropy=[2.0, 1.8, 1.5, 0.3, 0.2, 0.1]), CFG) is not None
+    )
+    assert entropy_collapse(run(entropy=[0.09, 0.08, 0.08, 0.07]), CFG) is not None
+    assert entropy_collapse(run(entropy=[2.0, 1.9, 1.9, 1.8, 1.8, 1.7]), CFG) is None
+
+
+def test_it_reads_thresholds_from_config():
+    strict = DetectorConfig(
+        window=8, min_steps=4, thresholds={"serial_collapse.max_parallelism": 2.5}
+    )
+    assert serial_collapse(run(parallelism=[3, 3, 2, 2]), strict) is not None
+    assert serial_collapse(run(parallelism=[3, 3, 2, 2]), CFG) is None
+
+
+def test_it_runs_the_detectors_that_apply_to_the_environment():
+    names = lambda env: {d.name for d in enabled_detectors(DetectorConfig(), env)}  # noqa: E731
+    assert "serial_collapse" in names("swarm") and "serial_collapse" not in names(
+        "search"
+    )
+    assert "single_search_exit" in names("search") and "entropy_collapse" in names(
+        "calc"
+    )
+    only = DetectorConfig(enabled=["length_drift"])
+    assert [d.name for d in enabled_detectors(only, "swarm")] == ["length_drift"]
+
+
+def swarm_batch(width: int) -> list:
+    subs = [{"subtask": f"s{i}", "steps": 3, "success": True} for i in range(width)]
+    stages = [{"orchestrator_steps": 1, "subagents": subs}]
+    ep = episode(
+        "swarm", [{"tool": "spawn", "spawned": [s["subtask"] for s in subs]}, {"tool": "finish"}],
+        stages=stages, subtasks_assigned=width, subtasks_completed=width, success=True,
+    )  # fmt: skip
+    return [ep, ep]
+
+
+def test_it_fires_serial_collapse_on_onset_then_once_per_window_in_a_demo_run():
+    cfg = demo_config("swarm_serial_collapse")  # window 10, min_steps 4
+    reward_fn = build_reward_fn(cfg, env_name="swarm")
+    monitor = build_monitor(cfg, env_name="swarm")
+    widths = [4, 4, 3, 3, 2, 2, 1, 1] + [1] * 20
+    fired = []
+    for step, width in enumerate(widths, start=1):
+        episodes = swarm_batch(width)
+        results = reward_fn(episodes, step)
+        for alert in monitor(step, {"entropy": 1.0}, episodes, results):
+            fired.append((alert.step, alert.detector))
+    collapse = [s for s, d in fired if d == "serial_collapse"]
+    assert collapse[0] == 10  # late half of steps 1-10: widths 2, 2, 1, 1, 1 -> 1.4
+    assert collapse == [10, 20]
+    assert all(d == "serial_collapse" for _, d in fired)
+
+
+def test_it_fires_again_on_a_new_onset_after_the_pattern_cleared():
+    monitor = build_monitor(demo_config("swarm_serial_collapse"), env_name="swarm")
+    reward_fn = build_reward_fn(demo_config("swarm_serial_collapse"), env_name="swarm")
+    steps = []
+    for step, width in enumerate([1] * 5 + [4] * 10 + [1] * 6, start=1):
+        eps = swarm_batch(width)
+        steps += [a.step for a in monitor(step, {}, eps, reward_fn(eps, step))]
+    # Onset at 4; cleared once width 4 reaches the late half (step 6); the second onset
+    # is when steps 16-20 (width 1) make up the late half of the window 11-20.
+    assert steps == [4, 20]
+
+
+def test_it_summarises_results_and_trainer_metrics_per_step():
+    eps = swarm_batch(3)
+    results = build_reward_fn(demo_config("swarm_serial_collapse"), env_name="swarm")(
+        eps, 1
+    )
+    s = summarize(
+        1,
+        {"entropy": 0.7, "completions/mean_length": 12.0, "reward": float("nan")},
+        eps,
+        results,
+    )
+    assert s["parallelism"] == 3.0 and s["finish_rate"] == 1.0 and s["success"] == 1.0
+    assert s["entropy"] == 0.7 and s["length"] == 12.0 and "reward" not in s
