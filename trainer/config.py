@@ -8,11 +8,14 @@ Algorithm presets are data (:data:`trainer.algorithms.presets.PRESETS`); a field
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from rewards.config import RewardConfig
+from trainer.envs.calc import CalcParams
+from trainer.envs.search import SearchParams
+from trainer.envs.swarm import SwarmParams
 
 
 
@@ -48,19 +51,42 @@ class ModelConfig(_Strict):
     warmstart_lr: float = Field(3e-3, gt=0, le=1)
 
 
-class EnvConfig(_Strict):
-    """Which environment, and its own parameters (validated by the environment)."""
+def _env_tag(value: Any) -> str:
+    if isinstance(value, dict):
+        return str(value.get("name", "calc"))
+    return str(getattr(value, "name", "calc"))
 
-    name: Literal["search", "swarm", "calc"] = "calc"
-    params: dict[str, Any] = Field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _check_params(self) -> EnvConfig:
-        from trainer.envs.base import ENVIRONMENTS
-        import trainer.envs  # noqa: F401
+class CalcEnvConfig(_Strict):
+    """Arithmetic word problems with a calculator tool (outcome reward)."""
 
-        ENVIRONMENTS.get(self.name).Params.model_validate(self.params)
-        return self
+    name: Literal["calc"] = "calc"
+    params: CalcParams = Field(default_factory=CalcParams)
+
+
+class SearchEnvConfig(_Strict):
+    """Context-1 style retrieval agent: search, read, prune, answer."""
+
+    name: Literal["search"] = "search"
+    params: SearchParams = Field(default_factory=SearchParams)
+
+
+class SwarmEnvConfig(_Strict):
+    """PARL style orchestrator: spawn parallel sub-agents, solve, finish."""
+
+    name: Literal["swarm"] = "swarm"
+    params: SwarmParams = Field(default_factory=SwarmParams)
+
+
+# Tagged by name, so an error names the environment and field:
+# ``env.search.params.context_budget: Input should be greater than or equal to 1``.
+EnvConfig = Annotated[
+    Annotated[CalcEnvConfig, Tag("calc")]
+    | Annotated[SearchEnvConfig, Tag("search")]
+    | Annotated[SwarmEnvConfig, Tag("swarm")],
+    Discriminator(_env_tag),
+]
+ENV_NAMES = ("calc", "search", "swarm")
 
 
 class RolloutConfig(_Strict):
@@ -123,7 +149,7 @@ class TrainConfig(_Strict):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     steps: int = Field(50, ge=1, le=1_000_000)
     model: ModelConfig = Field(default_factory=ModelConfig)
-    env: EnvConfig = Field(default_factory=EnvConfig)
+    env: EnvConfig = Field(default_factory=CalcEnvConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
@@ -131,6 +157,18 @@ class TrainConfig(_Strict):
     reward: RewardConfig | None = Field(
         None, description="Reward components and judges; None: the environment's default."
     )
+
+    @model_validator(mode="after")
+    def _reward_fits_env(self) -> TrainConfig:
+        if self.reward is not None:
+            from rewards import check_reward_config
+
+            problems = check_reward_config(self.reward, self.env.name)
+            if problems:
+                # One line per problem, each starting with its field path; format_errors
+                # splits them back into separate errors.
+                raise ValueError("\n".join(f"reward.{p}" for p in problems))
+        return self
 
 
 def format_errors(exc: Exception) -> list[str]:
@@ -140,7 +178,11 @@ def format_errors(exc: Exception) -> list[str]:
     if isinstance(exc, ValidationError):
         out = []
         for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "(config)"
-            out.append(f"{loc}: {err['msg']}")
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            if not loc and ": " in msg:  # a whole-config check that names its fields
+                out.extend(line for line in msg.splitlines() if line)
+                continue
+            out.append(f"{loc or '(config)'}: {msg}")
         return out
     return [f"(config): {exc}"]

@@ -67,7 +67,7 @@ def test_the_calculator_evaluates_one_operation():
     assert session.step("  calc   3  -   9 ").observation == "= - 6"
     result = session.step("calc 1 2 * - 3")
     assert result.observation == "= - 3 6"
-    assert result.facts.facts == {"expression": "12 * -3", "result": -36}
+    assert result.facts.facts == {"expression": "12 * -3", "result": -36, "hit": False}
     assert result.facts.tool == "calc" and result.facts.ok and not result.done
 
 
@@ -192,3 +192,14 @@ def test_word_salad_never_raises_and_stays_inside_the_vocabulary():
             result = session.step(" ".join(words))
             assert set(result.observation.split()) <= set(vocab)
             json.dumps(dict(result.facts.facts))
+
+
+def test_only_the_first_call_that_computes_the_answer_is_a_hit():
+    env = CalcEnv()
+    task = first_task(env)
+    a, b = task.payload["a"], task.payload["b"]
+    op = {"add": "+", "sub": "-", "mul": "*"}[task.payload["op"]]
+    session = env.start(task)
+    expr = f"calc {' '.join(str(a))} {op} {' '.join(str(b))}"
+    assert session.step(expr).facts.facts["hit"] is True
+    assert session.step(expr).facts.facts["hit"] is False

@@ -182,8 +182,11 @@ class CalcSession(EnvSession):
         result = OPERATORS[args[split]](a, b)
         self.calc_calls += 1
         self.results.append(result)
+        # ``hit``: the first call that computes the right value (a process fact that a
+        # reward can pay once, so repeating the call earns nothing more).
+        hit = result == self.expected and not self.computed_expected
         self.computed_expected |= result == self.expected
-        facts = {"expression": f"{a} {args[split]} {b}", "result": result}
+        facts = {"expression": f"{a} {args[split]} {b}", "result": result, "hit": hit}
         return "calc", True, "= " + say_number(result), facts
 
     def _answer(self, args: list[str]) -> tuple[str, bool, str, dict[str, Any]]:
