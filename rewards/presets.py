@@ -28,7 +28,9 @@ def _judge(name: str, *dims: str) -> dict[str, Any]:
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "calc": {
         "components": [
-            {"name": "outcome", "weight": 1.0},
+            # Partial credit (the env's ``partial`` fact): the calculator computed the
+            # right value and an answer was given, but not that one.
+            {"name": "outcome", "weight": 1.0, "params": {"partial_credit": True}},
             {"name": "format", "weight": 0.1},
             {"name": "judge", "weight": 0.1},
         ],

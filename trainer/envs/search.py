@@ -129,6 +129,7 @@ class SearchEnv(Environment):
         self.query_words = sorted(
             {w for d in self.world.docs for w in index_words(d.text)}
         )
+        self.query_word_set = frozenset(self.query_words)
         self.words = frozenset(self._build_vocabulary())
 
     def _build_vocabulary(self) -> set[str]:
@@ -282,6 +283,12 @@ class SearchSession(EnvSession):
             self._facts(pruned=docs),
         )
 
+    def _seen_query_words(self) -> list[str]:
+        text = [self.task.prompt, *(s.observation for s in self.steps)]
+        allowed = self.env.query_word_set
+        words = dict.fromkeys(w for t in text for w in t.split() if w in allowed)
+        return list(words)
+
     def episode(self, *, truncated: bool) -> Episode:
         retained_gold = [d for d in self.gold if d in self.context]
         facts = {
@@ -313,10 +320,12 @@ class SearchSession(EnvSession):
             tools.append("prune")
         tool = rng.choice(tools)
         if tool == "search":
+            # Query words come from what the agent has seen (the question, what it
+            # surfaced or read), as a pretrained model's prior would copy them; which
+            # of them to search for is left to RL.
+            seen = self._seen_query_words() or self.env.query_words
             count = rng.randint(1, min(3, self.env.params.max_query_words))
-            return "search " + " ".join(
-                rng.choice(self.env.query_words) for _ in range(count)
-            )
+            return "search " + " ".join(rng.choice(seen) for _ in range(count))
         if tool == "read":
             return "read " + rng.choice(self.surfaced_all)
         if tool == "prune":
