@@ -138,7 +138,9 @@ def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding |
         return None
     limit = cfg.threshold("serial_collapse.max_parallelism")
     early, late = halves(par)
-    if late > limit:
+    # A collapse is a fall (or a stay) at about one, not a climb out of it: a fresh
+    # policy that is just starting to fan out is not flagged.
+    if late > limit or late > early + 1e-9:
         return None
     subs = series(window, "subagents")
     return Finding(
