@@ -19,7 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--size", default="large", choices=["tiny", "small", "base", "large"])
+    ap.add_argument(
+        "--size", default="large", choices=["tiny", "small", "base", "large"]
+    )
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", default="16x8", help="tasks x group size")
     ap.add_argument("--env", default="search")
@@ -41,8 +43,12 @@ def main() -> int:
             "steps": args.steps,
             "env": {"name": args.env},
             "model": {"size": args.size, "device": "cuda", "dtype": "bfloat16"},
-            "rollout": {"tasks_per_step": tasks, "group_size": group, "max_turns": 6,
-                        "max_action_tokens": 16},
+            "rollout": {
+                "tasks_per_step": tasks,
+                "group_size": group,
+                "max_turns": 6,
+                "max_action_tokens": 16,
+            },
         }
     )
     rows: list[tuple[float, float, float]] = []
@@ -50,22 +56,30 @@ def main() -> int:
     class Collect(NullSink):
         def emit(self, ev):
             if ev["type"] == "run_started":
-                print(f"model {args.size}: {ev['num_params'] / 1e6:.1f}M params on {ev['device']}")
+                print(
+                    f"model {args.size}: {ev['num_params'] / 1e6:.1f}M params on {ev['device']}"
+                )
             if ev["type"] == "step" and ev["step"] > 0:
                 m = ev["metrics"]
                 gen_tokens = m["completions/mean_length"] * tasks * group
                 gen_tps = gen_tokens / m["timing_s/gen"]
-                upd_tps = m["perf/tokens_per_s"] * m["timing_s/step"] / m["timing_s/update"]
+                upd_tps = (
+                    m["perf/tokens_per_s"] * m["timing_s/step"] / m["timing_s/update"]
+                )
                 rows.append((gen_tps, upd_tps, m["timing_s/step"]))
-                print(f"step {ev['step']}: rollout {gen_tps:9.0f} tok/s  update {upd_tps:9.0f} tok/s  "
-                      f"step {m['timing_s/step']:.2f}s")
+                print(
+                    f"step {ev['step']}: rollout {gen_tps:9.0f} tok/s  update {upd_tps:9.0f} tok/s  "
+                    f"step {m['timing_s/step']:.2f}s"
+                )
 
     reward_fn = build_reward_fn(default_reward_config(args.env), env_name=args.env)
     train(cfg, make_env(args.env, seed=0), reward_fn, Collect())
     warm = rows[1:] or rows  # the first step pays for CUDA warm-up
-    print(f"{torch.cuda.get_device_name()}: median rollout {statistics.median(r[0] for r in warm):.0f} "
-          f"tok/s, median update {statistics.median(r[1] for r in warm):.0f} tok/s, "
-          f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+    print(
+        f"{torch.cuda.get_device_name()}: median rollout {statistics.median(r[0] for r in warm):.0f} "
+        f"tok/s, median update {statistics.median(r[1] for r in warm):.0f} tok/s, "
+        f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
+    )
     return 0
 
 

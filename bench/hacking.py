@@ -20,8 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-WATCH = ("reward", "parallelism/mean", "finish_rate/mean", "critical_steps/mean",
-         "subagents/mean")
+WATCH = (
+    "reward",
+    "parallelism/mean",
+    "finish_rate/mean",
+    "critical_steps/mean",
+    "subagents/mean",
+)
 
 
 class Watch:
@@ -40,7 +45,10 @@ class Watch:
                 print("  ", json.dumps(row), flush=True)
         elif ev["type"] == "alert":
             self.alerts.append(ev)
-            print(f"  ALERT step {ev['step']} [{ev['detector']}] {ev['message']}", flush=True)
+            print(
+                f"  ALERT step {ev['step']} [{ev['detector']}] {ev['message']}",
+                flush=True,
+            )
 
     def should_stop(self) -> bool:
         return time.perf_counter() - self.start > self.budget_s
@@ -51,8 +59,11 @@ class Watch:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("demos", nargs="*",
-                    default=["swarm_serial_collapse", "swarm_spurious_parallelism"])
+    ap.add_argument(
+        "demos",
+        nargs="*",
+        default=["swarm_serial_collapse", "swarm_spurious_parallelism"],
+    )
     ap.add_argument("--minutes", type=float, default=8.0)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -62,8 +73,10 @@ def main() -> int:
     from trainer.runner import run_from_config
 
     torch.set_num_threads(args.threads)
-    expected = {"swarm_serial_collapse": "serial_collapse",
-                "swarm_spurious_parallelism": "spurious_parallelism"}
+    expected = {
+        "swarm_serial_collapse": "serial_collapse",
+        "swarm_spurious_parallelism": "spurious_parallelism",
+    }
     ok = True
     for demo in args.demos:
         cfg = load_config_file(str(ROOT / "bench" / "configs" / f"{demo}.yaml"))
@@ -72,8 +85,10 @@ def main() -> int:
         run_from_config(cfg, w, should_stop=w.should_stop)
         fired = [a for a in w.alerts if a["detector"] == expected.get(demo)]
         first = fired[0]["step"] if fired else None
-        print(f"{demo}: {len(w.rows)} steps, {expected.get(demo)} first flagged at step "
-              f"{first}; all alerts: {[(a['step'], a['detector']) for a in w.alerts]}")
+        print(
+            f"{demo}: {len(w.rows)} steps, {expected.get(demo)} first flagged at step "
+            f"{first}; all alerts: {[(a['step'], a['detector']) for a in w.alerts]}"
+        )
         ok &= bool(fired)
     return 0 if ok else 1
 

@@ -41,8 +41,11 @@ class Recorder:
             self.rewards.append(ev["metrics"]["reward"])
             if ev["step"] % 25 == 0:
                 recent = self.rewards[-25:]
-                print(f"  step {ev['step']:4d}  {time.perf_counter() - self.start:6.1f}s  "
-                      f"reward(last 25) {sum(recent) / len(recent):.3f}", flush=True)
+                print(
+                    f"  step {ev['step']:4d}  {time.perf_counter() - self.start:6.1f}s  "
+                    f"reward(last 25) {sum(recent) / len(recent):.3f}",
+                    flush=True,
+                )
         elif ev["type"] == "alert":
             self.alerts.append(f"step {ev['step']}: {ev['detector']}")
 
@@ -59,8 +62,11 @@ def run_one(env: str, minutes: float) -> dict:
 
     cfg = load_config_file(str(ROOT / "bench" / "configs" / f"{env}.yaml"))
     rec = Recorder(minutes * 60)
-    print(f"{env}: {cfg.steps} steps max, preset {cfg.algorithm.preset}, "
-          f"warm start {cfg.model.warmstart_steps} steps", flush=True)
+    print(
+        f"{env}: {cfg.steps} steps max, preset {cfg.algorithm.preset}, "
+        f"warm start {cfg.model.warmstart_steps} steps",
+        flush=True,
+    )
     run_from_config(cfg, rec, should_stop=rec.should_stop)
     r = rec.rewards
     first, last = sum(r[:20]) / 20, sum(r[-20:]) / 20
@@ -91,12 +97,16 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     results = [run_one(env, args.minutes) for env in args.envs]
     print()
-    print(f"{'env':8s} {'steps':>5s} {'secs':>7s} {'first20':>8s} {'last20':>8s} "
-          f"{'gain':>7s} {'range':>12s} {'gain/range':>10s}  pass")
+    print(
+        f"{'env':8s} {'steps':>5s} {'secs':>7s} {'first20':>8s} {'last20':>8s} "
+        f"{'gain':>7s} {'range':>12s} {'gain/range':>10s}  pass"
+    )
     for r in results:
-        print(f"{r['env']:8s} {r['steps']:5d} {r['seconds']:7.1f} {r['first20']:8.3f} "
-              f"{r['last20']:8.3f} {r['gain']:7.3f} {str(r['range']):>12s} "
-              f"{r['gain_over_range']:10.3f}  {'yes' if r['passes'] else 'NO'}")
+        print(
+            f"{r['env']:8s} {r['steps']:5d} {r['seconds']:7.1f} {r['first20']:8.3f} "
+            f"{r['last20']:8.3f} {r['gain']:7.3f} {str(r['range']):>12s} "
+            f"{r['gain_over_range']:10.3f}  {'yes' if r['passes'] else 'NO'}"
+        )
     print(json.dumps(results))
     return 0 if all(r["passes"] for r in results) else 1
 

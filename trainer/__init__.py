@@ -1,7 +1,7 @@
 """The RL trainer: pure PyTorch + transformers; never imports Django, Channels or Celery.
 
-    from trainer import train, TrainConfig, NullSink, JsonlSink
-    train(config, env, reward_fn, sink)
+from trainer import train, TrainConfig, NullSink, JsonlSink
+train(config, env, reward_fn, sink)
 """
 
 from __future__ import annotations
@@ -24,4 +24,12 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-__all__ = ["JsonlSink", "ListSink", "NullSink", "TrainConfig", "TrainResult", "run_from_config", "train"]
+__all__ = [
+    "JsonlSink",
+    "ListSink",
+    "NullSink",
+    "TrainConfig",
+    "TrainResult",
+    "run_from_config",
+    "train",
+]

@@ -34,7 +34,17 @@ class Batch:
         return self.input_ids.shape[0]
 
     def select(self, idx: torch.Tensor) -> Batch:
-        return Batch(*(t[idx] for t in (self.input_ids, self.attention_mask, self.loss_mask, self.step_of)))
+        return Batch(
+            *(
+                t[idx]
+                for t in (
+                    self.input_ids,
+                    self.attention_mask,
+                    self.loss_mask,
+                    self.step_of,
+                )
+            )
+        )
 
 
 def collate(rollouts: Sequence[Rollout], pad_id: int, device: torch.device) -> Batch:

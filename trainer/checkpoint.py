@@ -74,7 +74,9 @@ def save_checkpoint(
             "task_rng": state.task_rng.getstate(),
             "sample_gen": state.sample_gen.get_state(),
             "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "cuda_rng": torch.cuda.get_rng_state_all()
+            if torch.cuda.is_available()
+            else [],
         },
         tmp / "state.pt",
     )
@@ -113,9 +115,13 @@ def load_checkpoint(
 ) -> TrainState:
     """Restore weights, optimizer and RNGs in place; returns the saved step and RNGs."""
     path = Path(path)
-    missing, unexpected = load_model(policy, str(path / "policy.safetensors"), strict=False)
+    missing, unexpected = load_model(
+        policy, str(path / "policy.safetensors"), strict=False
+    )
     if unexpected or [m for m in missing if "lm_head" not in m]:
-        raise ValueError(f"checkpoint {path} does not match the model: {missing} {unexpected}")
+        raise ValueError(
+            f"checkpoint {path} does not match the model: {missing} {unexpected}"
+        )
     blob = torch.load(path / "state.pt", weights_only=True, map_location="cpu")
     optimizer.load_state_dict(blob["optimizer"])
     task_rng = random.Random()

@@ -81,7 +81,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 class _Printer:
     """Forwards events and prints one line per step."""
 
-    KEYS = ("reward", "reward_std", "kl", "entropy", "grad_norm", "completions/mean_length")
+    KEYS = (
+        "reward",
+        "reward_std",
+        "kl",
+        "entropy",
+        "grad_norm",
+        "completions/mean_length",
+    )
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -90,7 +97,9 @@ class _Printer:
         self.inner.emit(event)
         if event["type"] == "step" and event["step"] > 0:
             m = event["metrics"]
-            parts = [f"{k}={m[k]:.4g}" for k in self.KEYS if k in m and not math.isnan(m[k])]
+            parts = [
+                f"{k}={m[k]:.4g}" for k in self.KEYS if k in m and not math.isnan(m[k])
+            ]
             print(f"step {event['step']:5d}  " + "  ".join(parts), flush=True)
         elif event["type"] == "alert":
             print(f"  ALERT [{event['detector']}] {event['message']}", flush=True)
@@ -105,8 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="train from a YAML or JSON config")
     run.add_argument("config")
     run.add_argument("--steps", type=int, default=None, help="override config.steps")
-    run.add_argument("--out", default=None, help="directory for events.jsonl and checkpoints")
-    run.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints")
+    run.add_argument(
+        "--out", default=None, help="directory for events.jsonl and checkpoints"
+    )
+    run.add_argument(
+        "--no-resume", action="store_true", help="ignore existing checkpoints"
+    )
     sub.add_parser("presets", help="list the algorithm presets and the fields they set")
     args = parser.parse_args(argv)
     if args.cmd == "presets":

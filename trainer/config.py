@@ -18,7 +18,6 @@ from trainer.envs.search import SearchParams
 from trainer.envs.swarm import SwarmParams
 
 
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -37,7 +36,9 @@ class ModelConfig(_Strict):
         description="Default-model size when no path is given: tiny ~1M, small ~4M, "
         "base ~10M, large ~120M parameters (large is for GPUs).",
     )
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA if present.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: CUDA if present."
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="auto: bfloat16 on CUDA, float32 on CPU."
     )
@@ -92,11 +93,15 @@ ENV_NAMES = ("calc", "search", "swarm")
 class RolloutConfig(_Strict):
     """How experience is sampled."""
 
-    tasks_per_step: int = Field(4, ge=1, le=4096, description="Distinct tasks per batch.")
+    tasks_per_step: int = Field(
+        4, ge=1, le=4096, description="Distinct tasks per batch."
+    )
     group_size: int = Field(4, ge=2, le=256, description="Rollouts per task (G).")
     max_turns: int = Field(6, ge=1, le=64, description="Agent steps before truncation.")
     max_action_tokens: int = Field(12, ge=1, le=4096, description="Tokens per action.")
-    max_total_tokens: int = Field(512, ge=16, le=131072, description="Whole-trajectory budget.")
+    max_total_tokens: int = Field(
+        512, ge=16, le=131072, description="Whole-trajectory budget."
+    )
     temperature: float = Field(1.0, gt=0, le=5)
     top_p: float = Field(1.0, gt=0, le=1)
 
@@ -108,20 +113,29 @@ class AlgorithmConfig(_Strict):
     advantage: Literal["group", "gae"] | None = None
     std_scaling: Literal["group", "batch", "none"] | None = None
     loss: Literal["ppo_clip", "cispo"] | None = None
-    agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] | None = None
+    agg: (
+        Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] | None
+    ) = None
     clip_low: float | None = Field(None, ge=0, le=10)
     clip_high: float | None = Field(None, ge=0, le=10)
     group_filter: Literal["off", "drop_zero_variance"] | None = None
     max_resample_rounds: int = Field(
-        4, ge=0, le=64, description="DAPO dynamic sampling: extra sampling rounds at most."
+        4,
+        ge=0,
+        le=64,
+        description="DAPO dynamic sampling: extra sampling rounds at most.",
     )
     credit: Literal["outcome", "process", "gae"] | None = None
-    kl_beta: float = Field(0.0, ge=0, le=100, description="k3 KL to the frozen reference.")
+    kl_beta: float = Field(
+        0.0, ge=0, le=100, description="k3 KL to the frozen reference."
+    )
     entropy_coef: float = Field(0.0, ge=-1, le=1)
     gamma: float = Field(1.0, ge=0, le=1)
     lam: float = Field(0.95, ge=0, le=1)
     value_coef: float = Field(0.5, ge=0, le=100)
-    eps: float = Field(1e-4, gt=0, le=1, description="Added to the std in advantage scaling.")
+    eps: float = Field(
+        1e-4, gt=0, le=1, description="Added to the std in advantage scaling."
+    )
 
 
 class OptimConfig(_Strict):
@@ -132,12 +146,16 @@ class OptimConfig(_Strict):
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.999, ge=0, lt=1)
     grad_clip: float = Field(1.0, gt=0, le=1e6)
-    epochs: int = Field(1, ge=1, le=64, description="Optimisation epochs over each batch.")
+    epochs: int = Field(
+        1, ge=1, le=64, description="Optimisation epochs over each batch."
+    )
     minibatches: int = Field(1, ge=1, le=1024, description="Minibatches per epoch.")
 
 
 class CheckpointConfig(_Strict):
-    every: int = Field(0, ge=0, le=1_000_000, description="Steps between checkpoints; 0: off.")
+    every: int = Field(
+        0, ge=0, le=1_000_000, description="Steps between checkpoints; 0: off."
+    )
     keep: int = Field(2, ge=1, le=1000, description="Checkpoints kept on disk.")
 
 
@@ -155,7 +173,8 @@ class TrainConfig(_Strict):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     reward: RewardConfig | None = Field(
-        None, description="Reward components and judges; None: the environment's default."
+        None,
+        description="Reward components and judges; None: the environment's default.",
     )
 
     @model_validator(mode="after")

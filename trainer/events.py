@@ -83,7 +83,9 @@ class ListSink:
 def _json_safe(value: Any) -> Any:
     """JSON has no NaN/inf: encode them as strings a reader can map back."""
     if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return (
+            "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        )
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

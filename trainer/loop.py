@@ -18,15 +18,29 @@ from pathlib import Path
 import torch
 
 from rewards.types import Monitor, RewardFn, RewardResult
-from trainer.algorithms import ResolvedAlgorithm, resolve_algorithm, zero_variance_groups
+from trainer.algorithms import (
+    ResolvedAlgorithm,
+    resolve_algorithm,
+    zero_variance_groups,
+)
 from trainer.batch import collate, token_advantages
-from trainer.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
+from trainer.checkpoint import (
+    TrainState,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from trainer.config import TrainConfig
 from trainer.envs.base import Environment
 from trainer.events import NullSink, Sink
 from trainer.metrics import step_metrics
 from trainer.policy import Policy
-from trainer.records import alert_event, critical_path_event, judgement_events, trajectory_event
+from trainer.records import (
+    alert_event,
+    critical_path_event,
+    judgement_events,
+    trajectory_event,
+)
 from trainer.rollout import Rollout, play
 from trainer.update import optimise, score
 from trainer.warmstart import warmstart
@@ -107,12 +121,35 @@ def train(
     try:
         for step in range(state.step + 1, config.steps + 1):
             if should_stop is not None and should_stop():
-                sink.emit({"type": "run_finished", "status": "cancelled", "step": step - 1, "error": None})
+                sink.emit(
+                    {
+                        "type": "run_finished",
+                        "status": "cancelled",
+                        "step": step - 1,
+                        "error": None,
+                    }
+                )
                 return TrainResult("cancelled", step - 1, metrics)
-            metrics = _train_step(step, config, algo, env, reward_fn, policy, ref, optimizer, state, sink, monitor)
+            metrics = _train_step(
+                step,
+                config,
+                algo,
+                env,
+                reward_fn,
+                policy,
+                ref,
+                optimizer,
+                state,
+                sink,
+                monitor,
+            )
             state.step = step
             every = config.checkpoint.every
-            if checkpoint_dir is not None and every and (step % every == 0 or step == config.steps):
+            if (
+                checkpoint_dir is not None
+                and every
+                and (step % every == 0 or step == config.steps)
+            ):
                 path = save_checkpoint(
                     checkpoint_dir,
                     policy=policy,
@@ -123,13 +160,29 @@ def train(
                 )
                 sink.emit({"type": "checkpoint", "step": step, "path": str(path)})
     except Exception as exc:
-        sink.emit({"type": "run_finished", "status": "failed", "step": step, "error": f"{type(exc).__name__}: {exc}"})
+        sink.emit(
+            {
+                "type": "run_finished",
+                "status": "failed",
+                "step": step,
+                "error": f"{type(exc).__name__}: {exc}",
+            }
+        )
         raise
-    sink.emit({"type": "run_finished", "status": "succeeded", "step": config.steps, "error": None})
+    sink.emit(
+        {
+            "type": "run_finished",
+            "status": "succeeded",
+            "step": config.steps,
+            "error": None,
+        }
+    )
     return TrainResult("succeeded", config.steps, metrics)
 
 
-def _reference(policy: Policy, algo: ResolvedAlgorithm, checkpoint_dir: str | Path | None) -> Policy | None:
+def _reference(
+    policy: Policy, algo: ResolvedAlgorithm, checkpoint_dir: str | Path | None
+) -> Policy | None:
     """The frozen KL reference is the policy as RL began (after any warm start); it is
     saved once beside the checkpoints so a resumed run compares against the same one."""
     if algo.kl_beta <= 0:
@@ -162,20 +215,30 @@ def sample(
     G = config.rollout.group_size
     need = config.rollout.tasks_per_step
     out = Sampled([], [], [], 0)
-    rounds = 1 + (algo.max_resample_rounds if algo.group_filter == "drop_zero_variance" else 0)
+    rounds = 1 + (
+        algo.max_resample_rounds if algo.group_filter == "drop_zero_variance" else 0
+    )
     kept_groups = 0
     for _ in range(rounds):
         tasks = env.sample_tasks(need - kept_groups, state.task_rng)
         t0 = time.perf_counter()
-        rollouts = play(policy, env, tasks, config.rollout, generator=state.sample_gen,
-                        first_group=len(out.rollouts) // G)
+        rollouts = play(
+            policy,
+            env,
+            tasks,
+            config.rollout,
+            generator=state.sample_gen,
+            first_group=len(out.rollouts) // G,
+        )
         t1 = time.perf_counter()
         results = reward_fn([ro.episode for ro in rollouts], step)
         out.gen_s += t1 - t0
         out.reward_s += time.perf_counter() - t1
         keep = [True] * len(tasks)
         if algo.group_filter == "drop_zero_variance":
-            totals = torch.tensor([r.breakdown.total for r in results], dtype=torch.float32)
+            totals = torch.tensor(
+                [r.breakdown.total for r in results], dtype=torch.float32
+            )
             keep = [not z for z in zero_variance_groups(totals, G).tolist()]
         out.rollouts += rollouts
         out.results += results
@@ -216,12 +279,26 @@ def _train_step(
             algo, batch, kept_results, config.rollout.group_size, scores.values
         )
         upd, new_lp = optimise(
-            policy, optimizer, algo, config.optim, batch, scores, adv, returns,
-            max_len=config.rollout.max_total_tokens, generator=state.sample_gen,
+            policy,
+            optimizer,
+            algo,
+            config.optim,
+            batch,
+            scores,
+            adv,
+            returns,
+            max_len=config.rollout.max_total_tokens,
+            generator=state.sample_gen,
         )
         upd.update(_token_summaries(batch.loss_mask, adv, scores.entropy))
         capture = not isinstance(sink, NullSink)
-        rows = _rows(batch.attention_mask, new_lp, scores.old_logprobs, scores.entropy, adv) if capture else None
+        rows = (
+            _rows(
+                batch.attention_mask, new_lp, scores.old_logprobs, scores.entropy, adv
+            )
+            if capture
+            else None
+        )
         for j, i in enumerate(kept_idx):
             arrays[i] = rows[j] if rows is not None else None
             per_traj_adv[i] = float(traj_adv[j])
@@ -242,12 +319,16 @@ def _train_step(
     if not isinstance(sink, NullSink):  # records are the costly part: skip them unheard
         _emit_records(step, sampled, arrays, per_traj_adv, policy, sink)
     if monitor is not None:
-        for alert in monitor(step, metrics, [r.episode for r in sampled.rollouts], sampled.results):
+        for alert in monitor(
+            step, metrics, [r.episode for r in sampled.rollouts], sampled.results
+        ):
             sink.emit(alert_event(alert))
     return metrics
 
 
-def _token_summaries(mask: torch.Tensor, adv: torch.Tensor, entropy: torch.Tensor) -> dict[str, float]:
+def _token_summaries(
+    mask: torch.Tensor, adv: torch.Tensor, entropy: torch.Tensor
+) -> dict[str, float]:
     sel = mask > 0
     if not bool(sel.any()):
         return {}
@@ -271,17 +352,27 @@ def _rows(attn, new_lp, old_lp, entropy, adv) -> list[dict[str, list[float]]]:
         "entropy": entropy.float().cpu().tolist(),
         "advantage": adv.float().cpu().tolist(),
     }
-    return [{k: v[b][: lengths[b]] for k, v in tables.items()} for b in range(len(lengths))]
+    return [
+        {k: v[b][: lengths[b]] for k, v in tables.items()} for b in range(len(lengths))
+    ]
 
 
-def _emit_records(step, sampled: Sampled, arrays, per_traj_adv, policy: Policy, sink: Sink) -> None:
+def _emit_records(
+    step, sampled: Sampled, arrays, per_traj_adv, policy: Policy, sink: Sink
+) -> None:
     for i, (ro, res) in enumerate(zip(sampled.rollouts, sampled.results, strict=True)):
         tokens = policy.tokens(ro.token_ids)
         texts = [policy.tokenizer.decode(seg.token_ids) for seg in ro.segments]
         sink.emit(
             trajectory_event(
-                step, ro, res, dropped=not sampled.kept[i], advantage=per_traj_adv[i],
-                tokens=tokens, texts=texts, arrays=arrays[i],
+                step,
+                ro,
+                res,
+                dropped=not sampled.kept[i],
+                advantage=per_traj_adv[i],
+                tokens=tokens,
+                texts=texts,
+                arrays=arrays[i],
             )
         )
         for ev in judgement_events(step, ro, res):

@@ -42,7 +42,9 @@ def step_metrics(
     }
     names = sorted({k for r in sampled.results for k in r.breakdown.components})
     for name in names:
-        m[f"rewards/{name}/mean"] = _mean([float(r.breakdown.components.get(name, 0.0)) for r in sampled.results])
+        m[f"rewards/{name}/mean"] = _mean(
+            [float(r.breakdown.components.get(name, 0.0)) for r in sampled.results]
+        )
     extra = sorted({k for r in sampled.results for k in r.metrics})
     for name in extra:
         vals = [float(r.metrics[name]) for r in sampled.results if name in r.metrics]
@@ -54,7 +56,11 @@ def step_metrics(
         [float(sum(1 for s in r.episode.steps if s.ok and s.tool)) for r in ros]
     )
     m["tools/failure_frac"] = _mean(
-        [float(sum(1 for s in r.episode.steps if not s.ok)) / max(1, len(r.episode.steps)) for r in ros]
+        [
+            float(sum(1 for s in r.episode.steps if not s.ok))
+            / max(1, len(r.episode.steps))
+            for r in ros
+        ]
     )
     m["truncated/frac"] = _mean([1.0 if r.truncated else 0.0 for r in ros])
     m.update(update)

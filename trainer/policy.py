@@ -44,7 +44,9 @@ class PolicyError(ValueError):
 
 def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
-        raise PolicyError("model.device: 'cuda' was asked for but no CUDA device is visible")
+        raise PolicyError(
+            "model.device: 'cuda' was asked for but no CUDA device is visible"
+        )
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
@@ -260,7 +262,9 @@ def _sample(
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
     # Sampling on the CPU with an explicit generator keeps runs reproducible (and
     # resumable bit for bit) whatever device the model is on.
-    return torch.multinomial(probs.cpu(), 1, generator=gen).squeeze(-1).to(logits.device)
+    return (
+        torch.multinomial(probs.cpu(), 1, generator=gen).squeeze(-1).to(logits.device)
+    )
 
 
 def _load_local(path: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
@@ -268,7 +272,9 @@ def _load_local(path: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
     if not root.is_dir():
         raise PolicyError(f"model.path: {path!r} is not a directory")
     if not (root / "config.json").is_file():
-        raise PolicyError(f"model.path: {path!r} has no config.json (not a model directory)")
+        raise PolicyError(
+            f"model.path: {path!r} has no config.json (not a model directory)"
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             root, local_files_only=True, trust_remote_code=False

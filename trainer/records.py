@@ -48,7 +48,9 @@ def trajectory_event(
             else:
                 # target index p-1 scores token p; token 0 has no prediction.
                 vals = arrays[name]
-                entry[name] = [vals[p - 1] if p >= 1 else NAN for p in range(pos, pos + n)]
+                entry[name] = [
+                    vals[p - 1] if p >= 1 else NAN for p in range(pos, pos + n)
+                ]
         segments.append(entry)
         pos += n
     ep = ro.episode
@@ -72,15 +74,23 @@ def trajectory_event(
         "truncated": ro.truncated,
         "facts": dict(ep.facts) if ep is not None else {},
         "steps": [
-            {"index": s.index, "tool": s.tool, "ok": s.ok, "action": s.action,
-             "observation": s.observation, "facts": dict(s.facts)}
+            {
+                "index": s.index,
+                "tool": s.tool,
+                "ok": s.ok,
+                "action": s.action,
+                "observation": s.observation,
+                "facts": dict(s.facts),
+            }
             for s in (ep.steps if ep is not None else ())
         ],
         "segments": segments,
     }
 
 
-def judgement_events(step: int, ro: Rollout, result: RewardResult) -> list[dict[str, Any]]:
+def judgement_events(
+    step: int, ro: Rollout, result: RewardResult
+) -> list[dict[str, Any]]:
     out = []
     for j in result.judgements:
         score = j.score if j.score is not None and math.isfinite(j.score) else None
@@ -104,7 +114,9 @@ def judgement_events(step: int, ro: Rollout, result: RewardResult) -> list[dict[
     return out
 
 
-def critical_path_event(step: int, ro: Rollout, result: RewardResult) -> dict[str, Any] | None:
+def critical_path_event(
+    step: int, ro: Rollout, result: RewardResult
+) -> dict[str, Any] | None:
     cp = result.critical_path
     if cp is None:
         return None

@@ -61,7 +61,11 @@ class Rollout:
 
     def step_index_per_token(self) -> list[int]:
         """For every token, the agent step (turn) it belongs to; prompt tokens get -1."""
-        return [s.turn if s.kind != "prompt" else -1 for s in self.segments for _ in s.token_ids]
+        return [
+            s.turn if s.kind != "prompt" else -1
+            for s in self.segments
+            for _ in s.token_ids
+        ]
 
 
 def prompt_ids(policy: Policy, text: str) -> list[int]:
@@ -95,7 +99,10 @@ def play(
             contexts.append(list(ids))
     active = list(range(len(sessions)))
     for turn in range(cfg.max_turns):
-        budgets = [min(cfg.max_action_tokens, cfg.max_total_tokens - len(contexts[i])) for i in active]
+        budgets = [
+            min(cfg.max_action_tokens, cfg.max_total_tokens - len(contexts[i]))
+            for i in active
+        ]
         # A session whose context is already full cannot act: it is truncated.
         for i, b in zip(list(active), budgets, strict=True):
             if b <= 0:
@@ -163,7 +170,9 @@ def scripted_rollouts(
             if result.done:
                 break
             obs = observation_ids(policy, result.observation)
-            ro.segments.append(Segment(turn, result.observation_kind, obs, result.observation_kind))
+            ro.segments.append(
+                Segment(turn, result.observation_kind, obs, result.observation_kind)
+            )
             length += len(obs)
         out.append(ro)
     return out

@@ -20,7 +20,11 @@ def reward_config_for(config: TrainConfig):
     """The run's reward config, or the environment's default when none is given."""
     from rewards import default_reward_config
 
-    return config.reward if config.reward is not None else default_reward_config(config.env.name)
+    return (
+        config.reward
+        if config.reward is not None
+        else default_reward_config(config.env.name)
+    )
 
 
 def run_from_config(

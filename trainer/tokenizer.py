@@ -29,7 +29,9 @@ def build_word_tokenizer(vocabulary: Iterable[str]) -> PreTrainedTokenizerFast:
     >>> tok.decode(tok.encode("calc 1 + 1", add_special_tokens=False))
     'calc 1 + 1'
     """
-    words = sorted({w for w in vocabulary if w and not w.isspace()} - set(SPECIAL_TOKENS))
+    words = sorted(
+        {w for w in vocabulary if w and not w.isspace()} - set(SPECIAL_TOKENS)
+    )
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + words)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.algorithms import ResolvedAlgorithm, agg_loss, kl_k3, policy_loss, value_loss
+from trainer.algorithms import (
+    ResolvedAlgorithm,
+    agg_loss,
+    kl_k3,
+    policy_loss,
+    value_loss,
+)
 from trainer.batch import Batch
 from trainer.config import OptimConfig
 from trainer.policy import Policy
@@ -76,8 +82,16 @@ def optimise(
         for sl in _chunks(B, mb):
             idx = order[sl].to(batch.input_ids.device)
             metrics, logprobs = _minibatch_step(
-                policy, optimizer, algo, optim, batch.select(idx), scores, idx,
-                advantages[idx], None if returns is None else returns[idx], max_len,
+                policy,
+                optimizer,
+                algo,
+                optim,
+                batch.select(idx),
+                scores,
+                idx,
+                advantages[idx],
+                None if returns is None else returns[idx],
+                max_len,
             )
             last_logprobs[idx] = logprobs
             for k, v in metrics.items():
@@ -120,7 +134,10 @@ def _minibatch_step(
     metrics = dict(metrics)
     if scores.ref_logprobs is not None and algo.kl_beta > 0:
         kl = agg_loss(
-            kl_k3(st.logprobs, scores.ref_logprobs[idx], mask), mask, algo.agg, max_len=max_len
+            kl_k3(st.logprobs, scores.ref_logprobs[idx], mask),
+            mask,
+            algo.agg,
+            max_len=max_len,
         )
         loss = loss + algo.kl_beta * kl
         metrics["kl"] = float(kl.detach())

@@ -18,8 +18,12 @@ pytestmark = [
 
 def test_it_trains_in_bf16_on_the_gpu(reward_fn):
     cfg = TrainConfig.model_validate(
-        {"steps": 2, "env": {"name": "calc"}, "model": {"device": "cuda"},
-         "rollout": {"tasks_per_step": 2, "group_size": 2, "max_turns": 2}}
+        {
+            "steps": 2,
+            "env": {"name": "calc"},
+            "model": {"device": "cuda"},
+            "rollout": {"tasks_per_step": 2, "group_size": 2, "max_turns": 2},
+        }
     )
     sink = ListSink()
     result = train(cfg, make_env("calc", seed=0), reward_fn, sink)

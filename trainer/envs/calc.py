@@ -205,7 +205,9 @@ class CalcSession(EnvSession):
             # Partial credit: the calculator computed the right value and an answer was
             # given, but not that value. Nothing for an episode that never answers, so
             # calling the tool again and again is never worth more than answering.
-            "partial": 0.5 if (answered and self.computed_expected and not success) else 0.0,
+            "partial": 0.5
+            if (answered and self.computed_expected and not success)
+            else 0.0,
             "answer": self.answer,
             "expected": self.expected,
             "used_calculator": self.calc_calls > 0,

@@ -1,0 +1,84 @@
+"""``python -m trainer``: presets, runs, and bad configs that exit 2 naming every field."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from trainer.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_it_lists_the_five_presets_with_the_fields_they_set(capsys):
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    for name in ("ppo", "grpo", "dr_grpo", "dapo", "cispo"):
+        assert f"\n{name}" in "\n" + out
+    assert "seq_mean_token_sum_norm" in out and "cispo" in out
+
+
+def test_it_prints_every_bad_field_and_exits_2(tmp_path, capsys):
+    bad = {
+        "rollout": {"group_size": 1, "temperature": -1},
+        "algorithm": {"preset": "sac"},
+        "optim": {"lr": 0},
+        "surprise": True,
+    }
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    for field in (
+        "rollout.group_size",
+        "rollout.temperature",
+        "algorithm.preset",
+        "optim.lr",
+        "surprise",
+    ):
+        assert field in err, field
+
+
+def test_it_names_a_missing_file_and_a_file_that_is_not_a_mapping(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.yaml")]) == 2
+    listy = tmp_path / "list.json"
+    listy.write_text("[1, 2]")
+    assert main(["run", str(listy)]) == 2
+    err = capsys.readouterr().err
+    assert "not found" in err and "mapping" in err
+
+
+def test_it_trains_writes_events_and_resumes_from_its_output_dir(tmp_path):
+    cfg = {
+        "steps": 2,
+        "env": {"name": "calc"},
+        "model": {"warmstart_steps": 1},
+        "rollout": {"tasks_per_step": 2, "group_size": 2, "max_turns": 2},
+        "checkpoint": {"every": 1},
+    }
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "trainer", "run", str(path), "--out", str(out)]
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert "step     1" in first.stdout and "succeeded after step 2" in first.stdout
+    events = [
+        json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()
+    ]
+    assert {e["type"] for e in events} >= {
+        "run_started",
+        "step",
+        "trajectory",
+        "checkpoint",
+    }
+    # Same --out with more steps: it resumes after the last checkpoint.
+    again = subprocess.run(
+        [*cmd, "--steps", "3"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stderr
+    assert "step     3" in again.stdout and "step     1 " not in again.stdout
