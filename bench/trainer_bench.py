@@ -114,7 +114,8 @@ def main() -> None:
     if args.trl:
         from bench.trl_compare import compare
 
-        print(json.dumps(compare(args.size), indent=2))
+        result = compare(args.size, steps=args.steps, repeats=args.repeats)
+        print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from trainer.records import (
     trajectory_event,
 )
 from trainer.rollout import Rollout, play
-from trainer.update import optimise, score
+from trainer.update import on_policy, optimise, score
 from trainer.warmstart import warmstart
 
 
@@ -274,7 +274,7 @@ def _train_step(
     per_traj_adv = [0.0] * len(sampled.rollouts)
     if kept:
         batch = collate(kept, policy.pad_id, policy.device)
-        scores = score(policy, ref, batch)
+        scores = score(policy, ref, batch, policy_pass=not on_policy(algo, config.optim))
         adv, returns, traj_adv = token_advantages(
             algo, batch, kept_results, config.rollout.group_size, scores.values
         )

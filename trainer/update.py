@@ -2,7 +2,10 @@
 
 ``score`` computes, without gradients, what the sampling policy thought of every token
 (old log-probs, entropy, values) and, when the KL term is on, the frozen reference's
-log-probs. ``optimise`` then runs ``epochs`` passes of ``minibatches`` over the batch
+log-probs. On-policy with one epoch and one minibatch (no critic), the policy being
+optimised *is* the sampling policy, so that pass is skipped and the first training
+forward supplies the old log-probs (detached) and entropy, as TRL does when
+``num_iterations == 1``. ``optimise`` then runs ``epochs`` passes of ``minibatches`` over the batch
 with the configured loss (old log-probs kept fixed across epochs, as PPO does), clips
 the gradient norm and steps AdamW.
 """
@@ -27,8 +30,8 @@ from trainer.policy import Policy
 
 @dataclass
 class Scores:
-    old_logprobs: torch.Tensor  # (B, T-1)
-    entropy: torch.Tensor  # (B, T-1)
+    old_logprobs: torch.Tensor | None  # (B, T-1); None: filled by the first forward
+    entropy: torch.Tensor | None  # (B, T-1)
     values: torch.Tensor | None  # (B, T-1)
     ref_logprobs: torch.Tensor | None  # (B, T-1)
 
@@ -37,21 +40,34 @@ def _chunks(n: int, size: int) -> list[slice]:
     return [slice(i, min(n, i + size)) for i in range(0, n, size)]
 
 
+def on_policy(algo: ResolvedAlgorithm, optim: OptimConfig) -> bool:
+    """True when the update's first forward sees exactly the sampling policy."""
+    return optim.epochs == 1 and optim.minibatches == 1 and not algo.needs_value_head
+
+
 @torch.no_grad()
-def score(policy: Policy, ref: Policy | None, batch: Batch, chunk: int = 64) -> Scores:
+def score(
+    policy: Policy,
+    ref: Policy | None,
+    batch: Batch,
+    chunk: int = 64,
+    *,
+    policy_pass: bool = True,
+) -> Scores:
     parts: dict[str, list[torch.Tensor]] = {"lp": [], "ent": [], "val": [], "ref": []}
     for sl in _chunks(batch.size, chunk):
         ids, attn = batch.input_ids[sl], batch.attention_mask[sl]
-        st = policy.token_stats(ids, attn, with_entropy=True, with_values=True)
-        parts["lp"].append(st.logprobs)
-        parts["ent"].append(st.entropy)
-        if st.values is not None:
-            parts["val"].append(st.values)
+        if policy_pass:
+            st = policy.token_stats(ids, attn, with_entropy=True, with_values=True)
+            parts["lp"].append(st.logprobs)
+            parts["ent"].append(st.entropy)
+            if st.values is not None:
+                parts["val"].append(st.values)
         if ref is not None:
             parts["ref"].append(ref.token_stats(ids, attn).logprobs)
     return Scores(
-        old_logprobs=torch.cat(parts["lp"]),
-        entropy=torch.cat(parts["ent"]),
+        old_logprobs=torch.cat(parts["lp"]) if parts["lp"] else None,
+        entropy=torch.cat(parts["ent"]) if parts["ent"] else None,
         values=torch.cat(parts["val"]) if parts["val"] else None,
         ref_logprobs=torch.cat(parts["ref"]) if parts["ref"] else None,
     )
@@ -75,7 +91,12 @@ def optimise(
     mb = max(1, -(-B // optim.minibatches))
     sums: dict[str, float] = {}
     count = 0
-    last_logprobs = scores.old_logprobs.clone()
+    fill = scores.old_logprobs is None
+    if fill:
+        shape = batch.loss_mask.shape
+        scores.old_logprobs = torch.zeros(shape, device=batch.loss_mask.device)
+        scores.entropy = torch.zeros(shape, device=batch.loss_mask.device)
+    last_logprobs = torch.zeros_like(scores.old_logprobs)
     policy.train()
     for _epoch in range(optim.epochs):
         order = torch.randperm(B, generator=generator)
@@ -112,14 +133,19 @@ def _minibatch_step(
     adv: torch.Tensor,
     returns: torch.Tensor | None,
     max_len: int,
+    *,
+    fill: bool = False,
 ) -> tuple[dict[str, float], torch.Tensor]:
     mask = mb.loss_mask
     st = policy.token_stats(
         mb.input_ids,
         mb.attention_mask,
-        with_entropy=algo.entropy_coef != 0,
+        with_entropy=fill or algo.entropy_coef != 0,
         with_values=returns is not None,
     )
+    if fill:  # on-policy: this forward is the sampling policy's view
+        scores.old_logprobs[idx] = st.logprobs.detach()
+        scores.entropy[idx] = st.entropy.detach()
     loss, metrics = policy_loss(
         algo.loss,
         st.logprobs,

@@ -101,9 +101,10 @@ def test_it_masks_everything_but_the_policys_own_actions(reward_fn):
                 assert all(a == 0.0 or math.isnan(a) for a in seg["advantage"])
 
 
-def test_it_resumes_bit_for_bit_like_an_uninterrupted_run(tmp_path, reward_fn):
+@pytest.mark.parametrize("preset", ["ppo", "grpo"])
+def test_it_resumes_bit_for_bit_like_an_uninterrupted_run(tmp_path, reward_fn, preset):
     cfg = _config(
-        steps=4, checkpoint={"every": 2}, algorithm={"preset": "ppo", "kl_beta": 0.1}
+        steps=4, checkpoint={"every": 2}, algorithm={"preset": preset, "kl_beta": 0.1}
     )
     whole = ListSink()
     train(cfg, make_env("calc", seed=0), reward_fn, whole)
