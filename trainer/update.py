@@ -113,6 +113,7 @@ def optimise(
                 advantages[idx],
                 None if returns is None else returns[idx],
                 max_len,
+                fill=fill,
             )
             last_logprobs[idx] = logprobs
             for k, v in metrics.items():

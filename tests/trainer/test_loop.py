@@ -207,3 +207,24 @@ def test_it_trains_with_process_and_gae_credit(credit, reward_fn):
     assert result.status == "succeeded"
     if credit == "gae":
         assert "value_loss" in sink.of_type("step")[-1]["metrics"]
+
+
+@pytest.mark.parametrize(
+    ("preset", "optim"),
+    [("grpo", {}), ("dr_grpo", {}), ("grpo", {"epochs": 2}), ("ppo", {})],
+)
+def test_the_first_update_sees_the_sampling_policy(preset, optim, reward_fn):
+    """Old log-probs are the sampling policy's: on the first forward of a step the
+    ratio is exactly 1 (PPO's r = pi/pi_old), whichever path computed them."""
+    cfg = _config(steps=1, algorithm={"preset": preset}, optim=optim)
+    sink = ListSink()
+    train(cfg, make_env("calc", seed=0), reward_fn, sink)
+    m = sink.of_type("step")[-1]["metrics"]
+    for traj in sink.of_type("trajectory"):
+        for seg in traj["segments"][1:]:
+            for lp, old in zip(seg["logprob"], seg["old_logprob"], strict=True):
+                assert not math.isnan(old) and old < 0
+                if not optim:  # one epoch: the last forward is the first one
+                    assert lp == old
+    if not optim:
+        assert m["ratio/mean"] == 1.0 and m["clip_ratio/region_mean"] == 0.0
