@@ -22,11 +22,10 @@ sys.path.insert(0, str(ROOT))
 
 # The reward range of each demo config, from its components' ranges times weights:
 # calc: outcome in [0, 1] (0.5 partial credit) + format in [0, 0.1].
-# search: fbeta [0, 1] + 0.2 * trajectory_recall [0, 1] + prune_penalty [-0.05*k, 0]
-#   (at most 1 prune per step) + single_search_exit_penalty [-0.2, 0] + format [0, 0.05].
-# swarm: r_perf [0, 1] + r_parallel and r_finish [0, 0.3] each at step 0 (annealed)
-#   + format [0, 0.05].
-RANGES = {"calc": (0.0, 1.1), "search": (-0.5, 1.25), "swarm": (0.0, 1.65)}
+# search: fbeta [0, 1] + 0.2 * trajectory_recall [0, 1] + single_search_exit_penalty
+#   [-0.2, 0] + format [0, 0.05].
+# swarm: r_perf [0, 1] + format [0, 0.05].
+RANGES = {"calc": (0.0, 1.1), "search": (-0.2, 1.25), "swarm": (0.0, 1.05)}
 
 
 class Recorder:
