@@ -1,0 +1,330 @@
+"""The JSON API (django-ninja) at ``/api/``; OpenAPI at ``/api/openapi.json``, docs at
+``/api/docs`` (both login-only, assets served locally).
+
+Session auth with CSRF on unsafe methods (``X-CSRFToken`` header); anonymous callers
+get 401, other users' runs 404, staff see every run. Bad input is a 400 whose
+``errors`` are ``field: message`` lines; nothing is enqueued then. Numbers that are
+not finite are written as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
+Views are adapters: parse, call ``services``/``queries``, return.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from ninja import Field, NinjaAPI, Query, Schema, Status
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.renderers import JSONRenderer
+from ninja.responses import NinjaJSONEncoder
+from ninja.security import django_auth
+from pydantic import ConfigDict
+
+from dashboard import jsonsafe, queries, services
+from dashboard.models import Alert, Checkpoint, CriticalPath, Judgement, Run, Trajectory
+
+
+class SafeJSONRenderer(JSONRenderer):
+    """Never emits bare NaN/Infinity (invalid JSON): they become strings."""
+
+    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> str:
+        safe = jsonsafe.clean(data, keep_objects=True)
+        return json.dumps(safe, cls=NinjaJSONEncoder, allow_nan=False)
+
+
+api = NinjaAPI(
+    title="Agentic RL dashboard API",
+    version="1",
+    description=__doc__ or "",
+    auth=django_auth,
+    urls_namespace="api",
+    docs_decorator=login_required,
+    renderer=SafeJSONRenderer(),
+)
+
+
+@api.exception_handler(NinjaValidationError)
+def _validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
+    errors = []
+    for err in exc.errors:
+        loc = [
+            str(p)
+            for p in err.get("loc", ())
+            if p not in ("body", "payload", "query", "path")
+        ]
+        errors.append(f"{'.'.join(loc) or '(request)'}: {err.get('msg', 'invalid')}")
+    return api.create_response(
+        request, {"detail": "invalid request", "errors": errors}, status=400
+    )
+
+
+@api.exception_handler(services.ServiceError)
+def _service_error(request: HttpRequest, exc: services.ServiceError) -> HttpResponse:
+    return api.create_response(
+        request, {"detail": str(exc.errors[0]), "errors": exc.errors}, status=exc.status
+    )
+
+
+# --- schemas ------------------------------------------------------------------------------
+class RunOut(Schema):
+    id: UUID
+    name: str
+    owner: str
+    status: str
+    queue: str
+    attempt: int
+    last_step: int
+    frame_seq: int
+    cancel_requested: bool
+    error: str
+    parent: UUID | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+
+
+class RunDetailOut(RunOut):
+    config: dict[str, Any]
+
+
+class RunList(Schema):
+    count: int
+    runs: list[RunOut]
+
+
+class LaunchIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    config: dict[str, Any] = Field(
+        description="A TrainConfig (see /api/config/schema)."
+    )
+    name: str | None = Field(None, description="Defaults to config.name.")
+
+
+class CloneIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Deep-merged into the source config."
+    )
+    name: str | None = None
+
+
+class ErrorOut(Schema):
+    detail: str
+    errors: list[str] = []
+
+
+class MetricsQuery(Schema):
+    keys: str = Field("", max_length=4000, description="Comma-separated metric names.")
+    since_step: int = Field(-1, ge=-1)
+    points: int = Field(
+        1000, ge=1, le=queries.MAX_POINTS, description="Buckets at most (chart width)."
+    )
+
+
+class StepRange(Schema):
+    step: int | None = Field(None, ge=0)
+    since_step: int = Field(-1, ge=-1)
+    limit: int = Field(200, ge=1, le=2000)
+    offset: int = Field(0, ge=0)
+
+
+def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
+    out = {
+        "id": run.id,
+        "name": run.name,
+        "owner": run.owner.get_username(),
+        "status": run.status,
+        "queue": run.queue,
+        "attempt": run.attempt,
+        "last_step": run.last_step,
+        "frame_seq": run.frame_seq,
+        "cancel_requested": run.cancel_requested,
+        "error": run.error,
+        "parent": run.parent_id,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "heartbeat_at": run.heartbeat_at,
+    }
+    if detail:
+        out["config"] = run.config
+    return out
+
+
+def _in_range(model: type, run: Run, q: StepRange):
+    qs = model.objects.filter(run=run, step__gt=q.since_step)
+    return qs.filter(step=q.step) if q.step is not None else qs
+
+
+# --- runs -------------------------------------------------------------------------------
+@api.get("/runs", response=RunList, tags=["runs"])
+def list_runs(
+    request: HttpRequest,
+    limit: int = Query(50, ge=1, le=500),
+    offset: int = Query(0, ge=0),
+):
+    runs = services.visible_runs(request.user)
+    return {
+        "count": runs.count(),
+        "runs": [run_out(r) for r in runs[offset : offset + limit]],
+    }
+
+
+@api.post(
+    "/runs", response={201: RunDetailOut, 400: ErrorOut, 409: ErrorOut}, tags=["runs"]
+)
+def launch_run(request: HttpRequest, payload: LaunchIn):
+    run = services.launch_run(request.user, payload.config, name=payload.name)
+    return Status(201, run_out(run, detail=True))
+
+
+@api.get("/runs/{run_id}", response=RunDetailOut, tags=["runs"])
+def get_run(request: HttpRequest, run_id: str):
+    return run_out(services.get_run_for_user(request.user, run_id), detail=True)
+
+
+@api.post(
+    "/runs/{run_id}/clone",
+    response={201: RunDetailOut, 400: ErrorOut, 409: ErrorOut},
+    tags=["runs"],
+)
+def clone_run(request: HttpRequest, run_id: str, payload: CloneIn):
+    source = services.get_run_for_user(request.user, run_id)
+    run = services.clone_run(request.user, source, payload.overrides, name=payload.name)
+    return Status(201, run_out(run, detail=True))
+
+
+@api.post("/runs/{run_id}/cancel", response={200: RunOut, 409: ErrorOut}, tags=["runs"])
+def cancel_run(request: HttpRequest, run_id: str):
+    return run_out(services.cancel_run(services.get_run_for_user(request.user, run_id)))
+
+
+@api.get("/config/schema", tags=["runs"])
+def config_schema(request: HttpRequest):
+    """The JSON schema of TrainConfig: the one run schema (form, API, CLI)."""
+    from trainer.config import TrainConfig
+
+    return TrainConfig.model_json_schema()
+
+
+# --- what a run produced ------------------------------------------------------------------
+@api.get("/runs/{run_id}/metrics", tags=["data"])
+def metrics(request: HttpRequest, run_id: str, q: Query[MetricsQuery]):
+    """Downsampled series: per bucket of steps, min/max/last with the step of each.
+    Without ``keys``: the list of metric names."""
+    run = services.get_run_for_user(request.user, run_id)
+    keys = [k.strip() for k in q.keys.split(",") if k.strip()]
+    if not keys:
+        return {"run": str(run.pk), "keys": queries.metric_keys(run)}
+    data = queries.downsample_metrics(
+        run, keys, since_step=q.since_step, points=q.points
+    )
+    return HttpResponse(
+        json.dumps(data, allow_nan=False, separators=(",", ":")),
+        content_type="application/json",
+    )
+
+
+@api.get("/runs/{run_id}/backfill", tags=["data"])
+def backfill(
+    request: HttpRequest,
+    run_id: str,
+    since_step: int = Query(-1, ge=-1),
+    max_steps: int = Query(500, ge=1, le=5000),
+):
+    """What frames reported after ``since_step`` (for a client that missed frames)."""
+    return queries.backfill(
+        services.get_run_for_user(request.user, run_id), since_step, max_steps
+    )
+
+
+@api.get("/runs/{run_id}/trajectories", tags=["data"])
+def trajectories(request: HttpRequest, run_id: str, q: Query[StepRange]):
+    run = services.get_run_for_user(request.user, run_id)
+    qs = (
+        _in_range(Trajectory, run, q)
+        .defer("arrays", "segments", "facts", "agent_steps")
+        .order_by("step", "group", "index")
+    )
+    return {
+        "trajectories": [
+            queries.trajectory_summary(t) for t in qs[q.offset : q.offset + q.limit]
+        ]
+    }
+
+
+@api.get("/runs/{run_id}/trajectories/{step}/{group}/{index}", tags=["data"])
+def trajectory(request: HttpRequest, run_id: str, step: int, group: int, index: int):
+    """One trajectory with its segments' per-token arrays decoded, its judgements and
+    critical path."""
+    run = services.get_run_for_user(request.user, run_id)
+    key = {"run": run, "step": step, "group": group, "index": index}
+    t = Trajectory.objects.filter(**key).first()
+    if t is None:
+        return api.create_response(request, {"detail": "Not Found"}, status=404)
+    out = queries.trajectory_detail(t)
+    out["judgements"] = [
+        queries.judgement_dict(j)
+        for j in Judgement.objects.filter(**key).order_by("judge")
+    ]
+    cp = CriticalPath.objects.filter(**key).first()
+    out["critical_path"] = queries.critical_path_dict(cp) if cp else None
+    return out
+
+
+@api.get("/runs/{run_id}/judgements", tags=["data"])
+def judgements(request: HttpRequest, run_id: str, q: Query[StepRange]):
+    run = services.get_run_for_user(request.user, run_id)
+    qs = _in_range(Judgement, run, q).order_by("step", "group", "index", "judge")
+    return {
+        "judgements": [
+            queries.judgement_dict(j) for j in qs[q.offset : q.offset + q.limit]
+        ]
+    }
+
+
+@api.get("/runs/{run_id}/critical-paths", tags=["data"])
+def critical_paths(request: HttpRequest, run_id: str, q: Query[StepRange]):
+    run = services.get_run_for_user(request.user, run_id)
+    qs = _in_range(CriticalPath, run, q).order_by("step", "group", "index")
+    return {
+        "critical_paths": [
+            queries.critical_path_dict(c) for c in qs[q.offset : q.offset + q.limit]
+        ]
+    }
+
+
+@api.get("/runs/{run_id}/alerts", tags=["data"])
+def alerts(request: HttpRequest, run_id: str, q: Query[StepRange]):
+    run = services.get_run_for_user(request.user, run_id)
+    qs = _in_range(Alert, run, q).order_by("step", "detector")
+    return {
+        "alerts": [queries.alert_dict(a) for a in qs[q.offset : q.offset + q.limit]]
+    }
+
+
+@api.get("/runs/{run_id}/checkpoints", tags=["data"])
+def checkpoints(request: HttpRequest, run_id: str):
+    run = services.get_run_for_user(request.user, run_id)
+    return {
+        "checkpoints": [
+            queries.checkpoint_dict(c)
+            for c in Checkpoint.objects.filter(run=run).order_by("step")
+        ]
+    }
+
+
+@api.get("/runs/{run_id}/export", tags=["data"])
+def export(request: HttpRequest, run_id: str):
+    """The whole run as JSON lines (``application/x-ndjson``), trainer event shapes."""
+    run = services.get_run_for_user(request.user, run_id)
+    response = StreamingHttpResponse(
+        queries.export_lines(run), content_type="application/x-ndjson"
+    )
+    response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.jsonl"'
+    return response

@@ -1,0 +1,136 @@
+"""The run page's websocket, and the per-process hub that fans frames out to it.
+
+At connect: anonymous users and runs that are not the user's are refused (close
+codes 4401 and 4404; a foreign Origin never gets here, see ``dashboard.asgi``). Then
+it sends a ``hello`` (status, last_step, frame_seq: where to backfill from) and
+forwards the run's frames. No ORM here: the one lookup goes through
+``services.aget_run_for_user``. Frames arrive JSON-encoded from the sink and are sent
+verbatim; clients send nothing we act on.
+
+Fan-out: a page does not join the channel group itself. Each server process joins
+``run-<id>`` once, with one hub channel, while it has pages open on that run, and
+copies every frame to its local sockets. With channels' usual one-channel-per-socket
+groups, 200 open pages cost 200 Redis messages per frame; here they cost one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from typing import Any
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+
+from dashboard import services, streaming
+
+log = logging.getLogger(__name__)
+REJOIN_S = 600.0  # channels-redis forgets group members after group_expiry (a day)
+
+
+class RunHub:
+    """One per event loop: run id -> the sockets of this process watching it."""
+
+    def __init__(self) -> None:
+        self.sockets: dict[str, set[RunConsumer]] = {}
+        self.readers: dict[str, asyncio.Task] = {}
+
+    async def join(self, run_id: str, consumer: RunConsumer) -> None:
+        self.sockets.setdefault(run_id, set()).add(consumer)
+        if run_id not in self.readers:
+            self.readers[run_id] = asyncio.get_running_loop().create_task(
+                self._read(run_id)
+            )
+
+    async def leave(self, run_id: str, consumer: RunConsumer) -> None:
+        sockets = self.sockets.get(run_id)
+        if sockets is None:
+            return
+        sockets.discard(consumer)
+        if not sockets:
+            del self.sockets[run_id]
+            task = self.readers.pop(run_id, None)
+            if task is not None:
+                task.cancel()
+                await asyncio.wait({task}, timeout=5)  # let it leave the group
+
+    async def _read(self, run_id: str) -> None:
+        layer, group = get_channel_layer(), streaming.group_name(run_id)
+        # A plain channel name (not the layer's process-local "specific." ones): its
+        # receive is a direct blocking pop, with nothing shared to clean up on cancel.
+        channel = f"dashboard-hub.{uuid.uuid4().hex}"
+        try:
+            while run_id in self.sockets:
+                try:
+                    await layer.group_add(group, channel)
+                    deadline = asyncio.get_running_loop().time() + REJOIN_S
+                    while asyncio.get_running_loop().time() < deadline:
+                        message = await layer.receive(channel)
+                        await self._deliver(run_id, message.get("text"))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the broker went away: retry, pages backfill
+                    log.warning("hub for run %s: %r; rejoining", run_id, exc)
+                    await asyncio.sleep(1.0)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(layer.group_discard(group, channel), 2)
+
+    async def _deliver(self, run_id: str, text: Any) -> None:
+        if not isinstance(text, str):
+            return
+        for consumer in list(self.sockets.get(run_id, ())):
+            with contextlib.suppress(Exception):  # a socket closing under us
+                await consumer.send(text_data=text)
+
+
+_hubs: dict[asyncio.AbstractEventLoop, RunHub] = {}
+
+
+def hub() -> RunHub:
+    loop = asyncio.get_running_loop()
+    if loop not in _hubs:
+        for old in [x for x in _hubs if x.is_closed()]:
+            del _hubs[old]
+        _hubs[loop] = RunHub()
+    return _hubs[loop]
+
+
+class RunConsumer(AsyncWebsocketConsumer):
+    channel_layer_alias = None  # frames come through the hub, not a channel per socket
+    run_id: str | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        run = await services.aget_run_for_user(
+            user, self.scope["url_route"]["kwargs"]["run_id"]
+        )
+        if run is None:
+            await self.close(code=4404)
+            return
+        await self.accept()
+        hello = {
+            "type": "hello",
+            "run": str(run.pk),
+            "status": run.status,
+            "last_step": run.last_step,
+            "frame_seq": run.frame_seq,
+        }
+        await self.send(text_data=json.dumps(hello))
+        self.run_id = str(run.pk)
+        await hub().join(self.run_id, self)
+
+    async def disconnect(self, code: int) -> None:
+        if self.run_id is not None:
+            await hub().leave(self.run_id, self)
+
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None
+    ) -> None:
+        """Clients have nothing to say; ignore whatever they send."""

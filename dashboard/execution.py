@@ -1,0 +1,106 @@
+"""Executing one claimed run: config -> trainer -> sink -> final status.
+
+The same code path serves Celery workers (``dashboard.tasks.execute_run``) and the
+embedded in-process executor. Torch and the trainer are imported here, inside the
+task, never at module import of the web process or the Celery parent (CUDA must be
+initialised only in the prefork child).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import traceback
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from dashboard import lease
+from dashboard.lease import Claim
+from dashboard.models import Checkpoint, JudgeEndpoint, RunStatus
+from dashboard.sinks import RunSink
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_dir(run_id: Any) -> Path:
+    return Path(settings.RUNS_DIR) / str(run_id) / "checkpoints"
+
+
+def judge_endpoints() -> dict[str, Any]:
+    """The admin allow-list as ``rewards.EndpointSpec`` objects, by name."""
+    from rewards import EndpointSpec
+
+    out = {}
+    for ep in JudgeEndpoint.objects.filter(enabled=True):
+        try:
+            out[ep.name] = EndpointSpec(
+                name=ep.name, base_url=ep.base_url, api_key=ep.api_key or None
+            )
+        except ValueError as exc:
+            log.warning("judge endpoint %s skipped: %s", ep.name, exc)
+    return out
+
+
+def prune_unrecorded_checkpoints(run_id: Any, root: Path) -> None:
+    """Drop checkpoints newer than the newest one the database recorded.
+
+    The trainer writes a checkpoint, then emits its event; a worker killed in between
+    leaves a checkpoint whose earlier rows may never have reached the database.
+    Resuming from the recorded one replays those steps instead of losing them.
+    """
+    from trainer.checkpoint import list_checkpoints
+
+    recorded = (
+        Checkpoint.objects.filter(run_id=run_id)
+        .order_by("-step")
+        .values_list("step", flat=True)
+        .first()
+    )
+    for path in list_checkpoints(root):
+        step = int(path.name.split("-")[-1])
+        if recorded is None or step > recorded:
+            log.warning(
+                "run %s: discarding unrecorded checkpoint %s", run_id, path.name
+            )
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def run_claimed(claim: Claim) -> str:
+    """Train the claimed run to the end; record its outcome. Returns the status."""
+    from trainer.config import TrainConfig
+
+    root = checkpoint_dir(claim.run_id)
+    sink = RunSink(
+        claim,
+        interval_s=settings.RUN_FRAME_INTERVAL_MS / 1000,
+        heartbeat_s=settings.RUN_HEARTBEAT_SECONDS,
+    )
+    status, error = RunStatus.FAILED, ""
+    try:
+        config = TrainConfig.model_validate(claim.config)
+        prune_unrecorded_checkpoints(claim.run_id, root)
+        runner = import_string(settings.RUN_TRAINER)
+        result = runner(
+            config,
+            sink,
+            should_stop=lambda: sink.lost or lease.should_stop(claim),
+            checkpoint_dir=str(root),
+            resume=True,
+            endpoints=judge_endpoints(),
+        )
+        status = (
+            result.status if result.status in RunStatus.values else RunStatus.FAILED
+        )
+        error = getattr(result, "error", None) or ""
+    except Exception:
+        error = traceback.format_exc()
+        log.exception("run %s failed", claim.run_id)
+    finally:
+        sink.close()
+    if sink.lost:
+        return "lease-lost"
+    lease.finish(claim, status, error=error, last_step=sink.last_step)
+    return str(status)

@@ -1,0 +1,282 @@
+"""Turning trainer events into rows, and writing batches of rows idempotently.
+
+Every writer is an upsert on the table's unique key, so writing the same batch twice,
+or re-emitting steps after a resume, leaves exactly one row per key holding the
+latest value. Metric points go through one ``INSERT ... SELECT FROM unnest(arrays)
+ON CONFLICT DO UPDATE`` statement on PostgreSQL (one round trip per batch, no
+per-row parameters); other backends use ``bulk_create(update_conflicts=True)``.
+Callers run these inside a transaction; nothing here commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+
+from dashboard import arrays, jsonsafe
+from dashboard.models import (
+    ROLLUP_SHIFT,
+    Alert,
+    Checkpoint,
+    CriticalPath,
+    Judgement,
+    MetricPoint,
+    MetricRollup,
+    Trajectory,
+)
+
+STEP_MODELS = (MetricPoint, Trajectory, Judgement, CriticalPath, Alert, Checkpoint)
+_KEY_LIMIT = 200
+
+
+def as_int(value: Any, default: int = 0) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and -(2**31) <= value < 2**31:
+        return value
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**31:
+        return int(value)
+    return default
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else jsonsafe.to_float(value)
+
+
+@dataclass
+class Batch:
+    """Rows keyed by their unique key: a later event for the same key replaces the
+    earlier one (PostgreSQL refuses to upsert one key twice in a statement)."""
+
+    metrics: dict[tuple[int, str], float] = field(default_factory=dict)
+    trajectories: dict[tuple, Trajectory] = field(default_factory=dict)
+    judgements: dict[tuple, Judgement] = field(default_factory=dict)
+    critical_paths: dict[tuple, CriticalPath] = field(default_factory=dict)
+    alerts: dict[tuple, Alert] = field(default_factory=dict)
+    checkpoints: dict[int, Checkpoint] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return sum(
+            len(d)
+            for d in (
+                self.metrics,
+                self.trajectories,
+                self.judgements,
+                self.critical_paths,
+                self.alerts,
+                self.checkpoints,
+            )
+        )
+
+    def add(self, run_id: Any, event: dict[str, Any], attempt: int = 0) -> None:
+        kind, step = event.get("type"), as_int(event.get("step"))
+        if kind == "step":
+            metrics = event.get("metrics")
+            for key, value in metrics.items() if isinstance(metrics, dict) else ():
+                self.metrics[(step, jsonsafe.text(key, _KEY_LIMIT))] = (
+                    jsonsafe.to_float(value)
+                )
+        elif kind == "trajectory":
+            row = trajectory_row(run_id, step, event)
+            self.trajectories[(step, row.group, row.index)] = row
+        elif kind == "judgement":
+            row = judgement_row(run_id, step, event)
+            self.judgements[(step, row.group, row.index, row.judge)] = row
+        elif kind == "critical_path":
+            row = CriticalPath(
+                run_id=run_id,
+                step=step,
+                group=as_int(event.get("group")),
+                index=as_int(event.get("index")),
+                stages=jsonsafe.clean(event.get("stages") or []),
+                critical_steps=as_int(event.get("critical_steps")),
+                total_steps=as_int(event.get("total_steps")),
+                path=jsonsafe.clean(event.get("path") or []),
+            )
+            self.critical_paths[(step, row.group, row.index)] = row
+        elif kind == "alert":
+            row = Alert(
+                run_id=run_id,
+                step=step,
+                detector=jsonsafe.text(event.get("detector"), 64),
+                severity=jsonsafe.text(event.get("severity") or "warning", 16),
+                message=jsonsafe.text(event.get("message"), 10000),
+                evidence=jsonsafe.clean(event.get("evidence") or {}),
+            )
+            self.alerts[(step, row.detector)] = row
+        elif kind == "checkpoint":
+            self.checkpoints[step] = Checkpoint(
+                run_id=run_id,
+                step=step,
+                path=jsonsafe.text(event.get("path"), 1024),
+                attempt=attempt,
+            )
+
+
+def trajectory_row(run_id: Any, step: int, event: dict[str, Any]) -> Trajectory:
+    meta, blob = arrays.pack_segments(event.get("segments") or [])
+    return Trajectory(
+        run_id=run_id,
+        step=step,
+        group=as_int(event.get("group")),
+        index=as_int(event.get("index")),
+        task_id=jsonsafe.text(event.get("task_id"), 200),
+        dropped=bool(event.get("dropped")),
+        reward=_float_or_none(event.get("reward")),
+        advantage=_float_or_none(event.get("advantage")),
+        num_turns=as_int(event.get("num_turns")),
+        length=as_int(event.get("length")),
+        truncated=bool(event.get("truncated")),
+        rewards=jsonsafe.clean(event.get("rewards") or {}),
+        facts=jsonsafe.clean(event.get("facts") or {}),
+        agent_steps=jsonsafe.clean(event.get("steps") or []),
+        segments=meta,
+        arrays=blob,
+    )
+
+
+def judgement_row(run_id: Any, step: int, event: dict[str, Any]) -> Judgement:
+    target = event.get("target_step")
+    return Judgement(
+        run_id=run_id,
+        step=step,
+        group=as_int(event.get("group")),
+        index=as_int(event.get("index")),
+        judge=jsonsafe.text(event.get("judge"), 64),
+        backend=jsonsafe.text(event.get("backend"), 32),
+        ok=bool(event.get("ok", True)),
+        score=_float_or_none(event.get("score")),
+        scores=jsonsafe.clean(event.get("scores") or {}),
+        rationale=jsonsafe.text(event.get("rationale")),
+        raw=jsonsafe.opt_text(event.get("raw")),
+        error=jsonsafe.opt_text(event.get("error")),
+        target_step=None if target is None else as_int(target),
+    )
+
+
+def write(run_id: Any, batch: Batch) -> None:
+    """Upsert every row of the batch (inside the caller's transaction)."""
+    if batch.metrics:
+        upsert_metrics(run_id, batch.metrics)
+    _upsert(Trajectory, batch.trajectories.values(), ["run", "step", "group", "index"])
+    _upsert(
+        Judgement, batch.judgements.values(), ["run", "step", "group", "index", "judge"]
+    )
+    _upsert(
+        CriticalPath, batch.critical_paths.values(), ["run", "step", "group", "index"]
+    )
+    _upsert(Alert, batch.alerts.values(), ["run", "step", "detector"])
+    _upsert(Checkpoint, batch.checkpoints.values(), ["run", "step"])
+
+
+def upsert_metrics(run_id: Any, points: dict[tuple[int, str], float]) -> None:
+    if connection.vendor != "postgresql":
+        rows = [
+            MetricPoint(run_id=run_id, step=s, key=k, value=v)
+            for (s, k), v in points.items()
+        ]
+        MetricPoint.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["run", "key", "step"],
+            update_fields=["value"],
+            batch_size=250,
+        )
+        return
+    steps, keys, values = [], [], []
+    for (step, key), value in points.items():
+        steps.append(step)
+        keys.append(key)
+        values.append(value)
+    # One statement: the arrays are parsed once, the points upserted, and the batch
+    # folded into the rollup (per bucket: the smaller (value, step) pair, the larger
+    # one, and the later (step, value) pair).
+    with connection.cursor() as cur:
+        cur.execute(
+            "WITH t AS MATERIALIZED (SELECT * FROM unnest(%s::integer[], %s::varchar[], "
+            "%s::double precision[]) AS t(s, k, v)), "
+            f"p AS (INSERT INTO {MetricPoint._meta.db_table} (run_id, step, key, value) "
+            "SELECT %s, s, k, v FROM t "
+            "ON CONFLICT (run_id, key, step) DO UPDATE SET value = EXCLUDED.value) "
+            f"INSERT INTO {MetricRollup._meta.db_table} AS r {_ROLLUP_COLUMNS} "
+            f"SELECT %s, k, s >> {ROLLUP_SHIFT}, {_ROLLUP_AGGREGATES.format(v='v', s='s')} "
+            f"FROM t GROUP BY k, s >> {ROLLUP_SHIFT} "
+            f"ON CONFLICT (run_id, key, bucket) DO UPDATE SET {_ROLLUP_MERGE}",
+            [steps, keys, values, run_id, run_id],
+        )
+
+
+_ROLLUP_COLUMNS = "(run_id, key, bucket, vmin, smin, vmax, smax, vlast, slast)"
+_ROLLUP_AGGREGATES = (
+    "(min(ARRAY[{v}, {s}]))[1], (min(ARRAY[{v}, {s}]))[2]::int, "
+    "(max(ARRAY[{v}, {s}]))[1], (max(ARRAY[{v}, {s}]))[2]::int, "
+    "(max(ARRAY[{s}, {v}]))[2], max({s})"
+)
+_LT = "(EXCLUDED.vmin, EXCLUDED.smin) < (r.vmin, r.smin)"
+_GT = "(EXCLUDED.vmax, EXCLUDED.smax) > (r.vmax, r.smax)"
+_ROLLUP_MERGE = (
+    f"vmin = CASE WHEN {_LT} THEN EXCLUDED.vmin ELSE r.vmin END, "
+    f"smin = CASE WHEN {_LT} THEN EXCLUDED.smin ELSE r.smin END, "
+    f"vmax = CASE WHEN {_GT} THEN EXCLUDED.vmax ELSE r.vmax END, "
+    f"smax = CASE WHEN {_GT} THEN EXCLUDED.smax ELSE r.smax END, "
+    "vlast = CASE WHEN EXCLUDED.slast >= r.slast THEN EXCLUDED.vlast ELSE r.vlast END, "
+    "slast = GREATEST(EXCLUDED.slast, r.slast)"
+)
+
+
+def rebuild_rollup(
+    run_id: Any, keys: list[str], first_step: int, last_step: int
+) -> None:
+    """Recompute the rollup buckets covering [first_step, last_step] from the points."""
+    if connection.vendor != "postgresql" or not keys:
+        return
+    lo, hi = first_step >> ROLLUP_SHIFT, last_step >> ROLLUP_SHIFT
+    MetricRollup.objects.filter(
+        run_id=run_id, key__in=keys, bucket__gte=lo, bucket__lte=hi
+    ).delete()
+    with connection.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {MetricRollup._meta.db_table} {_ROLLUP_COLUMNS} "
+            f"SELECT run_id, key, step >> {ROLLUP_SHIFT}, {_ROLLUP_AGGREGATES.format(v='value', s='step')} "
+            f"FROM {MetricPoint._meta.db_table} WHERE run_id = %s AND key = ANY(%s::varchar[]) "
+            f"AND step >= %s AND step < %s GROUP BY run_id, key, step >> {ROLLUP_SHIFT}",
+            [run_id, keys, lo << ROLLUP_SHIFT, (hi + 1) << ROLLUP_SHIFT],
+        )
+
+
+def _upsert(model: type, rows: Iterable[Any], unique: list[str]) -> None:
+    rows = list(rows)
+    if not rows:
+        return
+    update = [
+        f.name
+        for f in model._meta.concrete_fields
+        if not f.primary_key and f.name not in unique and f.name != "created_at"
+    ]
+    model.objects.bulk_create(
+        rows,
+        update_conflicts=True,
+        unique_fields=unique,
+        update_fields=update,
+        batch_size=200,
+    )
+
+
+def supersede(run_id: Any, from_step: int) -> None:
+    """Delete every row at ``step >= from_step``: a resumed attempt replays them."""
+    from dashboard.queries import metric_keys
+
+    keys = metric_keys(run_id)  # with the keys, each delete is an index range per key
+    MetricPoint.objects.filter(
+        run_id=run_id, key__in=keys, step__gte=from_step
+    ).delete()
+    MetricRollup.objects.filter(
+        run_id=run_id, key__in=keys, bucket__gt=from_step >> ROLLUP_SHIFT
+    ).delete()
+    rebuild_rollup(run_id, keys, from_step, from_step)  # the bucket cut in two
+    for model in STEP_MODELS:
+        if model is not MetricPoint:
+            model.objects.filter(run_id=run_id, step__gte=from_step).delete()

@@ -1,0 +1,196 @@
+"""Who executes a run: enqueueing, the lease a worker claims, heartbeats, the reaper.
+
+A run is executed by whoever claims it: the claim turns ``queued`` into ``running``,
+increments ``attempt`` and stores a fresh ``lease`` token; every later write of that
+executor (heartbeats, sink batches, the final status) is fenced on the token, so a
+worker that lost its lease (it stalled and was reaped) can no longer touch the run.
+Duplicate task messages (Redis redelivery, a requeue racing a late worker) find the run
+not ``queued`` and do nothing, so message delivery need not be exactly-once.
+
+The reaper marks runs whose heartbeat stopped as ``unresponsive`` and requeues them
+while attempts remain; a requeued run resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Concat
+from django.utils import timezone
+
+from dashboard import frames
+from dashboard.models import Run, RunStatus
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A worker's hold on a run, for one attempt."""
+
+    run_id: uuid.UUID
+    token: uuid.UUID
+    attempt: int
+    config: dict[str, Any]
+
+
+def queue_for(config: Any) -> str:
+    """``gpu`` or ``cpu`` from ``model.device`` (``auto`` follows RUN_QUEUE_AUTO)."""
+    device = config.model.device
+    if device == "cuda":
+        return "gpu"
+    if device == "cpu":
+        return "cpu"
+    return settings.RUN_QUEUE_AUTO
+
+
+def enqueue(run_id: Any, queue: str) -> None:
+    """Hand a run to an executor. Call through ``transaction.on_commit`` only.
+
+    A broker outage must not turn a committed launch into an error page: the run stays
+    queued and the reaper sends it again after ``RUN_RESEND_QUEUED_SECONDS``.
+    """
+    if settings.RUN_EXECUTOR == "celery":
+        from dashboard.tasks import execute_run
+
+        try:
+            execute_run.apply_async(
+                args=[str(run_id)], queue=f"{settings.RUN_QUEUE_PREFIX}{queue}"
+            )
+        except Exception as exc:  # kombu OperationalError, redis ConnectionError...
+            log.error(
+                "run %s: could not send the task (%r); the reaper will resend it",
+                run_id,
+                exc,
+            )
+    else:
+        from dashboard import executor
+
+        executor.submit(str(run_id))
+
+
+def enqueue_on_commit(run: Run) -> None:
+    transaction.on_commit(partial(enqueue, run.id, run.queue))
+
+
+def claim(run_id: Any) -> Claim | None:
+    """Take the run if it is queued; None when finished, cancelled or held elsewhere."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status != RunStatus.QUEUED:
+            return None
+        if run.cancel_requested:
+            run.status, run.finished_at = RunStatus.CANCELLED, now
+            run.save(update_fields=["status", "finished_at"])
+            frames.send_on_commit(run.id)
+            return None
+        run.status = RunStatus.RUNNING
+        run.attempt += 1
+        run.lease = uuid.uuid4()
+        run.heartbeat_at = now
+        run.started_at = run.started_at or now
+        run.save(
+            update_fields=["status", "attempt", "lease", "heartbeat_at", "started_at"]
+        )
+        frames.send_on_commit(run.id)
+    return Claim(run.id, run.lease, run.attempt, run.config)
+
+
+def held_by(claim: Claim):
+    return Run.objects.filter(
+        pk=claim.run_id, lease=claim.token, status=RunStatus.RUNNING
+    )
+
+
+def heartbeat(claim: Claim) -> bool:
+    """Refresh the lease; False when it was lost (reaped, or the run is gone)."""
+    return held_by(claim).update(heartbeat_at=timezone.now()) == 1
+
+
+def should_stop(claim: Claim) -> bool:
+    """The trainer's per-step question: cancelled, or no longer ours?"""
+    row = (
+        Run.objects.filter(pk=claim.run_id)
+        .values_list("cancel_requested", "lease", "status")
+        .first()
+    )
+    return row is None or row[0] or row[1] != claim.token or row[2] != RunStatus.RUNNING
+
+
+def finish(
+    claim: Claim, status: str, *, error: str = "", last_step: int | None = None
+) -> bool:
+    """Record the outcome of this attempt, if the lease is still ours. ``error`` is
+    appended to what earlier attempts noted (e.g. the reaper's "heartbeat stopped")."""
+    fields: dict[str, Any] = {
+        "status": status,
+        "finished_at": timezone.now(),
+        "lease": None,
+    }
+    if error:
+        fields["error"] = Concat(F("error"), Value("\n" + error[-20000:]))
+    if last_step is not None:
+        fields["last_step"] = last_step
+    with transaction.atomic():
+        done = held_by(claim).update(**fields) == 1
+        if done:
+            frames.send_on_commit(claim.run_id)
+    return done
+
+
+def reap(now: datetime | None = None, *, enqueue: bool = True) -> list[uuid.UUID]:
+    """Requeue (or give up on) runs whose heartbeat stopped. Returns the requeued ids.
+    ``enqueue=False`` leaves them queued for the caller to submit."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.RUN_LEASE_TIMEOUT_SECONDS)
+    requeued: list[uuid.UUID] = []
+    with transaction.atomic():
+        stale = Run.objects.select_for_update(skip_locked=True).filter(
+            status=RunStatus.RUNNING, heartbeat_at__lt=cutoff
+        )
+        for run in stale:
+            note = f"attempt {run.attempt}: heartbeat stopped at {run.heartbeat_at:%Y-%m-%d %H:%M:%S}Z"
+            run.lease, run.error = None, (run.error + "\n" + note).strip()[-20000:]
+            if run.cancel_requested:
+                run.status, run.finished_at = RunStatus.CANCELLED, now
+            elif run.attempt >= settings.RUN_MAX_ATTEMPTS:
+                run.status, run.finished_at = RunStatus.UNRESPONSIVE, now
+            else:
+                run.status, run.enqueued_at = RunStatus.QUEUED, now
+                if enqueue:
+                    enqueue_on_commit(run)
+                requeued.append(run.id)
+            run.save(
+                update_fields=["status", "lease", "error", "finished_at", "enqueued_at"]
+            )
+            frames.send_on_commit(run.id)
+            log.warning("run %s: %s -> %s", run.id, note, run.status)
+        if enqueue and settings.RUN_EXECUTOR == "celery":
+            requeued += _resend_unclaimed(now)
+    return requeued
+
+
+def _resend_unclaimed(now: datetime) -> list[uuid.UUID]:
+    """Send queued runs again when nobody claimed them for a long time: a broker
+    without persistence loses messages on restart, and a send can fail outright.
+    Duplicates are harmless (the claim turns them away)."""
+    cutoff = now - timedelta(seconds=settings.RUN_RESEND_QUEUED_SECONDS)
+    stale = Run.objects.select_for_update(skip_locked=True).filter(
+        status=RunStatus.QUEUED, enqueued_at__lt=cutoff
+    )
+    resent = []
+    for run in stale:
+        run.enqueued_at = now
+        run.save(update_fields=["enqueued_at"])
+        enqueue_on_commit(run)
+        resent.append(run.id)
+    return resent

@@ -1,0 +1,63 @@
+"""``manage.py bootstrap_demo``: the embedded default's first-run setup.
+
+Creates the ``demo`` user (password generated once, kept in ``var/demo_password`` and
+printed every time) and, if that user has no run yet, launches a tiny demo run.
+Refuses to run outside the embedded mode unless ``--force``.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from dashboard import services
+from dashboard.models import Run
+
+DEMO_CONFIG = {
+    "name": "demo",
+    "seed": 0,
+    "steps": 40,
+    "model": {"size": "tiny", "device": "cpu"},
+    "rollout": {"tasks_per_step": 2, "group_size": 4, "max_turns": 2},
+    "checkpoint": {"every": 10},
+}
+
+
+class Command(BaseCommand):
+    help = "Create the demo user and launch a tiny demo run (embedded mode)."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--force", action="store_true", help="Allow outside the embedded mode."
+        )
+        parser.add_argument("--username", default="demo")
+
+    def handle(self, *args, force: bool, username: str, **options):
+        if not settings.EMBEDDED and not force:
+            raise CommandError(
+                "bootstrap_demo is for the embedded default (no DATABASE_URL/REDIS_URL)"
+            )
+        password = self._password()
+        User = get_user_model()
+        user = User.objects.filter(username=username).first()
+        if user is None:
+            user = User.objects.create_user(username, password=password)
+        elif not user.check_password(password):
+            user.set_password(password)
+            user.save(update_fields=["password"])
+        run = Run.objects.filter(owner=user).order_by("created_at").first()
+        if run is None:
+            run = services.launch_run(user, DEMO_CONFIG)
+        self.stdout.write(f"demo login: username={username} password={password}")
+        self.stdout.write(f"demo run: {run.id} ({run.status}) at /runs/{run.id}/")
+
+    def _password(self) -> str:
+        path = settings.VAR_DIR / "demo_password"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(secrets.token_urlsafe(12))
+            path.chmod(0o600)
+        return path.read_text().strip()

@@ -1,0 +1,49 @@
+"""``manage.py serve [--host H] [--port P] [--demo]``: migrate, then serve with Daphne.
+
+In the embedded mode (no REDIS_URL) runs execute in this process, so it first
+recovers what a previous process left queued or running. ``--demo`` runs
+``bootstrap_demo`` first (embedded only). Production can use this too, or run
+``daphne dashboard.asgi:application`` directly after ``manage.py migrate``.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Migrate and serve HTTP + websockets (Daphne); embedded: also execute runs."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument(
+            "--demo", action="store_true", help="Create the demo user and run first."
+        )
+        parser.add_argument("--no-migrate", action="store_true")
+
+    def handle(
+        self, *args, host: str, port: int, demo: bool, no_migrate: bool, **options
+    ):
+        if not no_migrate:
+            call_command("migrate", interactive=False, verbosity=0)
+        if settings.RUN_EXECUTOR == "inprocess":
+            from dashboard import executor
+
+            resumed = executor.recover()
+            if resumed:
+                self.stdout.write(f"executing {len(resumed)} queued run(s) in-process")
+        if demo and settings.EMBEDDED:
+            call_command(
+                "bootstrap_demo", stdout=self.stdout
+            )  # a new run enqueues itself
+        mode = "embedded" if settings.EMBEDDED else "production"
+        self.stdout.write(f"serving ({mode}) on http://{host}:{port}/")
+        self.stdout.flush()
+        from daphne.cli import CommandLineInterface
+
+        CommandLineInterface().run(
+            ["-b", host, "-p", str(port), "dashboard.asgi:application"]
+        )

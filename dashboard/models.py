@@ -1,0 +1,259 @@
+"""What a run leaves behind: the run row, and the narrow tables the trainer's events land in.
+
+Every event table carries the run and the training step, with a unique key per
+(run, step, ...) so writes are idempotent upserts: a run resumed from a checkpoint
+re-emits later steps and supersedes the rows of the attempt that died.
+
+Storage choices (documented here, decoded by ``dashboard.arrays``/``dashboard.queries``):
+
+* ``MetricPoint`` is narrow (run, key, step, value) with one index: the composite
+  primary key (run, key, step), covering ``value`` on PostgreSQL.
+  PostgreSQL stores NaN and +/-Infinity natively; SQLite turns NaN into NULL, so a NULL
+  value reads back as NaN. The JSON API writes non-finite numbers as the strings
+  ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
+* ``Trajectory.arrays`` packs the per-token arrays of every segment as little-endian
+  ``int32`` token ids followed by ``float32`` logprob, old_logprob, ratio, entropy and
+  advantage (24 bytes a token); ``segments`` keeps the rest (kind, text, tokens...).
+* JSON columns never hold NaN/inf (encoded as the strings above) nor NUL characters.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNRESPONSIVE = "unresponsive"
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+FINAL_STATUSES = (
+    RunStatus.SUCCEEDED,
+    RunStatus.FAILED,
+    RunStatus.CANCELLED,
+    RunStatus.UNRESPONSIVE,
+)
+
+
+class Run(models.Model):
+    """One training run. ``config`` is a validated ``TrainConfig`` dump.
+
+    The lease: a worker owns the run while ``lease`` matches the token it claimed and
+    ``heartbeat_at`` is fresh; ``attempt`` counts claims (the reaper requeues a run
+    whose heartbeat stopped, up to ``RUN_MAX_ATTEMPTS``). ``frame_seq`` numbers the
+    frames streamed to browsers, across attempts.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=200)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs"
+    )
+    config = models.JSONField()
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones"
+    )
+    status = models.CharField(
+        max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED
+    )
+    queue = models.CharField(max_length=64, default="gpu")
+    attempt = models.PositiveIntegerField(default=0)
+    lease = models.UUIDField(null=True, blank=True, editable=False)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)  # last task message sent
+    cancel_requested = models.BooleanField(default=False)
+    last_step = models.IntegerField(default=0)
+    frame_seq = models.BigIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["owner", "-created_at"], name="run_owner_created"),
+            models.Index(
+                fields=["status", "heartbeat_at"], name="run_status_heartbeat"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+
+class MetricPoint(models.Model):
+    """One scalar of one step: the narrow table charts and comparisons read.
+
+    Its only index is the primary key (run, key, step), which on PostgreSQL also
+    INCLUDEs ``value`` (migration 0002): upserts maintain one index, and a chart's
+    per-key step range is an index-only scan. Readers that want every key of a step
+    range list the run's keys first (a loose index scan, ``queries.metric_keys``).
+    """
+
+    pk = models.CompositePrimaryKey("run_id", "key", "step")
+    # No database-level foreign key: its per-row deferred check doubled the cost of
+    # every batch. Deleting a run still deletes its points (Django's cascade).
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, db_index=False, db_constraint=False
+    )
+    key = models.CharField(max_length=200)
+    step = models.IntegerField()
+    value = models.FloatField(null=True)  # NULL only on SQLite, meaning NaN
+
+
+ROLLUP_SHIFT = 4  # rollup buckets hold 2**4 = 16 consecutive steps (bucket = step >> 4)
+
+
+class MetricRollup(models.Model):
+    """Per key and per 16-step bucket: min, max and last value with their steps.
+
+    Kept in step with ``MetricPoint`` by the PostgreSQL ingest path (merged with
+    LEAST/GREATEST semantics as points arrive, rebuilt where a resumed attempt
+    supersedes rows), so a chart over 100k steps reads ~6k rows per key instead of
+    100k. Unused on SQLite (the embedded default reads points directly).
+    """
+
+    pk = models.CompositePrimaryKey("run_id", "key", "bucket")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, db_index=False, db_constraint=False
+    )
+    key = models.CharField(max_length=200)
+    bucket = models.IntegerField()
+    vmin = models.FloatField(null=True)
+    smin = models.IntegerField()
+    vmax = models.FloatField(null=True)
+    smax = models.IntegerField()
+    vlast = models.FloatField(null=True)
+    slast = models.IntegerField()
+
+
+class _StepRow(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, db_index=False)
+    step = models.IntegerField()
+
+    class Meta:
+        abstract = True
+
+
+class Trajectory(_StepRow):
+    group = models.IntegerField()
+    index = models.IntegerField()
+    task_id = models.CharField(max_length=200, blank=True, default="")
+    dropped = models.BooleanField(default=False)
+    reward = models.FloatField(null=True)
+    advantage = models.FloatField(null=True)
+    num_turns = models.IntegerField(default=0)
+    length = models.IntegerField(default=0)
+    truncated = models.BooleanField(default=False)
+    rewards = models.JSONField(default=dict)  # {"total", "components", "per_step"}
+    facts = models.JSONField(default=dict)
+    agent_steps = models.JSONField(
+        default=list
+    )  # per agent step: action, tool, ok, observation...
+    segments = models.JSONField(
+        default=list
+    )  # per segment: turn, kind, text, tokens, mask, n
+    arrays = models.BinaryField(default=b"")  # see module docstring
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "step", "group", "index"], name="traj_unique"
+            ),
+        ]
+
+
+class Judgement(_StepRow):
+    group = models.IntegerField()
+    index = models.IntegerField()
+    judge = models.CharField(max_length=64)
+    backend = models.CharField(max_length=32, blank=True, default="")
+    ok = models.BooleanField(default=True)
+    score = models.FloatField(null=True)
+    scores = models.JSONField(default=dict)
+    rationale = models.TextField(blank=True, default="")
+    raw = models.TextField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    target_step = models.IntegerField(null=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "step", "group", "index", "judge"],
+                name="judgement_unique",
+            ),
+        ]
+
+
+class CriticalPath(_StepRow):
+    group = models.IntegerField()
+    index = models.IntegerField()
+    stages = models.JSONField(default=list)
+    critical_steps = models.IntegerField(default=0)
+    total_steps = models.IntegerField(default=0)
+    path = models.JSONField(default=list)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "step", "group", "index"], name="critical_path_unique"
+            ),
+        ]
+
+
+class Alert(_StepRow):
+    detector = models.CharField(max_length=64)
+    severity = models.CharField(max_length=16, default="warning")
+    message = models.TextField(blank=True, default="")
+    evidence = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "step", "detector"], name="alert_unique"
+            ),
+        ]
+
+
+class Checkpoint(_StepRow):
+    path = models.CharField(max_length=1024)
+    attempt = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step"], name="checkpoint_unique"),
+        ]
+
+
+class JudgeEndpoint(models.Model):
+    """An OpenAI-compatible judge endpoint a run config may name (admin-set allow-list).
+
+    Run configs refer to it by ``name`` only; the base URL and key never leave the
+    server except to the worker that calls the judge.
+    """
+
+    name = models.SlugField(max_length=64, unique=True)
+    base_url = models.URLField(max_length=500)
+    api_key = models.CharField(max_length=500, blank=True, default="")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,201 @@
+"""Run services (Zulip-style): ``check_*`` validates and raises, ``do_*`` mutates.
+
+Views, the API, consumers and commands call these and nothing else to change a run.
+Work that leaves the process (enqueueing the task, streaming a frame) is registered
+with ``transaction.on_commit`` so it never races the commit it depends on.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import Http404
+from django.utils import timezone
+
+from dashboard import frames, lease
+from dashboard.models import ACTIVE_STATUSES, Run, RunStatus
+
+MAX_CONFIG_DEPTH = 24
+MAX_CONFIG_NODES = 20_000
+
+
+class ServiceError(Exception):
+    """A refusal the caller shows the user: ``errors`` are ``field: message`` lines."""
+
+    status = 400
+
+    def __init__(self, errors: list[str] | str) -> None:
+        self.errors = [errors] if isinstance(errors, str) else list(errors)
+        super().__init__("; ".join(self.errors))
+
+
+class InvalidConfig(ServiceError):
+    status = 400
+
+
+class Conflict(ServiceError):
+    status = 409
+
+
+# --- reading -------------------------------------------------------------------------
+def visible_runs(user: Any) -> QuerySet[Run]:
+    """Runs a user may see: their own; staff see all."""
+    if not getattr(user, "is_authenticated", False):
+        return Run.objects.none()
+    runs = Run.objects.select_related("owner")
+    return runs if user.is_staff else runs.filter(owner=user)
+
+
+def get_run_for_user(user: Any, run_id: Any) -> Run:
+    """The run, or Http404 when it does not exist *or* is not the user's."""
+    try:
+        return visible_runs(user).get(pk=run_id)
+    except (Run.DoesNotExist, ValueError, TypeError, DjangoValidationError):
+        raise Http404("no such run") from None  # a malformed id is just "not found"
+
+
+async def aget_run_for_user(user: Any, run_id: Any) -> Run | None:
+    """Async wrapper for consumers: the run or None."""
+
+    def _get() -> Run | None:
+        try:
+            return get_run_for_user(user, run_id)
+        except Http404:
+            return None
+
+    return await database_sync_to_async(_get)()
+
+
+# --- checks -------------------------------------------------------------------------
+def _check_shape(
+    value: Any, path: str = "config", depth: int = 0, budget: list[int] | None = None
+) -> None:
+    """Refuse absurd nesting or size before the schema sees it."""
+    budget = budget if budget is not None else [MAX_CONFIG_NODES]
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise InvalidConfig(f"{path}: config is too large")
+    if depth > MAX_CONFIG_DEPTH:
+        raise InvalidConfig(
+            f"{path}: nested too deeply (more than {MAX_CONFIG_DEPTH} levels)"
+        )
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_shape(item, f"{path}.{key}"[:200], depth + 1, budget)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_shape(item, f"{path}.{i}"[:200], depth + 1, budget)
+
+
+def check_config(data: Any) -> Any:
+    """A validated ``TrainConfig``, or InvalidConfig naming each bad field."""
+    from pydantic import ValidationError
+
+    from trainer.config import TrainConfig, format_errors
+
+    if not isinstance(data, dict):
+        raise InvalidConfig("config: must be a JSON object")
+    _check_shape(data)
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidConfig([f"config.{line}" for line in format_errors(exc)]) from None
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise InvalidConfig([f"config.{line}" for line in format_errors(exc)]) from None
+
+
+def check_run_limit(user: Any) -> None:
+    """At most RUN_MAX_ACTIVE_PER_USER queued or running runs per user.
+    Call inside a transaction: the user row is locked so launches serialise."""
+    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+    active = Run.objects.filter(owner=user, status__in=ACTIVE_STATUSES).count()
+    if active >= settings.RUN_MAX_ACTIVE_PER_USER:
+        raise Conflict(
+            f"runs: {active} runs are already queued or running "
+            f"(limit {settings.RUN_MAX_ACTIVE_PER_USER}); wait or cancel one"
+        )
+
+
+def check_name(name: Any) -> str | None:
+    if name is None:
+        return None
+    if not isinstance(name, str) or not 1 <= len(name.strip()) <= 200:
+        raise InvalidConfig("name: must be a string of 1 to 200 characters")
+    return name.strip().replace("\x00", "")
+
+
+def merge_overrides(
+    base: dict[str, Any], overrides: Any, path: str = "overrides"
+) -> dict[str, Any]:
+    """``base`` with ``overrides`` deep-merged in (dicts merge, anything else replaces)."""
+    if not isinstance(overrides, dict):
+        raise InvalidConfig(f"{path}: must be a JSON object")
+    _check_shape(overrides, path)
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_overrides(out[key], value, f"{path}.{key}")
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# --- actions -------------------------------------------------------------------------
+def do_launch_run(
+    user: Any, config: Any, *, name: str | None = None, parent: Run | None = None
+) -> Run:
+    """Validate, create a queued run, enqueue it after the commit."""
+    cfg = check_config(config)
+    name = check_name(name) or cfg.name
+    with transaction.atomic():
+        check_run_limit(user)
+        run = Run.objects.create(
+            owner=user,
+            name=name,
+            config=cfg.model_dump(mode="json"),
+            parent=parent,
+            queue=lease.queue_for(cfg),
+            enqueued_at=timezone.now(),
+        )
+        lease.enqueue_on_commit(run)
+    return run
+
+
+def do_clone_run(
+    user: Any, source: Run, overrides: Any = None, *, name: str | None = None
+) -> Run:
+    """Launch a copy of ``source``'s config with ``overrides`` merged in."""
+    config = merge_overrides(source.config, overrides or {})
+    return do_launch_run(
+        user, config, name=name or f"{source.name} (clone)"[:200], parent=source
+    )
+
+
+def do_cancel_run(run: Run) -> Run:
+    """Cooperative cancel: a queued run is cancelled now, a running one at its next
+    step (the trainer polls ``cancel_requested``). Never revokes or kills a process."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.status not in ACTIVE_STATUSES:
+            raise Conflict(f"status: run is already {run.status}")
+        run.cancel_requested = True
+        fields = ["cancel_requested"]
+        if run.status == RunStatus.QUEUED:
+            run.status, run.finished_at = RunStatus.CANCELLED, timezone.now()
+            fields += ["status", "finished_at"]
+        run.save(update_fields=fields)
+        frames.send_on_commit(run.id)
+    return run
+
+
+# Plain names for callers that read better without the prefix.
+launch_run = do_launch_run
+clone_run = do_clone_run
+cancel_run = do_cancel_run

@@ -1,0 +1,24 @@
+"""Celery tasks: adapters that take ids, re-fetch, and call services."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from dashboard import lease
+
+
+@shared_task(name="dashboard.execute_run", ignore_result=True)
+def execute_run(run_id: str) -> str:
+    """Execute a queued run here, if its lease can be claimed (duplicates are no-ops)."""
+    claim = lease.claim(run_id)
+    if claim is None:
+        return "skipped"
+    from dashboard.execution import run_claimed
+
+    return run_claimed(claim)
+
+
+@shared_task(name="dashboard.reap_runs", ignore_result=True)
+def reap_runs() -> int:
+    """Requeue runs whose worker stopped heartbeating (for celery beat, if used)."""
+    return len(lease.reap())

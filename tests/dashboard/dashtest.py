@@ -1,0 +1,166 @@
+"""Helpers for the platform's service tests: subprocess workers/servers, polling."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+
+
+def client_for(user):
+    """A test client logged in as ``user`` (anonymous for None)."""
+    from django.test import Client
+
+    client = Client()
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_database_url() -> str:
+    """DATABASE_URL of pytest-django's test database (what subprocesses must use)."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+test_database_url.__test__ = False  # not a test, despite the name
+
+
+def service_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DATABASE_URL": test_database_url(),
+            "DASHBOARD_NAMESPACE": settings.NAMESPACE,
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
+            "RUN_HEARTBEAT_SECONDS": "1",
+            "RUNS_DIR": str(settings.RUNS_DIR),
+            "DB_CONN_MAX_AGE": "0",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+class Procs:
+    """Subprocesses started by a test; all killed (group-wide) at teardown."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.procs: list[tuple[subprocess.Popen, Path]] = []
+
+    def start(
+        self, args: list[str], env: dict[str, str], name: str
+    ) -> subprocess.Popen:
+        log = self.tmp_path / f"{name}-{len(self.procs)}.log"
+        proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=env,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs.append((proc, log))
+        return proc
+
+    def worker(self, **env: str) -> subprocess.Popen:
+        ns = settings.NAMESPACE
+        args = [
+            PY,
+            "-m",
+            "celery",
+            "-A",
+            "dashboard",
+            "worker",
+            "-Q",
+            f"{ns}cpu,{ns}gpu",
+            "-c",
+            "1",
+            "--pool=prefork",
+            "--without-heartbeat",
+            "--without-mingle",
+            "--without-gossip",
+            "-l",
+            "info",
+            "-n",
+            f"w{len(self.procs)}-{os.getpid()}@%h",
+        ]
+        return self.start(args, service_env(**env), "worker")
+
+    def daphne(self, **env: str) -> str:
+        port = free_port()
+        self.start(
+            [
+                PY,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "dashboard.asgi:application",
+            ],
+            service_env(**env),
+            "daphne",
+        )
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return f"127.0.0.1:{port}"
+            time.sleep(0.2)
+        raise RuntimeError("daphne did not start:\n" + self.logs())
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {log.name}\n{log.read_text(errors='replace')[-4000:]}"
+            for _, log in self.procs
+        )
+
+    def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        proc.wait(timeout=30)
+
+    def close(self) -> None:
+        for proc, _ in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(timeout=10)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    self.kill(proc)
+
+
+def wait_for(
+    predicate, timeout: float, interval: float = 0.2, message: str = "condition"
+):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message}")

@@ -1,0 +1,320 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from dashboard.models import MetricPoint, Run
+
+pytestmark = pytest.mark.django_db
+
+
+def post(client, url, body):
+    return client.post(url, json.dumps(body), content_type="application/json")
+
+
+def test_launch_through_the_api_returns_the_run(
+    owner_client, tiny_config, enqueued, commit
+):
+    with commit():
+        r = post(owner_client, "/api/runs", {"config": tiny_config, "name": "first"})
+    assert r.status_code == 201, r.content
+    body = r.json()
+    assert (
+        body["name"] == "first"
+        and body["status"] == "queued"
+        and body["owner"] == "owner"
+    )
+    assert body["config"]["rollout"]["group_size"] == 2
+    assert enqueued == [(body["id"], "cpu")]
+
+
+def test_a_bad_config_is_a_400_naming_the_field_and_nothing_is_enqueued(
+    owner_client, tiny_config, enqueued, commit
+):
+    tiny_config["optim"] = {"lr": 0}
+    with commit():
+        r = post(owner_client, "/api/runs", {"config": tiny_config})
+    assert r.status_code == 400
+    assert any(e.startswith("config.optim.lr:") for e in r.json()["errors"])
+    assert enqueued == [] and Run.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"config": []}, "config"),
+        ({"config": {}, "extra": 1}, "extra"),
+        ({"config": {}, "name": 5}, "name"),
+        ({}, "config"),
+    ],
+)
+def test_malformed_launch_bodies_are_400s_naming_the_field(
+    owner_client, body, field, enqueued
+):
+    r = post(owner_client, "/api/runs", body)
+    assert r.status_code == 400
+    assert any(e.startswith(f"{field}:") for e in r.json()["errors"]), r.json()
+
+
+def test_unparseable_json_is_a_400(owner_client, enqueued):
+    r = owner_client.post("/api/runs", "{not json", content_type="application/json")
+    assert r.status_code == 400
+    deep = "[" * 100_000 + "]" * 100_000
+    r = owner_client.post("/api/runs", deep, content_type="application/json")
+    assert r.status_code == 400
+
+
+def test_csrf_is_required_for_session_posts(owner, tiny_config, enqueued):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(owner)
+    r = post(client, "/api/runs", {"config": tiny_config})
+    assert r.status_code == 403
+    client.get("/accounts/login/")  # sets the csrftoken cookie
+    token = client.cookies["csrftoken"].value
+    r = client.post(
+        "/api/runs",
+        json.dumps({"config": tiny_config}),
+        content_type="application/json",
+        headers={"X-CSRFToken": token},
+    )
+    assert r.status_code == 201
+
+
+def test_clone_and_cancel(owner_client, run, enqueued):
+    r = post(owner_client, f"/api/runs/{run.id}/clone", {"overrides": {"steps": 9}})
+    assert (
+        r.status_code == 201
+        and r.json()["parent"] == str(run.id)
+        and r.json()["config"]["steps"] == 9
+    )
+    r = post(owner_client, f"/api/runs/{run.id}/clone", {"overrides": {"steps": -1}})
+    assert r.status_code == 400 and r.json()["errors"][0].startswith("config.steps:")
+    r = post(owner_client, f"/api/runs/{run.id}/cancel", {})
+    assert r.status_code == 200 and r.json()["cancel_requested"] is True
+    Run.objects.filter(pk=run.pk).update(status="succeeded")
+    r = post(owner_client, f"/api/runs/{run.id}/cancel", {})
+    assert r.status_code == 409
+
+
+def test_list_and_detail(owner_client, run):
+    r = owner_client.get("/api/runs")
+    assert (
+        r.status_code == 200
+        and r.json()["count"] == 1
+        and r.json()["runs"][0]["id"] == str(run.id)
+    )
+    r = owner_client.get(f"/api/runs/{run.id}")
+    assert r.json()["last_step"] == 6 and r.json()["config"]["seed"] == 3
+
+
+def test_metrics_without_keys_lists_the_names(owner_client, run):
+    r = owner_client.get(f"/api/runs/{run.id}/metrics")
+    assert r.json()["keys"] == [
+        "grad_norm",
+        "kl",
+        "policy_loss",
+        "reward",
+        "reward_std",
+    ]
+
+
+def test_metrics_are_downsampled_keeping_min_max_last_and_their_steps(
+    owner_client, owner, tiny_config, enqueued
+):
+    from dashboard import services
+
+    run = services.launch_run(owner, tiny_config)
+    values = {s: float((s * 37) % 101) for s in range(1, 1001)}
+    MetricPoint.objects.bulk_create(
+        MetricPoint(run=run, step=s, key="loss", value=v) for s, v in values.items()
+    )
+    r = owner_client.get(f"/api/runs/{run.id}/metrics", {"keys": "loss", "points": 100})
+    body = r.json()
+    assert body["bucket_width"] == 10
+    s = body["series"]["loss"]
+    assert len(s["step"]) == 100
+    bucket = {st: values[st] for st in range(11, 21)}  # the second bucket
+    assert (
+        s["min"][1] == min(bucket.values()) and values[s["min_step"][1]] == s["min"][1]
+    )
+    assert (
+        s["max"][1] == max(bucket.values()) and values[s["max_step"][1]] == s["max"][1]
+    )
+    assert (s["step"][1], s["last"][1]) == (20, values[20])
+    r = owner_client.get(
+        f"/api/runs/{run.id}/metrics",
+        {"keys": "loss", "points": 100, "since_step": 990},
+    )
+    assert r.json()["series"]["loss"]["step"] == list(range(991, 1001))
+
+
+def test_metrics_points_are_capped(owner_client, run):
+    r = owner_client.get(
+        f"/api/runs/{run.id}/metrics", {"keys": "reward", "points": 100_000}
+    )
+    assert r.status_code == 400 and r.json()["errors"][0].startswith("points:")
+
+
+def test_non_finite_metrics_are_strings_in_json(owner_client, run):
+    r = owner_client.get(f"/api/runs/{run.id}/metrics", {"keys": "kl,grad_norm"})
+    body = json.loads(r.content)  # strict JSON: would fail on a bare NaN
+    assert body["series"]["kl"]["last"][1] == "NaN"
+    assert body["series"]["grad_norm"]["last"][3] == "Infinity"
+
+
+def test_trajectories_judgements_alerts_paths_checkpoints(owner_client, run):
+    base = f"/api/runs/{run.id}"
+    trajs = owner_client.get(f"{base}/trajectories", {"step": 2}).json()["trajectories"]
+    assert [(t["step"], t["index"]) for t in trajs] == [(2, 0), (2, 1)]
+    detail = owner_client.get(f"{base}/trajectories/2/0/1").json()
+    assert detail["segments"][1]["token_ids"] == [10, 11, 12, 13]
+    assert detail["segments"][0]["logprob"] == ["NaN", "NaN", "NaN"]
+    assert (
+        detail["judgements"][0]["rationale"] == "<script>alert(1)</script>"
+    )  # data, never markup
+    assert detail["critical_path"] is None and detail["steps"][0]["tool"] == "answer"
+    assert owner_client.get(f"{base}/trajectories/2/0/9").status_code == 404
+    assert (
+        len(
+            owner_client.get(f"{base}/judgements", {"since_step": 4}).json()[
+                "judgements"
+            ]
+        )
+        == 4
+    )
+    assert [a["step"] for a in owner_client.get(f"{base}/alerts").json()["alerts"]] == [
+        3,
+        6,
+    ]
+    assert owner_client.get(f"{base}/alerts").json()["alerts"][0]["evidence"] == {
+        "slope": "Infinity"
+    }
+    assert len(owner_client.get(f"{base}/critical-paths").json()["critical_paths"]) == 6
+    assert [
+        c["step"] for c in owner_client.get(f"{base}/checkpoints").json()["checkpoints"]
+    ] == [6]
+
+
+def test_backfill_returns_what_frames_carried_since_a_step(owner_client, run):
+    body = owner_client.get(f"/api/runs/{run.id}/backfill", {"since_step": 4}).json()
+    assert [s["step"] for s in body["steps"]] == [5, 6]
+    assert body["steps"][0]["metrics"]["reward"] == pytest.approx(0.989358)
+    assert {t["step"] for t in body["trajectories"]} == {5, 6}
+    assert body["more"] is False and body["last_step"] == 6
+    body = owner_client.get(
+        f"/api/runs/{run.id}/backfill", {"since_step": 0, "max_steps": 2}
+    ).json()
+    assert [s["step"] for s in body["steps"]] == [1, 2] and body["more"] is True
+
+
+def test_export_is_json_lines_in_event_shapes(owner_client, run, monkeypatch):
+    from dashboard import queries
+
+    monkeypatch.setattr(queries, "EXPORT_STEPS", 4)  # several chunks
+    r = owner_client.get(f"/api/runs/{run.id}/export")
+    assert r["Content-Type"] == "application/x-ndjson"
+    lines = [
+        json.loads(line) for line in b"".join(r.streaming_content).decode().splitlines()
+    ]
+    kinds = [line["type"] for line in lines]
+    assert (
+        kinds[0] == "run"
+        and kinds.count("step") == 6
+        and kinds.count("trajectory") == 12
+    )
+    assert kinds.count("alert") == 2 and kinds.count("checkpoint") == 1
+    step2 = next(line for line in lines if line["type"] == "step" and line["step"] == 2)
+    assert step2["metrics"]["kl"] == "NaN"
+
+
+def test_openapi_schema_and_docs_need_a_login(owner_client):
+    assert Client().get("/api/openapi.json").status_code == 302
+    schema = owner_client.get("/api/openapi.json").json()
+    assert "/api/runs/{run_id}/metrics" in schema["paths"]
+    docs = owner_client.get("/api/docs")
+    assert docs.status_code == 200 and b"cdn" not in docs.content.lower()
+
+
+def test_config_schema_is_the_train_config(owner_client):
+    schema = owner_client.get("/api/config/schema").json()
+    assert schema["title"] == "TrainConfig" and "rollout" in schema["properties"]
+
+
+def _expected(raw: dict[int, float], lo_excl: int, hi: int):
+    """(min, min_step, max, max_step, last) over raw steps in (lo_excl, hi], with
+    PostgreSQL's order: NaN above every number; min ties to the earlier step, max
+    ties to the later one."""
+    import math
+
+    steps = sorted(s for s in raw if lo_excl < s <= hi)
+    order = lambda s: (math.isnan(raw[s]), raw[s] if not math.isnan(raw[s]) else 0.0)  # noqa: E731
+    mn = min(steps, key=lambda s: (order(s), s))
+    mx = max(steps, key=lambda s: (order(s), s))
+    return raw[mn], mn, raw[mx], mx, raw[steps[-1]]
+
+
+def _same(a, b):
+    import math
+
+    a = float(a) if isinstance(a, str) else a
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+@pytest.mark.parametrize(
+    "since_step, points",
+    [
+        (-1, 100),
+        (-1, 1000),
+        (-1, 2000),
+        (37, 100),
+        (4300, 100),
+        (4317, 2),
+        (-1, 3),
+        (1000, 7),
+    ],
+)
+def test_every_bucket_holds_the_exact_min_max_and_last_of_its_steps(
+    owner, tiny_config, enqueued, since_step, points
+):
+    """Both paths (16-step rollups and raw points) against a brute-force answer."""
+    import math
+
+    from dashboard import ingest, queries, services
+
+    run = services.launch_run(owner, tiny_config)
+    raw = {
+        s: (math.nan if s % 97 == 0 else float((s * 7) % 13)) for s in range(0, 5000)
+    }
+    for lo in range(0, 5000, 700):  # several batches: the rollup merges across them
+        ingest.upsert_metrics(
+            run.id,
+            {
+                (s, k): raw[s]
+                for s in range(lo, min(lo + 700, 5000))
+                for k in ("a", "b")
+            },
+        )
+    ingest.supersede(run.id, 4321)  # a resumed attempt cut the run: rollups rebuilt
+    raw = {s: v for s, v in raw.items() if s < 4321}
+    out = queries.downsample_metrics(
+        run, ["a", "b"], since_step=since_step, points=points
+    )
+    for key in ("a", "b"):
+        series = out["series"][key]
+        assert len(series["step"]) <= points + 1
+        prev = since_step
+        for i, last_step in enumerate(series["step"]):
+            mn, mn_step, mx, mx_step, last = _expected(raw, prev, last_step)
+            assert _same(series["min"][i], mn) and series["min_step"][i] == mn_step, (
+                i,
+                last_step,
+            )
+            assert _same(series["max"][i], mx) and series["max_step"][i] == mx_step, (
+                i,
+                last_step,
+            )
+            assert _same(series["last"][i], last)
+            prev = last_step
+        assert prev == 4320

@@ -1,0 +1,161 @@
+from __future__ import annotations
+
+import pytest
+from django.http import Http404
+
+from dashboard import services
+from dashboard.models import Run, RunStatus
+
+pytestmark = pytest.mark.django_db
+
+
+def test_launch_creates_a_queued_run_and_enqueues_it_after_commit(
+    owner, tiny_config, enqueued, commit
+):
+    with commit():
+        run = services.launch_run(owner, tiny_config)
+        assert enqueued == []
+    assert run.status == RunStatus.QUEUED and run.owner == owner and run.name == "tiny"
+    assert run.config["rollout"]["group_size"] == 2
+    assert (
+        run.config["algorithm"]["preset"] == "grpo"
+    )  # stored fully validated, defaults filled
+    assert enqueued == [(str(run.id), "cpu")]
+
+
+def test_launch_does_not_enqueue_when_the_transaction_rolls_back(
+    owner, tiny_config, enqueued, commit
+):
+    from django.db import transaction
+
+    with commit(), pytest.raises(RuntimeError), transaction.atomic():
+        services.launch_run(owner, tiny_config)
+        raise RuntimeError("rollback")
+    assert enqueued == [] and Run.objects.count() == 0
+
+
+def test_launch_rejects_a_bad_config_naming_the_field(owner, tiny_config, enqueued):
+    tiny_config["rollout"]["group_size"] = 1
+    with pytest.raises(services.InvalidConfig) as exc:
+        services.launch_run(owner, tiny_config)
+    assert any(e.startswith("config.rollout.group_size:") for e in exc.value.errors)
+    assert Run.objects.count() == 0 and enqueued == []
+
+
+def test_launch_rejects_unknown_keys_and_deep_nesting(owner, tiny_config, enqueued):
+    with pytest.raises(services.InvalidConfig, match="config.bogus"):
+        services.launch_run(owner, {**tiny_config, "bogus": 1})
+    deep: dict = {}
+    node = deep
+    for _ in range(40):
+        node["x"] = {}
+        node = node["x"]
+    with pytest.raises(services.InvalidConfig, match="nested too deeply"):
+        services.launch_run(
+            owner, {**tiny_config, "env": {"name": "calc", "params": deep}}
+        )
+    assert enqueued == []
+
+
+def test_launch_enforces_the_per_user_limit(owner, other, tiny_config, settings):
+    settings.RUN_MAX_ACTIVE_PER_USER = 2
+    services.launch_run(owner, tiny_config)
+    services.launch_run(owner, tiny_config)
+    with pytest.raises(services.Conflict, match="limit 2"):
+        services.launch_run(owner, tiny_config)
+    services.launch_run(other, tiny_config)  # the limit is per user
+    assert Run.objects.count() == 3
+
+
+def test_queue_follows_the_device(owner, tiny_config, settings):
+    settings.RUN_QUEUE_AUTO = "gpu"
+    a = services.launch_run(owner, {**tiny_config, "model": {"device": "cuda"}})
+    b = services.launch_run(owner, {**tiny_config, "model": {"device": "auto"}})
+    c = services.launch_run(owner, {**tiny_config, "model": {"device": "cpu"}})
+    assert [a.queue, b.queue, c.queue] == ["gpu", "gpu", "cpu"]
+
+
+def test_clone_merges_overrides_and_records_the_parent(owner, tiny_config, enqueued):
+    source = services.launch_run(owner, tiny_config)
+    clone = services.clone_run(owner, source, {"optim": {"lr": 0.01}, "steps": 7})
+    assert clone.parent == source
+    assert clone.config["optim"]["lr"] == 0.01 and clone.config["steps"] == 7
+    assert clone.config["rollout"] == source.config["rollout"]
+    assert clone.name == "tiny (clone)"
+
+
+def test_clone_validates_the_merged_config(owner, tiny_config, enqueued):
+    source = services.launch_run(owner, tiny_config)
+    with pytest.raises(services.InvalidConfig, match="config.optim.lr"):
+        services.clone_run(owner, source, {"optim": {"lr": -1}})
+    assert Run.objects.count() == 1
+
+
+def test_cancel_of_a_queued_run_is_immediate(owner, tiny_config, published, commit):
+    run = services.launch_run(owner, tiny_config)
+    with commit():
+        run = services.cancel_run(run)
+    assert run.status == RunStatus.CANCELLED and run.cancel_requested
+    assert published[-1]["status"] == "cancelled"
+
+
+def test_cancel_of_a_running_run_only_sets_the_flag(
+    owner, tiny_config, enqueued, published
+):
+    run = services.launch_run(owner, tiny_config)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    run = services.cancel_run(run)
+    assert run.status == RunStatus.RUNNING and run.cancel_requested
+
+
+def test_cancel_of_a_finished_run_is_a_conflict(owner, tiny_config, enqueued):
+    run = services.launch_run(owner, tiny_config)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    with pytest.raises(services.Conflict, match="already succeeded"):
+        services.cancel_run(run)
+
+
+def test_owners_see_their_runs_staff_see_all_others_get_404(
+    owner, other, staff, tiny_config, enqueued
+):
+    run = services.launch_run(owner, tiny_config)
+    assert services.get_run_for_user(owner, run.id) == run
+    assert services.get_run_for_user(staff, run.id) == run
+    with pytest.raises(Http404):
+        services.get_run_for_user(other, run.id)
+    with pytest.raises(Http404):
+        services.get_run_for_user(owner, "not-a-uuid")
+    assert list(services.visible_runs(other)) == []
+
+
+def test_a_broker_outage_at_launch_leaves_the_run_queued_for_the_reaper(
+    owner, tiny_config, commit, settings, monkeypatch
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from kombu.exceptions import OperationalError
+
+    from dashboard import lease
+    from dashboard.tasks import execute_run
+
+    settings.RUN_EXECUTOR = "celery"
+    sent = []
+
+    def broker_down(*args, **kwargs):
+        raise OperationalError("Error 111 connecting to redis")
+
+    monkeypatch.setattr(execute_run, "apply_async", broker_down)
+    with commit():
+        run = services.launch_run(owner, tiny_config)  # no exception escapes
+    assert Run.objects.get(pk=run.pk).status == RunStatus.QUEUED
+
+    monkeypatch.setattr(
+        execute_run, "apply_async", lambda args, queue: sent.append((args, queue))
+    )
+    with commit():
+        assert lease.reap() == []  # not stale yet
+    later = timezone.now() + timedelta(seconds=settings.RUN_RESEND_QUEUED_SECONDS + 1)
+    with commit():
+        assert lease.reap(now=later) == [run.id]
+    assert sent == [([str(run.id)], f"{settings.RUN_QUEUE_PREFIX}cpu")]

@@ -1,0 +1,103 @@
+"""The embedded default end to end: ``manage.py serve --demo`` on SQLite with no
+Redis, log in as the demo user, and watch the demo run stream over the websocket."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(tmp_path):
+    port = _free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"}
+    }
+    env.update(DASHBOARD_VAR_DIR=str(tmp_path / "var"), DASHBOARD_NAMESPACE="smoke.")
+    log = tmp_path / "serve.log"
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--demo"],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    else:
+        proc.kill()
+        pytest.fail("server did not start:\n" + log.read_text())
+    yield base, log
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_make_run_serves_the_demo_run_and_streams_it(server):
+    from websockets.sync.client import connect
+
+    base, log = server
+    out = log.read_text()
+    username, password = re.search(r"username=(\S+) password=(\S+)", out).groups()
+    run_id = re.search(r"demo run: (\S+)", out).group(1)
+
+    with httpx.Client(base_url=base, follow_redirects=False) as http:
+        http.get("/accounts/login/")
+        r = http.post(
+            "/accounts/login/",
+            data={
+                "username": username,
+                "password": password,
+                "csrfmiddlewaretoken": http.cookies["csrftoken"],
+            },
+            headers={"Referer": f"{base}/accounts/login/"},
+        )
+        assert r.status_code == 302, r.text[:500]
+        runs = http.get("/api/runs").json()["runs"]
+        assert [x["id"] for x in runs] == [run_id]
+        session = http.cookies["sessionid"]
+
+    ws_url = base.replace("http://", "ws://") + f"/ws/runs/{run_id}/"
+    headers = {"Cookie": f"sessionid={session}", "Origin": base}
+    frames = []
+    with connect(ws_url, additional_headers=headers, open_timeout=10) as ws:
+        hello = json.loads(ws.recv(timeout=10))
+        assert hello["type"] == "hello" and hello["run"] == run_id
+        deadline = time.time() + 240
+        while time.time() < deadline and not any(f["steps"] for f in frames):
+            frames.append(json.loads(ws.recv(timeout=deadline - time.time())))
+    assert any(f["steps"] for f in frames), frames
+    seqs = [f["seq"] for f in frames]
+    assert seqs == sorted(seqs) and seqs[0] > hello["frame_seq"]
+    step = next(f for f in frames if f["steps"])["steps"][0]
+    assert "reward" in step["metrics"]
