@@ -1,0 +1,345 @@
+"""The run form's inputs: which exist, and how POST data becomes a config dict.
+
+Input names are dotted config paths (``algorithm.clip_high``,
+``reward.components.2.params.beta``); environment parameters are namespaced by
+environment (``envp.search.top_k``) so switching environments keeps each one's
+values. Blank inputs mean "the default" (for algorithm overrides: "the preset's
+value"); rows deleted in the browser leave gaps in the indices, which :func:`parse`
+compacts and reports as ``renames`` so errors find their way back.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dashboard.pages import schema as sc
+from dashboard.pages.catalog import (
+    COMPONENT_CLASSES,
+    DETECTOR_CHOICES,
+    ENV_PARAMS,
+    PRESET_FIELDS,
+    component_param_specs,
+    default_reward,
+    preset_choices,
+)
+from trainer.config import (
+    AlgorithmConfig,
+    CheckpointConfig,
+    ModelConfig,
+    OptimConfig,
+    RolloutConfig,
+    TrainConfig,
+)
+
+_ROW = re.compile(r"^reward\.(components|judges)\.(\d+)\.name$")
+_DIM = re.compile(r"^reward\.judges\.(\d+)\.rubric\.(\d+)\.name$")
+_TRUE = {"on", "true", "1", "yes"}
+
+BASIC = [
+    sc.field_spec(TrainConfig, "name", ""),
+    sc.field_spec(TrainConfig, "steps", ""),
+    sc.field_spec(TrainConfig, "seed", ""),
+]
+MODEL = sc.model_specs(ModelConfig, "model")
+ROLLOUT = sc.model_specs(RolloutConfig, "rollout")
+PRESET = replace(
+    sc.field_spec(AlgorithmConfig, "preset", "algorithm"),
+    label="Algorithm preset",
+    choices=preset_choices(),
+    help="Sets the fields below; any of them can be overridden.",
+)
+_CREDIT_HELP = (
+    "outcome: one advantage per trajectory; process: step rewards normalised in the "
+    "group, summed from each step on; gae: a critic."
+)
+OVERRIDES = [
+    replace(s, label="Credit assignment", help=_CREDIT_HELP)
+    if s.name == "credit"
+    else s
+    for s in (sc.field_spec(AlgorithmConfig, n, "algorithm") for n in PRESET_FIELDS)
+]
+ALGORITHM = [
+    s
+    for s in sc.model_specs(AlgorithmConfig, "algorithm")
+    if s.name not in PRESET_FIELDS and s.name != "preset"
+]
+OPTIM = sc.model_specs(OptimConfig, "optim")
+CHECKPOINT = sc.model_specs(CheckpointConfig, "checkpoint")
+STATIC_SPECS = [
+    *BASIC,
+    *MODEL,
+    *ROLLOUT,
+    PRESET,
+    *OVERRIDES,
+    *ALGORITHM,
+    *OPTIM,
+    *CHECKPOINT,
+]
+
+COMPONENT_ROW = [
+    sc.FieldSpec(
+        "name", "Component", "choice", choices=tuple((n, n) for n in COMPONENT_CLASSES)
+    ),
+    sc.FieldSpec(
+        "label",
+        "Label",
+        "text",
+        optional=True,
+        help="Name in metrics; defaults to the component name.",
+    ),
+    sc.FieldSpec("weight", "Weight", "float", default=1.0, min=-1000, max=1000),
+]
+SCHEDULE_ROW = [
+    sc.FieldSpec(
+        "kind",
+        "Schedule",
+        "choice",
+        default="constant",
+        choices=(("constant", "constant"), ("linear", "linear anneal")),
+    ),
+    sc.FieldSpec("end", "Anneal to", "float", default=0.0, min=-1000, max=1000),
+    sc.FieldSpec("steps", "over steps", "int", default=0, min=0, max=10_000_000),
+]
+JUDGE_ROW = [
+    sc.FieldSpec("name", "Judge", "text"),
+    sc.FieldSpec(
+        "backend",
+        "Backend",
+        "choice",
+        default="rubric",
+        choices=(
+            ("rubric", "rubric (rule-based)"),
+            ("hf", "hf (local model)"),
+            ("openai", "openai (allow-listed endpoint)"),
+        ),
+    ),
+    sc.FieldSpec(
+        "model_path", "Model path", "text", optional=True, help="hf: local model dir."
+    ),
+    sc.FieldSpec(
+        "endpoint", "Endpoint", "text", optional=True, help="openai: endpoint name."
+    ),
+    sc.FieldSpec("model", "Model", "text", optional=True, help="openai: model name."),
+    sc.FieldSpec("timeout_s", "Timeout (s)", "float", default=30.0, min=0, max=600),
+    sc.FieldSpec("scale", "Scale", "float", default=10.0, min=0, max=1000),
+    sc.FieldSpec("retries", "Retries", "int", default=2, min=0, max=10),
+    sc.FieldSpec("max_tokens", "Max tokens", "int", default=256, min=1, max=8192),
+]
+DIMENSION_ROW = [
+    sc.FieldSpec("name", "Dimension", "text"),
+    sc.FieldSpec("weight", "Weight", "float", default=1.0, min=0, max=1000),
+    sc.FieldSpec(
+        "check",
+        "Check",
+        "text",
+        optional=True,
+        help="rubric backend: the rule to run (defaults to the name).",
+    ),
+    sc.FieldSpec("description", "Rubric text", "text", default=""),
+]
+REWARD_TOP = [
+    sc.FieldSpec(
+        "reward.judge_aggregate",
+        "Judge aggregate",
+        "choice",
+        default="mean",
+        choices=(("mean", "mean"), ("min", "min"), ("median", "median")),
+    ),
+    sc.FieldSpec(
+        "reward.detectors.window",
+        "Detector window",
+        "int",
+        default=20,
+        min=2,
+        max=10_000,
+    ),
+    sc.FieldSpec(
+        "reward.detectors.min_steps",
+        "Detector min steps",
+        "int",
+        default=4,
+        min=2,
+        max=10_000,
+    ),
+    sc.FieldSpec(
+        "reward.detectors.enabled",
+        "Detectors",
+        "multi",
+        choices=DETECTOR_CHOICES,
+        default=[c for c, _ in DETECTOR_CHOICES],
+        help="Reward-hacking detectors to run (all checked: every one that applies).",
+    ),
+    sc.FieldSpec(
+        "reward.detectors.thresholds",
+        "Threshold overrides",
+        "kv",
+        optional=True,
+        help="One per line: detector.threshold = value",
+    ),
+]
+
+
+@dataclass
+class Row:
+    """One repeated group of inputs (a component, a judge, a rubric dimension)."""
+
+    index: int
+    prefix: str
+    specs: list[sc.FieldSpec]
+    extra: list[sc.FieldSpec] = field(default_factory=list)
+    children: list[Row] = field(default_factory=list)
+    kind: str = ""
+
+
+def row_specs(base: list[sc.FieldSpec], prefix: str) -> list[sc.FieldSpec]:
+    return [s.at(prefix) for s in base]
+
+
+# --- values ------------------------------------------------------------------------------
+def values_from_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Form values (path -> value) for a config dict (a run's stored config)."""
+    cfg = dict(config)
+    env = (cfg.get("env") or {}).get("name") or "calc"
+    params = (cfg.get("env") or {}).get("params") or {}
+    reward = cfg.get("reward") or default_reward(env)
+    detectors = dict(reward.get("detectors") or {})
+    thresholds = detectors.pop("thresholds", None) or {}
+    reward = {**reward, "detectors": detectors}
+    cfg = {k: v for k, v in cfg.items() if k not in ("env", "reward")}
+    values = sc.flatten(cfg)
+    values["env.name"] = env
+    for key, value in params.items():
+        values[f"envp.{env}.{key}"] = value
+    values.update(sc.flatten(reward, "reward"))
+    values["reward.detectors.thresholds"] = "\n".join(
+        f"{k} = {v}" for k, v in thresholds.items()
+    )
+    return values
+
+
+def _read(data: Any, spec: sc.FieldSpec, path: str, out: dict[str, Any]) -> None:
+    """Put the submitted value of ``spec`` (input ``path``) into ``out`` by name."""
+    name = spec.name
+    if spec.kind == "bool":
+        out[name] = str(data.get(path, "")).lower() in _TRUE
+        return
+    if spec.kind == "multi":
+        chosen = [v for v in data.getlist(path) if v]
+        if path == "reward.detectors.enabled" and set(chosen) == {
+            c for c, _ in spec.choices
+        }:
+            return  # every detector: None (also picks up detectors added later)
+        out[name] = chosen
+        return
+    raw = str(data.get(path, "")).strip()
+    if raw == "":
+        return
+    if spec.kind == "csv":
+        out[name] = [p.strip() for p in raw.split(",") if p.strip()]
+    elif spec.kind == "kv":
+        pairs = {}
+        for line in raw.splitlines():
+            if line.strip():
+                key, _, value = line.partition("=")
+                pairs[key.strip()] = value.strip()
+        out[name] = pairs
+    else:
+        out[name] = raw
+
+
+def _set(tree: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    node = tree
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[last] = value
+
+
+def _indices(
+    data: Any, pattern: re.Pattern[str], group: str | None = None
+) -> list[int]:
+    found = set()
+    for key in data:
+        m = pattern.match(key)
+        if m and (group is None or m.group(1) == group):
+            found.add(int(m.group(m.lastindex)))
+    return sorted(found)
+
+
+def parse(data: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """(config dict, renames): ``renames`` maps a compacted row path to the form's
+    own (rows removed in the browser leave gaps in the indices)."""
+    config: dict[str, Any] = {}
+    for spec in STATIC_SPECS:
+        holder: dict[str, Any] = {}
+        _read(data, spec, spec.path, holder)
+        if spec.name in holder:
+            _set(config, spec.path, holder[spec.name])
+    env = str(data.get("env.name", "calc"))
+    params: dict[str, Any] = {}
+    for spec in ENV_PARAMS.get(env, []):
+        _read(data, spec, f"envp.{env}.{spec.name}", params)
+    config["env"] = {"name": env, "params": params}
+
+    renames: dict[str, str] = {}
+    reward: dict[str, Any] = {"components": [], "judges": []}
+    for spec in REWARD_TOP:
+        holder = {}
+        _read(data, spec, spec.path, holder)
+        if spec.name in holder:
+            _set(reward, spec.path.removeprefix("reward."), holder[spec.name])
+    for j, i in enumerate(_indices(data, _ROW, "components")):
+        prefix = f"reward.components.{i}"
+        renames[f"reward.components.{j}"] = prefix
+        comp: dict[str, Any] = {}
+        for spec in COMPONENT_ROW:
+            _read(data, spec, f"{prefix}.{spec.name}", comp)
+        schedule: dict[str, Any] = {}
+        for spec in SCHEDULE_ROW:
+            _read(data, spec, f"{prefix}.schedule.{spec.name}", schedule)
+        comp["schedule"] = schedule
+        comp["params"] = {}
+        for spec in component_param_specs(str(comp.get("name", ""))):
+            _read(data, spec, f"{prefix}.params.{spec.name}", comp["params"])
+        reward["components"].append(comp)
+    for j, i in enumerate(_indices(data, _ROW, "judges")):
+        prefix = f"reward.judges.{i}"
+        renames[f"reward.judges.{j}"] = prefix
+        judge: dict[str, Any] = {"rubric": []}
+        for spec in JUDGE_ROW:
+            _read(data, spec, f"{prefix}.{spec.name}", judge)
+        dims = sorted(
+            int(m.group(2))
+            for k in data
+            if (m := _DIM.match(k)) and int(m.group(1)) == i
+        )
+        for d, k in enumerate(dims):
+            renames[f"reward.judges.{j}.rubric.{d}"] = f"{prefix}.rubric.{k}"
+            dim: dict[str, Any] = {}
+            for spec in DIMENSION_ROW:
+                _read(data, spec, f"{prefix}.rubric.{k}.{spec.name}", dim)
+            judge["rubric"].append(dim)
+        reward["judges"].append(judge)
+    config["reward"] = reward
+    return config, renames
+
+
+# --- rows, as the templates see them ---------------------------------------------------
+@dataclass
+class ComponentRow:
+    index: int
+    prefix: str
+    kind: str
+    specs: list[sc.FieldSpec]
+    schedule: list[sc.FieldSpec]
+    params: list[sc.FieldSpec]
+
+
+@dataclass
+class JudgeRow:
+    index: int
+    prefix: str
+    specs: list[sc.FieldSpec]
+    dimensions: list[Row]

@@ -1,0 +1,251 @@
+"""The new-run form: POST data <-> a ``TrainConfig`` dict, with errors filed per field.
+
+Validation is the schema's own (``TrainConfig.model_validate``) plus the checks the
+trainer would otherwise only hit at start-up (algorithm conflicts, components the
+environment cannot feed). Pydantic error locations are mapped back onto the input
+that caused them, or the nearest fieldset that holds it (:mod:`.formerrors`). The
+inputs themselves are described in :mod:`.formfields`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from dashboard.pages import schema as sc
+from dashboard.pages.catalog import (
+    ENV_NAMES,
+    ENV_PARAMS,
+    component_param_specs,
+    default_reward,
+)
+from dashboard.pages.formerrors import ErrorMap
+from dashboard.pages.formfields import (
+    _DIM,
+    _ROW,
+    _TRUE,
+    COMPONENT_ROW,
+    DIMENSION_ROW,
+    JUDGE_ROW,
+    REWARD_TOP,
+    SCHEDULE_ROW,
+    STATIC_SPECS,
+    ComponentRow,
+    JudgeRow,
+    Row,
+    _indices,
+    parse,
+    row_specs,
+    values_from_config,
+)
+from trainer.config import TrainConfig
+
+__all__ = ["RunForm", "default_config", "normalise", "values_from_config"]
+
+
+def default_config(env: str = "calc", preset: str = "grpo") -> dict[str, Any]:
+    env = env if env in ENV_NAMES else "calc"
+    cfg = TrainConfig.model_validate(
+        {"env": {"name": env}, "algorithm": {"preset": preset}}
+    )
+    return normalise(cfg.model_dump(mode="json"))
+
+
+class RunForm:
+    """A new-run (or clone) form, bound to POST data or filled from a config."""
+
+    def __init__(
+        self, data: Any = None, *, initial: dict[str, Any] | None = None
+    ) -> None:
+        self.bound = data is not None
+        self.errors: dict[str, list[str]] = {}
+        self.cleaned: dict[str, Any] | None = None
+        if self.bound:
+            self.values: dict[str, Any] = {k: data.getlist(k) for k in data}
+            self.raw, self.renames = parse(data)
+        else:
+            self.values = values_from_config(initial or default_config())
+            self.raw, self.renames = {}, {}
+
+    # values -------------------------------------------------------------------------
+    def value(self, spec: sc.FieldSpec) -> Any:
+        """What the input shows: a string, a bool (checkbox) or a list (multi)."""
+        present = spec.path in self.values
+        val = self.values.get(spec.path)
+        if spec.kind == "bool":
+            if self.bound:
+                return present and str(_first(val)).lower() in _TRUE
+            return bool(val) if present else bool(spec.default)
+        if spec.kind == "multi":
+            if not present:
+                if self.bound and self._row_present(spec.path):
+                    return []
+                return [str(v) for v in (spec.default or [])]
+            items = val if isinstance(val, list) else [val]
+            return [str(v) for v in (items if items != [None] else spec.default or [])]
+        if not present or val is None:
+            return "" if spec.optional or spec.kind == "kv" else spec.default_text
+        return (
+            sc._text(_first(val))
+            if isinstance(val, list) and spec.kind != "csv"
+            else sc._text(val)
+        )
+
+    def _row_present(self, path: str) -> bool:
+        # A bound form that rendered this multi-field but had every box unchecked.
+        return path.startswith(("envp.", "reward.detectors"))
+
+    @property
+    def env(self) -> str:
+        env = sc._text(_first(self.values.get("env.name", "calc")))
+        return env if env in ENV_NAMES else "calc"
+
+    @property
+    def preset(self) -> str:
+        return sc._text(_first(self.values.get("algorithm.preset", "grpo"))) or "grpo"
+
+    # rows -----------------------------------------------------------------------------
+    def _row_indices(self, kind: str) -> list[int]:
+        return _indices(self.values, _ROW, kind)
+
+    def components(self) -> list[ComponentRow]:
+        rows = []
+        for i in self._row_indices("components"):
+            prefix = f"reward.components.{i}"
+            kind = sc._text(_first(self.values.get(f"{prefix}.name")))
+            rows.append(
+                ComponentRow(
+                    index=i,
+                    prefix=prefix,
+                    kind=kind,
+                    specs=row_specs(COMPONENT_ROW, prefix),
+                    schedule=row_specs(SCHEDULE_ROW, f"{prefix}.schedule"),
+                    params=component_param_specs(kind, f"{prefix}.params"),
+                )
+            )
+        return rows
+
+    def judges(self) -> list[JudgeRow]:
+        rows = []
+        for i in self._row_indices("judges"):
+            prefix = f"reward.judges.{i}"
+            dims = sorted(
+                int(m.group(2))
+                for k in self.values
+                if (m := _DIM.match(k)) and int(m.group(1)) == i
+            )
+            rows.append(
+                JudgeRow(
+                    index=i,
+                    prefix=prefix,
+                    specs=row_specs(JUDGE_ROW, prefix),
+                    dimensions=[
+                        Row(
+                            k,
+                            f"{prefix}.rubric.{k}",
+                            row_specs(DIMENSION_ROW, f"{prefix}.rubric.{k}"),
+                        )
+                        for k in dims
+                    ],
+                )
+            )
+        return rows
+
+    def known_paths(self) -> set[str]:
+        """Every input and fieldset an error can be filed under."""
+        known = {
+            "",
+            "name",
+            "env",
+            "env.name",
+            f"envp.{self.env}",
+            "model",
+            "rollout",
+            "algorithm",
+            "optim",
+            "checkpoint",
+            "reward",
+            "reward.components",
+            "reward.judges",
+            "reward.detectors",
+        }
+        known.update(s.path for s in STATIC_SPECS)
+        known.update(s.path for s in ENV_PARAMS.get(self.env, []))
+        known.update(s.path for s in REWARD_TOP)
+        for row in self.components():
+            known.update({row.prefix, f"{row.prefix}.schedule", f"{row.prefix}.params"})
+            known.update(s.path for s in [*row.specs, *row.schedule, *row.params])
+        for judge in self.judges():
+            known.update({judge.prefix, f"{judge.prefix}.rubric"})
+            known.update(s.path for s in judge.specs)
+            for dim in judge.dimensions:
+                known.add(dim.prefix)
+                known.update(s.path for s in dim.specs)
+        return known
+
+    # validation -------------------------------------------------------------------------
+    def is_valid(self) -> bool:
+        from rewards import check_reward_config
+        from trainer.algorithms.presets import resolve_algorithm
+
+        if not self.bound:
+            return False
+        errors = ErrorMap(self.known_paths(), self.renames, self.env)
+        try:
+            cfg = TrainConfig.model_validate(self.raw)
+        except ValidationError as exc:
+            errors.add_validation_error(exc)
+        else:
+            try:
+                resolve_algorithm(cfg.algorithm)
+            except ValueError as exc:
+                errors.add_algorithm_conflict(str(exc))
+            if cfg.reward is not None:
+                for line in check_reward_config(cfg.reward, cfg.env.name):
+                    errors.add_line(line, prefix="reward.")
+            if not errors.errors:
+                self.cleaned = normalise(cfg.model_dump(mode="json"))
+        self.errors = errors.errors
+        return not self.errors
+
+    def add_service_errors(self, lines: list[str]) -> None:
+        """File a service's ``field: message`` refusals (``InvalidConfig``, ``Conflict``)."""
+        errors = ErrorMap(self.known_paths(), self.renames, self.env)
+        errors.errors = self.errors
+        for line in lines:
+            errors.add_line(line)
+        self.errors = errors.errors
+
+    @property
+    def non_field_errors(self) -> list[str]:
+        return self.errors.get("", [])
+
+    def errors_for(self, path: str) -> list[str]:
+        return self.errors.get(path, [])
+
+
+def _first(value: Any) -> Any:
+    if isinstance(value, list):
+        return value[0] if value else ""
+    return value
+
+
+def normalise(config: dict[str, Any]) -> dict[str, Any]:
+    """A config dict with every default spelled out: environment params filled in and
+    ``reward: None`` replaced by the environment's default (what the run will use)."""
+    from trainer.envs.base import ENVIRONMENTS
+
+    out = dict(config)
+    env = dict(out.get("env") or {"name": "calc"})
+    try:
+        params_model = ENVIRONMENTS.get(env.get("name", "calc")).Params
+        env["params"] = params_model.model_validate(env.get("params") or {}).model_dump(
+            mode="json"
+        )
+    except (KeyError, ValueError):
+        pass
+    out["env"] = env
+    if out.get("reward") is None and env.get("name") in ENV_NAMES:
+        out["reward"] = default_reward(env["name"])
+    return out

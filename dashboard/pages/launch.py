@@ -1,0 +1,154 @@
+"""New run and "clone and edit": the form page, its live check, and its fragments.
+
+POST validates with :class:`dashboard.pages.forms.RunForm` (errors inline, per field),
+then calls ``services.launch_run`` (a clone passes ``parent=``) and redirects to the
+run page. ``.../check/`` answers the same validation as JSON (errors per input and, for
+a clone, the diff to the parent) so the page can show both while the user types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from dashboard import services
+from dashboard.models import Run
+from dashboard.pages import catalog, configdiff
+from dashboard.pages import formfields as ff
+from dashboard.pages import forms as f
+from dashboard.pages.csp import csp
+
+
+def _context(form: f.RunForm, parent: Run | None, diff: list[Any]) -> dict[str, Any]:
+    return {
+        "form": form,
+        "parent": parent,
+        "diff": diff,
+        "f": ff,
+        "env_names": catalog.ENV_NAMES,
+        "env_labels": catalog.ENV_LABELS,
+        "env_params": catalog.ENV_PARAMS,
+        "preset_choices": catalog.preset_choices(),
+        "presets": catalog.presets_data(),
+        "component_names": list(catalog.COMPONENT_CLASSES),
+        "component_params": {
+            name: catalog.component_param_specs(name, "reward.components.__i__.params")
+            for name in catalog.COMPONENT_CLASSES
+        },
+        "component_proto": ff.ComponentRow(
+            index="__i__",  # type: ignore[arg-type]  (the browser fills it in)
+            prefix="reward.components.__i__",
+            kind="outcome",
+            specs=ff.row_specs(ff.COMPONENT_ROW, "reward.components.__i__"),
+            schedule=ff.row_specs(ff.SCHEDULE_ROW, "reward.components.__i__.schedule"),
+            params=[],
+        ),
+        "judge_proto": ff.JudgeRow(
+            index="__i__",  # type: ignore[arg-type]
+            prefix="reward.judges.__i__",
+            specs=ff.row_specs(ff.JUDGE_ROW, "reward.judges.__i__"),
+            dimensions=[],
+        ),
+        "dimension_proto": ff.Row(
+            "__k__",  # type: ignore[arg-type]
+            "reward.judges.__i__.rubric.__k__",
+            ff.row_specs(ff.DIMENSION_ROW, "reward.judges.__i__.rubric.__k__"),
+        ),
+        "check_url": (
+            f"/runs/{parent.pk}/clone/check/" if parent else "/runs/new/check/"
+        ),
+    }
+
+
+def _diff(parent: Run | None, form: f.RunForm) -> list[configdiff.DiffRow]:
+    if parent is None or form.cleaned is None:
+        return []
+    return configdiff.diff([f.normalise(parent.config), form.cleaned])
+
+
+def _submit(request: HttpRequest, parent: Run | None) -> HttpResponse:
+    form = f.RunForm(request.POST)
+    if form.is_valid():
+        assert form.cleaned is not None
+        try:
+            run = services.launch_run(
+                request.user, form.cleaned, name=form.cleaned.get("name"), parent=parent
+            )
+        except services.ServiceError as exc:
+            form.add_service_errors(exc.errors)
+        else:
+            return redirect("pages:run_detail", run.pk)
+    status = (
+        409
+        if any("already queued or running" in e for e in form.non_field_errors)
+        else 400
+    )
+    return render(
+        request,
+        "pages/new.html",
+        _context(form, parent, _diff(parent, form)),
+        status=status,
+    )
+
+
+@csp
+def run_new(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        return _submit(request, None)
+    env = request.GET.get("env", "calc")
+    preset = request.GET.get("preset", "grpo")
+    if preset not in catalog.PRESETS:
+        preset = "grpo"
+    form = f.RunForm(initial=f.default_config(env, preset))
+    return render(request, "pages/new.html", _context(form, None, []))
+
+
+@csp
+def run_clone(request: HttpRequest, run_id: Any) -> HttpResponse:
+    parent = services.get_run_for_user(request.user, run_id)
+    if request.method == "POST":
+        return _submit(request, parent)
+    initial = f.normalise(parent.config)
+    initial["name"] = f"{parent.name} (clone)"[:200]
+    form = f.RunForm(initial=initial)
+    return render(request, "pages/new.html", _context(form, parent, []))
+
+
+def _check(request: HttpRequest, parent: Run | None) -> JsonResponse:
+    form = f.RunForm(request.POST)
+    ok = form.is_valid()
+    diff = _diff(parent, form)
+    return JsonResponse(
+        {
+            "ok": ok,
+            "errors": form.errors,
+            "diff": [
+                {"path": d.path, "parent": d.values[0], "value": d.values[1]}
+                for d in diff
+            ],
+        }
+    )
+
+
+@require_POST
+def run_new_check(request: HttpRequest) -> JsonResponse:
+    return _check(request, None)
+
+
+@require_POST
+def run_clone_check(request: HttpRequest, run_id: Any) -> JsonResponse:
+    return _check(request, services.get_run_for_user(request.user, run_id))
+
+
+@require_GET
+@csp
+def reward_fragment(request: HttpRequest) -> HttpResponse:
+    """The reward section filled with an environment's defaults (the form swaps it in
+    when the environment changes), plus that environment's parameters."""
+    env = request.GET.get("env", "calc")
+    form = f.RunForm(initial=f.default_config(env, request.GET.get("preset", "grpo")))
+    ctx = _context(form, None, [])
+    return render(request, "pages/partials/reward_section.html", ctx)

@@ -1,0 +1,142 @@
+"""Template helpers for the pages: number formatting, form fields, small lookups.
+
+Nothing here marks text safe: model-generated strings go through auto-escaping, and
+helpers that build markup use ``format_html`` (which escapes its arguments).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django import template
+from django.utils.html import format_html
+
+register = template.Library()
+
+
+@register.filter
+def num(value: Any, digits: int = 4) -> str:
+    """A number for people: 4 significant digits, NaN/inf spelled out, '—' if none."""
+    if value is None or value == "":
+        return "—"
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "∞" if v > 0 else "−∞"
+    if v == 0:
+        return "0"
+    if abs(v) >= 1e5 or abs(v) < 1e-3:
+        return f"{v:.{max(1, int(digits) - 1)}e}"
+    return f"{v:.{int(digits)}g}"
+
+
+@register.filter
+def signed(value: Any) -> str:
+    """The CSS class of a signed number (advantages)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return ""
+    return "pos" if v > 0 else ("neg" if v < 0 else "")
+
+
+@register.filter
+def duration(seconds: Any) -> str:
+    if seconds is None:
+        return "—"
+    s = int(float(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h {m:02d}m" if h else (f"{m}m {s:02d}s" if m else f"{s}s")
+
+
+@register.filter
+def get(mapping: Any, key: Any) -> Any:
+    if isinstance(mapping, dict):
+        return mapping.get(key)
+    return None
+
+
+@register.filter
+def pct(value: Any) -> str:
+    try:
+        return f"{100 * float(value):.0f}%"
+    except (TypeError, ValueError):
+        return "—"
+
+
+@register.simple_tag
+def status_badge(status: str) -> str:
+    return format_html(
+        '<span class="badge st-{}" data-status>{}</span>', status, status
+    )
+
+
+@register.inclusion_tag("pages/partials/field.html")
+def field(
+    form: Any, spec: Any, compact: bool = False, hint: Any = None
+) -> dict[str, Any]:
+    """One input with its label, help and errors. ``hint``: the preset's value, shown
+    when the input is blank (algorithm overrides)."""
+    value = form.value(spec) if form is not None else _default_value(spec)
+    return {
+        "spec": spec,
+        "value": value,
+        "errors": form.errors_for(spec.path) if form is not None else [],
+        "compact": compact,
+        "preset_hint": hint,
+    }
+
+
+def _default_value(spec: Any) -> Any:
+    if spec.kind == "bool":
+        return bool(spec.default)
+    if spec.kind == "multi":
+        return [str(v) for v in spec.default or []]
+    return "" if spec.optional else spec.default_text
+
+
+@register.inclusion_tag("pages/partials/errors.html")
+def errors_for(form: Any, path: str) -> dict[str, Any]:
+    return {"path": path, "errors": form.errors_for(path) if form is not None else []}
+
+
+@register.simple_tag
+def preset_value(presets: dict[str, Any], preset: str, name: str) -> str:
+    value = (presets.get(preset) or {}).get("fields", {}).get(name)
+    return "" if value is None else str(value)
+
+
+@register.filter
+def replace_index(text: str, index: Any) -> str:
+    return str(text).replace("__i__", str(index))
+
+
+@register.filter
+def pretty(value: Any) -> str:
+    """Indented JSON (plain text: auto-escaped by the template)."""
+    import json
+
+    return json.dumps(value, indent=2, sort_keys=False, default=str)
+
+
+@register.filter
+def get_item(seq: Any, index: Any) -> Any:
+    """``seq[index]`` for lists (None when out of range)."""
+    try:
+        return seq[int(index)]
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+
+
+@register.filter
+def in_order(values: Any, order: Any) -> list[tuple[str, Any]]:
+    """A dict's items in the run's component order (stored JSON may have lost it)."""
+    from dashboard.pages.charts import in_order as _in_order
+
+    return _in_order(values if isinstance(values, dict) else {}, list(order or []))

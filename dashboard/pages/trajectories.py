@@ -1,0 +1,168 @@
+"""Trajectory browser: a step's groups side by side, one trajectory in full, and the
+critical-path view of an orchestration step.
+
+The token arrays of one trajectory travel to the heatmap script in a
+``<script type="application/json">`` block (``json_script``: HTML-escaped, never
+executed, allowed by the CSP); the script sets every token with ``textContent``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+
+from dashboard import arrays, services
+from dashboard.models import CriticalPath, Trajectory
+from dashboard.pages import charts, trajview
+from dashboard.pages import queries as q
+from dashboard.pages.csp import csp
+
+FILTERS = ("reward_min", "reward_max", "sign", "length_min", "length_max", "dropped")
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@csp
+def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
+    run = services.get_run_for_user(request.user, run_id)
+    steps = q.trajectory_steps(run)
+    asked = _int(request.GET.get("step"))
+    step = q.nearest(steps, asked)
+    groups = q.step_groups(run, step, request.GET) if step is not None else []
+    pos = steps.index(step) if step is not None else -1
+    filters = {k: request.GET.get(k, "") for k in FILTERS}
+    return render(
+        request,
+        "pages/trajectories.html",
+        {
+            "run": run,
+            "step": step,
+            "asked": asked,
+            "steps_count": len(steps),
+            "first_step": steps[0] if steps else None,
+            "last_step": steps[-1] if steps else None,
+            "prev_step": steps[pos - 1] if pos > 0 else None,
+            "next_step": steps[pos + 1] if 0 <= pos < len(steps) - 1 else None,
+            "groups": groups,
+            "filters": filters,
+            "filtered": any(filters.values()),
+            "shown": sum(len(g.rollouts) for g in groups),
+            "hidden": sum(g.hidden for g in groups),
+            "is_swarm": (run.config.get("env") or {}).get("name") == "swarm",
+            "order": charts.component_names(run.config),
+        },
+    )
+
+
+def _heatmap_data(t: Trajectory) -> dict[str, Any]:
+    segments = arrays.unpack_segments(t.segments, t.arrays)
+    return {
+        "segments": [
+            {
+                "kind": s.get("kind"),
+                "turn": s.get("turn"),
+                "mask": s.get("mask"),
+                "tokens": s.get("tokens") or [],
+                "token_ids": s.get("token_ids"),
+                "logprob": s.get("logprob"),
+                "old_logprob": s.get("old_logprob"),
+                "ratio": s.get("ratio"),
+                "entropy": s.get("entropy"),
+                "advantage": s.get("advantage"),
+            }
+            for s in segments
+        ]
+    }
+
+
+@csp
+def trajectory(
+    request: HttpRequest, run_id: Any, step: int, group: int, index: int
+) -> HttpResponse:
+    run = services.get_run_for_user(request.user, run_id)
+    t = Trajectory.objects.filter(run=run, step=step, group=group, index=index).first()
+    if t is None:
+        raise Http404("no such trajectory")
+    order = charts.component_names(run.config)
+    view = trajview.build(t, q.judgements_for(run, step, group, index), order)
+    cp = q.critical_path_for(run, step, group, index)
+    siblings = list(
+        Trajectory.objects.filter(run=run, step=step)
+        .order_by("group", "index")
+        .values_list("group", "index")
+    )
+    pos = siblings.index((group, index))
+    link = lambda gi: reverse("pages:trajectory", args=[run.pk, step, *gi])  # noqa: E731
+    return render(
+        request,
+        "pages/trajectory.html",
+        {
+            "run": run,
+            "t": t,
+            "view": view,
+            "agent_steps": t.agent_steps if isinstance(t.agent_steps, list) else [],
+            "gantt": trajview.gantt(cp) if cp else None,
+            "cp": cp,
+            "prev_url": link(siblings[pos - 1]) if pos > 0 else "",
+            "next_url": link(siblings[pos + 1]) if pos < len(siblings) - 1 else "",
+            "heatmap": _heatmap_data(t),
+            "step_url": reverse("pages:trajectories", args=[run.pk]) + f"?step={step}",
+        },
+    )
+
+
+@csp
+def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
+    run = services.get_run_for_user(request.user, run_id)
+    steps = list(
+        CriticalPath.objects.filter(run=run)
+        .order_by("step")
+        .values_list("step", flat=True)
+        .distinct()
+    )
+    step = q.nearest(steps, _int(request.GET.get("step")))
+    paths = q.critical_paths(run, step) if step is not None else []
+    rewards = (
+        {
+            (t.group, t.index): t
+            for t in Trajectory.objects.filter(run=run, step=step).only(
+                "group", "index", "reward", "advantage", "rewards", "task_id"
+            )
+        }
+        if step is not None
+        else {}
+    )
+    chosen = None
+    g, i = _int(request.GET.get("group")), _int(request.GET.get("index"))
+    for cp in paths:
+        if (cp.group, cp.index) == (g, i):
+            chosen = cp
+    if chosen is None and paths:
+        chosen = min(paths, key=lambda c: (c.critical_steps, c.group, c.index))
+    rows = [(cp, rewards.get((cp.group, cp.index))) for cp in paths]
+    pos = steps.index(step) if step is not None else -1
+    return render(
+        request,
+        "pages/critical_path.html",
+        {
+            "run": run,
+            "step": step,
+            "rows": rows,
+            "chosen": chosen,
+            "chosen_traj": rewards.get((chosen.group, chosen.index))
+            if chosen
+            else None,
+            "gantt": trajview.gantt(chosen) if chosen else None,
+            "order": charts.component_names(run.config),
+            "prev_step": steps[pos - 1] if pos > 0 else None,
+            "next_step": steps[pos + 1] if 0 <= pos < len(steps) - 1 else None,
+        },
+    )

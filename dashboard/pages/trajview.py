@@ -1,0 +1,266 @@
+"""One trajectory laid out for reading: its agent steps in order, the reward each
+component paid at each step (with the sum checks), the judges' verdicts beside the
+steps they judged, and, for orchestration runs, the critical-path Gantt.
+
+Segments are grouped into steps by ``turn``: the policy's ``action`` (thought and tool
+call) then what came back (``tool`` output or a ``subagent`` result). Text stays raw
+here; templates escape it and the token heatmap sets it with ``textContent``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from dashboard import jsonsafe
+from dashboard.models import CriticalPath, Judgement, Trajectory
+
+TOLERANCE = 1e-6
+OBSERVATION_LABELS = {"tool": "observation", "subagent": "sub-agent result"}
+
+
+@dataclass
+class Segment:
+    k: int  # position in the trajectory's segment list (the heatmap's key)
+    turn: int | None
+    kind: str
+    text: str
+    mask: str | None
+    n: int
+
+    @property
+    def label(self) -> str:
+        if self.kind == "action":
+            return "thought / tool call"
+        return OBSERVATION_LABELS.get(self.kind, self.kind)
+
+
+@dataclass
+class StepBlock:
+    index: int
+    segments: list[Segment] = field(default_factory=list)
+    rewards: list[tuple[str, float]] = field(default_factory=list)
+    total: float = 0.0
+    judgements: list[Judgement] = field(default_factory=list)
+
+    @property
+    def tool(self) -> str:
+        """The tool the action called: its first word (the environments' grammar)."""
+        for seg in self.segments:
+            if seg.kind == "action":
+                words = seg.text.split()
+                return words[0] if words else ""
+        return ""
+
+
+@dataclass(frozen=True)
+class ComponentCheck:
+    name: str
+    total: float
+    step_sum: float
+    ok: bool
+
+
+@dataclass
+class TrajectoryView:
+    prompt: list[Segment]
+    steps: list[StepBlock]
+    components: list[str]
+    checks: list[ComponentCheck]
+    total: float
+    component_sum: float
+    total_ok: bool
+    episode_judgements: list[Judgement]
+
+    @property
+    def all_ok(self) -> bool:
+        return self.total_ok and all(c.ok for c in self.checks)
+
+
+def _f(value: Any) -> float:
+    return jsonsafe.to_float(value)
+
+
+def _close(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return abs(a - b) <= TOLERANCE * max(1.0, abs(a), abs(b))
+
+
+def build(
+    t: Trajectory, judgements: list[Judgement], order: list[str] | None = None
+) -> TrajectoryView:
+    """``order``: the run's component names in config order (stored dicts lose it)."""
+    segments = [
+        Segment(
+            k,
+            s.get("turn"),
+            str(s.get("kind") or ""),
+            str(s.get("text") or ""),
+            s.get("mask"),
+            int(s.get("n") or 0),
+        )
+        for k, s in enumerate(t.segments if isinstance(t.segments, list) else [])
+    ]
+    rewards = t.rewards if isinstance(t.rewards, dict) else {}
+    per_step = (
+        rewards.get("per_step") if isinstance(rewards.get("per_step"), dict) else {}
+    )
+    comps = (
+        rewards.get("components") if isinstance(rewards.get("components"), dict) else {}
+    )
+    names = list(dict.fromkeys([*comps, *per_step]))
+    rank = {name: i for i, name in enumerate(order or [])}
+    first_seen = {n: i for i, n in enumerate(names)}
+    names.sort(key=lambda n: (rank.get(n, len(rank)), first_seen[n]))
+    turns = [s.turn for s in segments if s.kind != "prompt" and isinstance(s.turn, int)]
+    n_steps = max(
+        [len(v) for v in per_step.values() if isinstance(v, list)]
+        + [max(turns, default=-1) + 1]
+    )
+    steps = [StepBlock(i) for i in range(n_steps)]
+    prompt = []
+    for seg in segments:
+        if (
+            seg.kind == "prompt"
+            or not isinstance(seg.turn, int)
+            or not 0 <= seg.turn < n_steps
+        ):
+            prompt.append(seg)
+        else:
+            steps[seg.turn].segments.append(seg)
+    for name in names:
+        values = per_step.get(name) if isinstance(per_step.get(name), list) else []
+        for i, block in enumerate(steps):
+            v = _f(values[i]) if i < len(values) else 0.0
+            block.rewards.append((name, v))
+            block.total += v
+    checks = []
+    for name in names:
+        values = per_step.get(name) if isinstance(per_step.get(name), list) else []
+        step_sum = math.fsum(_f(v) for v in values)
+        total = _f(comps.get(name, step_sum))
+        checks.append(ComponentCheck(name, total, step_sum, _close(total, step_sum)))
+    total = _f(rewards.get("total", t.reward))
+    component_sum = math.fsum(c.total for c in checks)
+    episode = []
+    for j in judgements:
+        if isinstance(j.target_step, int) and 0 <= j.target_step < n_steps:
+            steps[j.target_step].judgements.append(j)
+        else:
+            episode.append(j)
+    return TrajectoryView(
+        prompt=prompt,
+        steps=steps,
+        components=names,
+        checks=checks,
+        total=total,
+        component_sum=component_sum,
+        total_ok=_close(total, component_sum),
+        episode_judgements=episode,
+    )
+
+
+# --- critical path ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Bar:
+    lane: int
+    start: int
+    steps: int
+    label: str
+    critical: bool
+    ok: bool = True
+
+
+@dataclass
+class Gantt:
+    bars: list[Bar]
+    lanes: int
+    span: int
+    critical_steps: int
+    total_steps: int
+    stage_starts: list[int]
+
+    # Geometry for the SVG (viewBox units): 1000 wide, 22 per lane.
+    WIDTH = 1000
+    LANE = 22
+
+    @property
+    def height(self) -> int:
+        return self.lanes * self.LANE + 24
+
+    def rects(self) -> list[dict[str, Any]]:
+        scale = self.WIDTH / max(1, self.span)
+        return [
+            {
+                "x": round(b.start * scale, 2),
+                "y": b.lane * self.LANE + 2,
+                "w": max(1.0, round(b.steps * scale - 1, 2)),
+                "h": self.LANE - 4,
+                "bar": b,
+            }
+            for b in self.bars
+        ]
+
+    def ticks(self) -> list[dict[str, Any]]:
+        scale = self.WIDTH / max(1, self.span)
+        every = max(1, math.ceil(self.span / 10))
+        return [
+            {"x": round(t * scale, 2), "t": t} for t in range(0, self.span + 1, every)
+        ]
+
+    @property
+    def axis_y(self) -> int:
+        return self.lanes * self.LANE + 14
+
+    @property
+    def parallel_saving(self) -> float:
+        return 1 - self.critical_steps / self.total_steps if self.total_steps else 0.0
+
+
+def _stage(stage: Any) -> tuple[int, list[tuple[str, int, bool]]]:
+    """(orchestrator steps, [(label, steps, success)]) from either stage spelling."""
+    if isinstance(stage, dict):
+        subs = []
+        for i, s in enumerate(stage.get("subagents") or []):
+            if isinstance(s, dict):
+                subs.append(
+                    (
+                        str(s.get("subtask", i)),
+                        int(s.get("steps") or 0),
+                        bool(s.get("success", True)),
+                    )
+                )
+            else:
+                subs.append((str(i), int(s or 0), True))
+        return int(stage.get("orchestrator_steps") or 0), subs
+    if isinstance(stage, (list, tuple)) and len(stage) == 2:
+        return int(stage[0] or 0), [
+            (str(i), int(s or 0), True) for i, s in enumerate(stage[1] or [])
+        ]
+    return 0, []
+
+
+def gantt(cp: CriticalPath) -> Gantt:
+    """Stages run one after another; within a stage the orchestrator's own steps come
+    first, then its sub-agents in parallel. The critical path is every orchestrator
+    bar plus each stage's slowest sub-agent (``cp.path``)."""
+    bars: list[Bar] = []
+    t = 0
+    lanes = 1
+    starts = []
+    path = cp.path if isinstance(cp.path, list) else []
+    for s, raw in enumerate(cp.stages if isinstance(cp.stages, list) else []):
+        orch, subs = _stage(raw)
+        starts.append(t)
+        if orch:
+            bars.append(Bar(0, t, orch, f"stage {s}: orchestrator", True))
+        slowest = path[s] if s < len(path) else None
+        for i, (label, steps, ok) in enumerate(subs):
+            bars.append(
+                Bar(i + 1, t + orch, steps, f"stage {s}: {label}", i == slowest, ok)
+            )
+        lanes = max(lanes, len(subs) + 1)
+        t += orch + max((steps for _, steps, _ in subs), default=0)
+    return Gantt(bars, lanes, t, cp.critical_steps, cp.total_steps, starts)

@@ -1,0 +1,46 @@
+"""URL patterns of the HTML pages, included at the site root:
+
+    path("", include("dashboard.pages.urls")),
+
+Names live in the ``pages`` namespace (``{% url 'pages:run_detail' run.id %}``).
+"""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from dashboard.pages import launch, trajectories, views
+
+app_name = "pages"
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("runs/", views.run_list, name="run_list"),
+    path("runs/new/", launch.run_new, name="run_new"),
+    path("runs/new/check/", launch.run_new_check, name="run_new_check"),
+    path("runs/new/reward-section/", launch.reward_fragment, name="reward_fragment"),
+    path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
+    path("runs/<uuid:run_id>/cancel/", views.run_cancel, name="run_cancel"),
+    path("runs/<uuid:run_id>/clone/", launch.run_clone, name="run_clone"),
+    path(
+        "runs/<uuid:run_id>/clone/check/",
+        launch.run_clone_check,
+        name="run_clone_check",
+    ),
+    path(
+        "runs/<uuid:run_id>/trajectories/",
+        trajectories.trajectories,
+        name="trajectories",
+    ),
+    path(
+        "runs/<uuid:run_id>/trajectories/<int:step>/<int:group>/<int:index>/",
+        trajectories.trajectory,
+        name="trajectory",
+    ),
+    path(
+        "runs/<uuid:run_id>/critical-path/",
+        trajectories.critical_path,
+        name="critical_path",
+    ),
+    path("compare/", views.compare, name="compare"),
+]

@@ -1,0 +1,226 @@
+"""Run pages: home, the runs list, one run (live), cancel, compare.
+
+Thin adapters (healthchecks style): load through ``services``/``queries``, check
+ownership (a run that is not the user's is a 404), render. Every response carries the
+pages' Content-Security-Policy (:mod:`dashboard.pages.csp`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from dashboard import services
+from dashboard.models import ACTIVE_STATUSES, Alert, Run, RunStatus
+from dashboard.pages import catalog, charts, configdiff
+from dashboard.pages import queries as q
+from dashboard.pages.csp import csp
+from dashboard.pages.forms import normalise
+
+COMPARE_MIN, COMPARE_MAX = 2, 8
+PAGE_SIZE = 50
+
+
+def run_info(run: Run) -> dict[str, Any]:
+    """What the templates show about a run's config at a glance."""
+    cfg = run.config if isinstance(run.config, dict) else {}
+    algo = cfg.get("algorithm") or {}
+    preset = algo.get("preset", "")
+    return {
+        "preset": preset,
+        "preset_label": catalog.PRESET_LABELS.get(preset, preset),
+        "env": (cfg.get("env") or {}).get("name", ""),
+        "steps": int(cfg.get("steps") or 0),
+        "model": (cfg.get("model") or {}).get("path")
+        or (cfg.get("model") or {}).get("size", ""),
+    }
+
+
+@csp
+def home(request: HttpRequest) -> HttpResponse:
+    runs = q.filter_runs(services.visible_runs(request.user), {})
+    active = list(runs.filter(status__in=ACTIVE_STATUSES)[:20])
+    recent = list(runs.exclude(status__in=ACTIVE_STATUSES)[:10])
+    shown = active + recent
+    sparks = q.sparklines(shown)
+    alerts = (
+        Alert.objects.filter(run__in=services.visible_runs(request.user))
+        .select_related("run")
+        .order_by("-id")[:10]
+    )
+    counts = {s: 0 for s in RunStatus.values}
+    for status in services.visible_runs(request.user).values_list("status", flat=True)[
+        :5000
+    ]:
+        counts[status] = counts.get(status, 0) + 1
+    return render(
+        request,
+        "pages/home.html",
+        {
+            "active": [(r, run_info(r), sparks.get(r.pk, "")) for r in active],
+            "recent": [(r, run_info(r), sparks.get(r.pk, "")) for r in recent],
+            "alerts": alerts,
+            "counts": counts,
+        },
+    )
+
+
+@csp
+def run_list(request: HttpRequest) -> HttpResponse:
+    runs = q.filter_runs(services.visible_runs(request.user), request.GET)
+    page = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
+    rows = list(page.object_list)
+    sparks = q.sparklines(rows)
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "pages/list.html",
+        {
+            "page": page,
+            "rows": [(r, run_info(r), sparks.get(r.pk, "")) for r in rows],
+            "filters": request.GET,
+            "query": query.urlencode(),
+            "statuses": ["active", *RunStatus.values],
+            "presets": catalog.preset_choices(),
+            "envs": catalog.ENV_NAMES,
+            "sorts": [
+                ("new", "newest"),
+                ("old", "oldest"),
+                ("name", "name"),
+                ("status", "status"),
+                ("progress", "progress"),
+                ("reward", "latest reward"),
+            ],
+        },
+    )
+
+
+@csp
+def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
+    run = services.get_run_for_user(request.user, run_id)
+    stats = q.run_stats(run)
+    alerts = q.alerts(run)
+    traj_steps = q.trajectory_steps(run)
+    page_data = {
+        "run": str(run.pk),
+        "status": run.status,
+        "last_step": run.last_step,
+        "frame_seq": run.frame_seq,
+        "steps": run_info(run)["steps"],
+        "charts": charts.run_charts(run.config),
+        "metrics_url": f"/api/runs/{run.pk}/metrics",
+        "backfill_url": f"/api/runs/{run.pk}/backfill",
+        "trajectories_api": f"/api/runs/{run.pk}/trajectories",
+        "trajectories_url": reverse("pages:trajectories", args=[run.pk]),
+        "ws_path": f"/ws/runs/{run.pk}/",
+        "alerts": [
+            {"step": a.step, "detector": a.detector, "severity": a.severity}
+            for a in alerts
+        ],
+        "latest_trajectory_step": q.nearest(traj_steps, None),
+        "trajectory_steps": traj_steps[-5000:],
+    }
+    return render(
+        request,
+        "pages/detail.html",
+        {
+            "run": run,
+            "info": run_info(run),
+            "stats": stats,
+            "alerts": alerts,
+            "page_data": page_data,
+            "metric_keys": q.metric_keys(run),
+            "clones": list(services.visible_runs(request.user).filter(parent=run)[:20]),
+            "active": run.status in ACTIVE_STATUSES,
+            "is_swarm": run_info(run)["env"] == "swarm",
+        },
+    )
+
+
+@require_POST
+@csp
+def run_cancel(request: HttpRequest, run_id: Any) -> HttpResponse:
+    run = services.get_run_for_user(request.user, run_id)
+    try:
+        services.cancel_run(run)
+    except services.ServiceError as exc:
+        messages.error(request, "; ".join(exc.errors))
+    else:
+        messages.info(request, "Cancel requested: the run stops at its next step.")
+    return redirect("pages:run_detail", run.pk)
+
+
+def _compare_ids(request: HttpRequest) -> list[str]:
+    ids: list[str] = []
+    for raw in request.GET.getlist("runs"):
+        ids.extend(p.strip() for p in raw.split(",") if p.strip())
+    return list(dict.fromkeys(ids))
+
+
+@csp
+def compare(request: HttpRequest) -> HttpResponse:
+    ids = _compare_ids(request)
+    error = ""
+    if not COMPARE_MIN <= len(ids) <= COMPARE_MAX:
+        error = f"Pick between {COMPARE_MIN} and {COMPARE_MAX} runs to compare (got {len(ids)})."
+        return render(
+            request,
+            "compare.html",
+            {"error": error, "runs": []},
+            status=400 if ids else 200,
+        )
+    runs = [services.get_run_for_user(request.user, i) for i in ids]
+    best = q.best_rewards([r.pk for r in runs])
+    alert_counts = q.alert_counts([r.pk for r in runs])
+    summary = []
+    for r in runs:
+        stats = q.run_stats(r)
+        summary.append(
+            {
+                "run": r,
+                "info": run_info(r),
+                "stats": stats,
+                "best": best.get(r.pk),
+                "alerts": alert_counts.get(r.pk, 0),
+            }
+        )
+    diff = configdiff.diff([normalise(r.config) for r in runs])
+    keys = sorted(set().union(*(q.metric_keys(r) for r in runs))) or ["reward"]
+    tasks = q.common_tasks(runs)
+    task = request.GET.get("task") or (tasks[0] if tasks else "")
+    side_by_side = q.task_trajectories(runs, task) if task else []
+    page_data = {
+        "runs": [
+            {
+                "id": str(r.pk),
+                "name": r.name,
+                "metrics_url": f"/api/runs/{r.pk}/metrics",
+            }
+            for r in runs
+        ],
+        "keys": keys,
+        "default_key": "reward",
+    }
+    return render(
+        request,
+        "compare.html",
+        {
+            "runs": runs,
+            "summary": summary,
+            "diff": diff,
+            "keys": keys,
+            "tasks": tasks,
+            "task": task,
+            "side_by_side": side_by_side,
+            "page_data": page_data,
+            "ids": ",".join(str(r.pk) for r in runs),
+            "error": error,
+        },
+    )

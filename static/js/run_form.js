@@ -1,0 +1,196 @@
+// The new-run / clone form: environment switch (its parameters and default reward),
+// the preset's fields shown and overridable, reward components / judges / rubric
+// dimensions added and removed from <template>s, and a live check (the server's own
+// validation, errors per field, and for a clone the diff to the parent) as you type.
+
+import { csrfToken, debounce, el, readJSONScript } from "./util.js";
+
+const form = document.getElementById("run-form");
+const presets = readJSONScript("presets-data") || {};
+let rewardDirty = false;
+
+// --- rows from templates ------------------------------------------------------------
+function fromTemplate(selector, subs) {
+  const tpl = typeof selector === "string" ? form.querySelector(selector) : selector;
+  const frag = tpl.content.cloneNode(true);
+  const replace = (s) => Object.entries(subs).reduce((acc, [k, v]) => acc.split(k).join(String(v)), s);
+  for (const node of frag.querySelectorAll("*")) {
+    for (const attr of [...node.attributes]) {
+      if (attr.value.includes("__")) node.setAttribute(attr.name, replace(attr.value));
+    }
+  }
+  return frag;
+}
+
+function nextIndex(container, selector) {
+  const used = [...container.querySelectorAll(selector)].map((n) => Number(n.dataset.index));
+  return used.length ? Math.max(...used) + 1 : 0;
+}
+
+function setParams(row, kind) {
+  const box = row.querySelector("[data-params]");
+  const tpl = form.querySelector(`template[data-params-for="${CSS.escape(kind)}"]`);
+  box.replaceChildren();
+  if (tpl) box.append(fromTemplate(tpl, { __i__: row.dataset.index }));
+}
+
+function addComponent() {
+  const list = form.querySelector("[data-components]");
+  const i = nextIndex(list, "[data-component-row]");
+  list.append(fromTemplate("#tpl-component", { __i__: i }));
+  const row = list.lastElementChild;
+  const kind = row.querySelector("select[name$='.name']");
+  setParams(row, kind.value);
+  kind.focus();
+}
+
+function addDimension(judgeRow) {
+  const list = judgeRow.querySelector("[data-dimensions]");
+  const k = nextIndex(list, "[data-dimension-row]");
+  list.append(fromTemplate("#tpl-dimension", { __i__: judgeRow.dataset.index, __k__: k }));
+  return list.lastElementChild;
+}
+
+function addJudge() {
+  const list = form.querySelector("[data-judges]");
+  const i = nextIndex(list, "[data-judge-row]");
+  list.append(fromTemplate("#tpl-judge", { __i__: i }));
+  const row = list.lastElementChild;
+  addDimension(row);
+  row.querySelector("input")?.focus();
+}
+
+form.addEventListener("click", (e) => {
+  const t = e.target instanceof Element ? e.target : null;
+  if (!t) return;
+  if (t.closest("[data-add-component]")) { addComponent(); rewardDirty = true; check(); }
+  else if (t.closest("[data-add-judge]")) { addJudge(); rewardDirty = true; check(); }
+  else if (t.closest("[data-add-dimension]")) { addDimension(t.closest("[data-judge-row]")).querySelector("input")?.focus(); check(); }
+  else if (t.closest("[data-remove-row]")) {
+    t.closest("[data-dimension-row], [data-component-row], [data-judge-row]")?.remove();
+    rewardDirty = true;
+    check();
+  } else if (t.closest("[data-load-default-reward]")) loadReward(currentEnv());
+});
+
+// --- environment ----------------------------------------------------------------------
+function currentEnv() {
+  return form.querySelector("[data-env-radio]:checked")?.value || "calc";
+}
+
+async function loadReward(env) {
+  const url = `${form.dataset.fragmentUrl}?env=${encodeURIComponent(env)}&preset=${encodeURIComponent(currentPreset())}`;
+  const r = await fetch(url, { credentials: "same-origin" });
+  if (!r.ok) return;
+  const doc = new DOMParser().parseFromString(await r.text(), "text/html");
+  const fresh = doc.querySelector("[data-reward-section]");
+  const old = form.querySelector("[data-reward-section]");
+  if (fresh && old) old.replaceWith(document.importNode(fresh, true));
+  rewardDirty = false;
+  check();
+}
+
+function onEnvChange() {
+  const env = currentEnv();
+  for (const box of form.querySelectorAll("[data-env-params]")) box.hidden = box.dataset.envParams !== env;
+  const section = form.querySelector("[data-reward-section]");
+  if (!rewardDirty) { loadReward(env); return; }
+  section.querySelector("[data-reward-notice]")?.remove();
+  section.prepend(el("p", { class: "error-summary small", "data-reward-notice": true },
+    `The reward below was edited for ${section.dataset.env}. `,
+    el("button", { type: "button", "data-load-default-reward": true, text: `Use the ${env} default reward` })));
+}
+
+// --- preset ---------------------------------------------------------------------------
+function currentPreset() {
+  return form.querySelector("[name='algorithm.preset']")?.value || "grpo";
+}
+
+function showPreset() {
+  const fields = (presets[currentPreset()] || {}).fields || {};
+  for (const row of form.querySelectorAll("[data-preset-row]")) {
+    const name = row.dataset.presetRow;
+    row.querySelector("[data-preset-value]").textContent = String(fields[name] ?? "");
+    const input = form.querySelector(`[name='algorithm.${name}']`);
+    const overridden = input && input.value !== "";
+    row.querySelector("[data-preset-value]").classList.toggle("overridden", overridden);
+    if (overridden) row.querySelector("[data-preset-value]").textContent = `${fields[name]} → ${input.value}`;
+  }
+  for (const field of form.querySelectorAll("[data-preset-field]")) {
+    const v = String(fields[field.dataset.presetField] ?? "");
+    const opt = field.querySelector("option[data-default-option]");
+    if (opt) opt.textContent = `preset: ${v}`;
+    const input = field.querySelector("input");
+    if (input) input.placeholder = `preset: ${v}`;
+  }
+}
+
+// --- live check -------------------------------------------------------------------------
+const status = form.querySelector("[data-check-status]");
+let checkSeq = 0;
+
+function showErrors(errors) {
+  for (const ul of form.querySelectorAll("[data-errors-for]")) ul.replaceChildren();
+  for (const f of form.querySelectorAll(".field.has-error")) f.classList.remove("has-error");
+  for (const f of form.querySelectorAll("[aria-invalid]")) f.removeAttribute("aria-invalid");
+  const orphans = [];
+  for (const [path, messages] of Object.entries(errors)) {
+    const ul = form.querySelector(`[data-errors-for="${CSS.escape(path)}"]`);
+    if (!ul) { orphans.push(...messages); continue; }
+    for (const m of messages) ul.append(el("li", { text: m }));
+    const field = ul.closest(".field");
+    field?.classList.add("has-error");
+    field?.querySelector("input, select, textarea")?.setAttribute("aria-invalid", "true");
+  }
+  return orphans;
+}
+
+function showDiff(diff) {
+  const table = form.querySelector("[data-diff]");
+  if (!table) return;
+  const rows = diff.map((d) => el("tr", {}, el("td", { text: d.path }), el("td", { class: "old", text: d.parent }), el("td", { class: "new", text: d.value })));
+  table.tBodies[0].replaceChildren(...rows);
+  form.querySelector("[data-diff-empty]").hidden = diff.length > 0;
+}
+
+async function runCheck() {
+  const seq = ++checkSeq;
+  const body = new FormData(form);
+  let res;
+  try {
+    const r = await fetch(form.dataset.checkUrl, { method: "POST", body, credentials: "same-origin", headers: { "X-CSRFToken": csrfToken() } });
+    if (!r.ok) return;
+    res = await r.json();
+  } catch {
+    return;
+  }
+  if (seq !== checkSeq) return; // a newer check is on its way
+  const orphans = showErrors(res.errors);
+  const n = Object.values(res.errors).reduce((a, m) => a + m.length, 0);
+  status.textContent = res.ok ? "✓ Valid configuration" : `${n} problem${n === 1 ? "" : "s"} to fix${orphans.length ? `: ${orphans.join("; ")}` : ""}`;
+  status.className = `small ${res.ok ? "check-ok" : "check-bad"}`;
+  if (res.ok || res.diff.length) showDiff(res.diff);
+  form.dataset.checked = String(seq);
+}
+const check = debounce(runCheck, 350);
+
+form.addEventListener("input", (e) => {
+  if (e.target instanceof Element && e.target.closest("[data-reward-section]")) rewardDirty = true;
+  if (e.target instanceof Element && e.target.matches("[name^='algorithm.']")) showPreset();
+  check();
+});
+form.addEventListener("change", (e) => {
+  const t = e.target;
+  if (!(t instanceof Element)) return;
+  if (t.matches("[data-env-radio]")) onEnvChange();
+  else if (t.matches("[name='algorithm.preset']") || t.matches("[name^='algorithm.']")) showPreset();
+  else if (t.matches("[data-component-row] select[name$='.name']")) setParams(t.closest("[data-component-row]"), t.value);
+  if (t.closest("[data-reward-section]")) rewardDirty = true;
+  check();
+});
+form.addEventListener("submit", () => {
+  form.querySelector("[data-launch]").disabled = true; // no double launch
+});
+
+showPreset();
+runCheck();

@@ -1,0 +1,211 @@
+// The run page: charts loaded from the metrics API (downsampled server side), kept
+// live by the websocket (RunStream), alerts listed and marked on every chart, the
+// advantage histogram of a step, and a click on any chart opening that step's
+// trajectories.
+
+import { MetricChart, fetchSeries } from "./chart.js";
+import { drawHistogram, histogram } from "./histogram.js";
+import { RunStream } from "./live.js";
+import { el, fmt, getJSON, num, readJSONScript } from "./util.js";
+
+const data = readJSONScript("page-data");
+const FINAL = new Set(["succeeded", "failed", "cancelled", "unresponsive"]);
+const charts = [];
+const alertKeys = new Set();
+const alertSteps = [];
+const trajSteps = new Set(data.trajectory_steps || []);
+let histStep = data.latest_trajectory_step;
+let best = num(document.querySelector("[data-stat=best_reward]")?.textContent);
+const pointsWanted = () => Math.min(2000, Math.max(200, Math.round(window.innerWidth)));
+
+function openStep(step) {
+  window.location.href = `${data.trajectories_url}?step=${Math.round(step)}`;
+}
+
+function makeChart(section, keys) {
+  const plot = section.querySelector("[data-plot]");
+  const nodata = section.querySelector("[data-nodata]");
+  const chart = new MetricChart(plot, {
+    keys,
+    labels: keys,
+    onPick: openStep,
+    onData: (n) => {
+      if (nodata) nodata.hidden = n > 0;
+      section.dataset.points = String(n);
+      if (n > 0 && !document.body.dataset.firstChartMs) {
+        document.body.dataset.firstChartMs = String(Math.round(performance.now())); // since navigation
+      }
+    },
+  });
+  chart.section = section;
+  chart.setAlerts(alertSteps);
+  return chart;
+}
+
+// --- alerts ---------------------------------------------------------------------------
+function addAlert(a) {
+  const key = `${a.step}|${a.detector}`;
+  if (alertKeys.has(key)) return false;
+  alertKeys.add(key);
+  alertSteps.push(a.step);
+  const list = document.querySelector("[data-alerts]");
+  if (list && a.message !== undefined) {
+    const link = el("a", { href: `${data.trajectories_url}?step=${a.step}`, text: `step ${a.step}` });
+    list.append(el("li", {}, el("span", { class: `sev-${a.severity || "warning"}`, text: "●" }), " ", link, " ",
+      el("strong", { text: a.detector }), " ", el("span", { class: "muted", text: a.message || "" })));
+  }
+  document.querySelector("[data-no-alerts]")?.setAttribute("hidden", "");
+  const stat = document.querySelector("[data-stat=alerts]");
+  if (stat) stat.textContent = String(alertKeys.size);
+  return true;
+}
+for (const a of data.alerts) addAlert(a);
+
+for (const spec of data.charts) {
+  const section = document.querySelector(`[data-chart="${CSS.escape(spec.id)}"]`);
+  if (section) charts.push(makeChart(section, spec.keys));
+}
+
+// One request per chart, two at a time, in page order: the reward chart shows up
+// first instead of every chart waiting for the slowest series.
+async function loadCharts(list = charts) {
+  const t0 = performance.now();
+  const queue = [...list];
+  const points = pointsWanted();
+  const worker = async () => {
+    while (queue.length) {
+      const chart = queue.shift();
+      const { series, bucketWidth } = await fetchSeries(data.metrics_url, chart.keys, points);
+      chart.load(series, bucketWidth);
+    }
+  };
+  await Promise.all([worker(), worker()]);
+  document.body.dataset.chartsMs = String(Math.round(performance.now() - t0));
+}
+
+// --- status ------------------------------------------------------------------------------
+function setStatus(status, lastStep) {
+  if (status) {
+    const badge = document.querySelector("[data-run-status] .badge");
+    if (badge && badge.textContent !== status) {
+      badge.textContent = status;
+      badge.className = `badge st-${status}`;
+    }
+    const cancel = document.querySelector("[data-cancel]");
+    if (cancel) cancel.disabled = FINAL.has(status);
+    data.status = status;
+  }
+  if (typeof lastStep === "number") {
+    const ls = document.querySelector("[data-last-step]");
+    if (ls) ls.textContent = String(lastStep);
+    const prog = document.querySelector("[data-progress]");
+    if (prog) prog.value = lastStep;
+  }
+}
+
+function setLive(state) {
+  const dot = document.querySelector("[data-live-dot]");
+  const text = document.querySelector("[data-live-text]");
+  const finished = FINAL.has(data.status);
+  dot?.classList.toggle("on", state === "live");
+  dot?.classList.toggle("retry", state === "retry");
+  if (text) {
+    text.textContent = {
+      live: finished ? "up to date" : "live", connecting: "connecting…", retry: "reconnecting…", refused: "not allowed",
+    }[state] || state;
+  }
+  document.body.dataset.live = state;
+}
+
+// --- histogram ---------------------------------------------------------------------------
+async function showHistogram(step) {
+  if (step === null || step === undefined) return;
+  histStep = step;
+  const body = await getJSON(`${data.trajectories_api}?step=${step}&limit=2000`);
+  const values = (body.trajectories || []).filter((t) => !t.dropped).map((t) => t.advantage);
+  const h = histogram(values);
+  document.querySelector("[data-hist-step]").textContent = String(step);
+  document.querySelector("[data-hist-empty]").hidden = !!h;
+  drawHistogram(document.querySelector("[data-hist-canvas]"), h);
+}
+
+function neighbour(delta) {
+  const steps = [...trajSteps].sort((a, b) => a - b);
+  const i = steps.indexOf(histStep);
+  const j = i < 0 ? steps.length - 1 : i + delta;
+  return steps[Math.max(0, Math.min(steps.length - 1, j))];
+}
+document.querySelector("[data-hist-prev]")?.addEventListener("click", () => showHistogram(neighbour(-1)));
+document.querySelector("[data-hist-next]")?.addEventListener("click", () => showHistogram(neighbour(1)));
+
+// --- any metric --------------------------------------------------------------------------
+const custom = document.querySelector("[data-custom-chart]");
+const pick = document.querySelector("[data-metric-pick]");
+let customChart = null;
+pick?.addEventListener("change", async () => {
+  if (!pick.value) return;
+  if (customChart) {
+    customChart.plot?.destroy();
+    customChart.resize?.disconnect();
+    charts.splice(charts.indexOf(customChart), 1);
+  }
+  customChart = makeChart(custom, [pick.value]);
+  charts.push(customChart);
+  await loadCharts([customChart]);
+});
+
+// --- frames ------------------------------------------------------------------------------
+let histTimer = null;
+function onFrame(frame) {
+  setStatus(frame.status, frame.last_step);
+  for (const s of frame.steps || []) {
+    for (const c of charts) c.add(s.step, s.metrics);
+    const r = num(s.metrics.reward);
+    if (r !== null && Number.isFinite(r)) {
+      const last = document.querySelector("[data-stat=last_reward]");
+      if (last) last.textContent = fmt(r);
+      if (best === null || r > best) {
+        best = r;
+        document.querySelector("[data-stat=best_reward]").textContent = fmt(r);
+      }
+    }
+    const known = pick && new Set([...pick.options].map((o) => o.value));
+    for (const key of Object.keys(s.metrics)) {
+      if (known && !known.has(key)) { pick.append(el("option", { value: key, text: key })); known.add(key); }
+    }
+  }
+  let newAlert = false;
+  for (const a of frame.alerts || []) newAlert = addAlert(a) || newAlert;
+  if (newAlert) for (const c of charts) c.setAlerts(alertSteps);
+  let latest = null;
+  for (const t of frame.trajectories || []) {
+    trajSteps.add(t.step);
+    latest = Math.max(latest ?? t.step, t.step);
+  }
+  if (latest !== null && (histStep === null || histStep === undefined || latest > histStep)) {
+    clearTimeout(histTimer);
+    histTimer = setTimeout(() => showHistogram(latest), 300);
+  }
+  // Live points are raw steps; past a few thousand, reload the downsampled series.
+  if (charts.some((c) => c.size > 4000)) loadCharts();
+  document.body.dataset.frames = String(stream.stats.frames);
+  document.body.dataset.streamStep = String(stream.lastStep);
+}
+
+const stream = new RunStream({
+  wsPath: data.ws_path,
+  backfillUrl: data.backfill_url,
+  lastStep: data.last_step,
+  seq: data.frame_seq,
+  onFrame,
+  onState: setLive,
+});
+window.__runStream = stream; // for tests and debugging: stats, forced reconnects
+
+loadCharts()
+  .catch((err) => { document.body.dataset.chartsError = String(err); })
+  .finally(() => {
+    document.body.dataset.chartsReady = "1";
+    stream.start();
+  });
+showHistogram(histStep).catch(() => {});

@@ -1,0 +1,33 @@
+// One trajectory: the token heatmap over every segment, colour-by switch, plain-text
+// toggle. Keyboard: j/k next/previous rollout of the step (base.js).
+
+import { Heatmap } from "./heatmap.js";
+import { fmt, readJSONScript } from "./util.js";
+
+const data = readJSONScript("heatmap-data");
+const tooltip = document.querySelector("[data-tooltip]");
+const boxes = new Map([...document.querySelectorAll("[data-heat]")].map((n) => [Number(n.dataset.heat), n]));
+const heat = new Heatmap(data, (k) => boxes.get(k) || null, tooltip);
+const scaleText = document.querySelector("[data-heat-scale]");
+const status = document.querySelector("[data-heat-status]");
+const plain = document.querySelector("[data-plain-text]");
+
+function showHeat(on) {
+  for (const box of boxes.values()) box.hidden = !on;
+  for (const t of document.querySelectorAll("[data-seg-text]")) t.hidden = on;
+}
+
+const t0 = performance.now();
+const scale = heat.render("advantage");
+const ms = performance.now() - t0;
+document.body.dataset.heatMs = ms.toFixed(1);
+document.body.dataset.heatTokens = String(heat.tokenCount);
+showHeat(true);
+scaleText.textContent = `±${fmt(scale, 3)}`;
+status.textContent = `${heat.tokenCount} tokens in ${ms.toFixed(0)} ms`;
+
+document.querySelector("[data-colour-by]")?.addEventListener("change", (e) => {
+  const s = heat.recolour(e.target.value);
+  scaleText.textContent = `±${fmt(s, 3)}`;
+});
+plain?.addEventListener("change", () => showHeat(!plain.checked));

@@ -1,0 +1,252 @@
+"""The new-run form: config <-> inputs, errors filed under the input that caused them,
+launch and clone through the platform's services."""
+
+from __future__ import annotations
+
+import pytest
+from django.http import QueryDict
+
+from dashboard.models import Run
+from dashboard.pages.forms import RunForm, default_config, normalise, values_from_config
+from dashboard.pages.seed import seed_run
+from dashboard.pages.wiring import wire
+from rewards.config import DETECTOR_NAMES
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _pages(settings):
+    wire(settings)
+
+
+def as_post(values: dict, **changes) -> QueryDict:
+    """What a browser submits for a form showing ``values`` (then edited)."""
+    values = {**values, **changes}
+    if values.get("reward.detectors.enabled") is None:  # rendered as every box ticked
+        values["reward.detectors.enabled"] = list(DETECTOR_NAMES)
+    q = QueryDict(mutable=True)
+    for key, value in values.items():
+        if value is None or value is False:
+            continue  # blank inputs and unchecked boxes
+        if isinstance(value, list):
+            q.setlist(key, [str(v) for v in value])
+        elif value is True:
+            q[key] = "on"
+        else:
+            q[key] = str(value)
+    return q
+
+
+def post_for(env="calc", preset="grpo", **changes) -> QueryDict:
+    return as_post(values_from_config(default_config(env, preset)), **changes)
+
+
+def body(q: QueryDict) -> dict[str, list[str]]:
+    """For the test client, which would keep only the last value of a QueryDict key."""
+    return {k: q.getlist(k) for k in q}
+
+
+def test_it_round_trips_every_environments_default_config():
+    for env in ("calc", "search", "swarm"):
+        form = RunForm(post_for(env, "dapo"))
+        assert form.is_valid(), form.errors
+        assert form.cleaned == default_config(env, "dapo")
+
+
+def test_a_blank_override_takes_the_presets_value_and_a_set_one_overrides_it():
+    form = RunForm(post_for("calc", "dr_grpo"))
+    assert form.is_valid()
+    assert form.cleaned["algorithm"]["clip_high"] is None
+    form = RunForm(
+        post_for(
+            "calc",
+            "dr_grpo",
+            **{"algorithm.clip_high": "0.28", "algorithm.credit": "process"},
+        )
+    )
+    assert form.is_valid()
+    assert form.cleaned["algorithm"]["clip_high"] == 0.28
+    assert form.cleaned["algorithm"]["credit"] == "process"
+
+
+def test_custom_weights_params_and_schedules_reach_the_config():
+    form = RunForm(
+        post_for(
+            "swarm",
+            "dr_grpo",
+            **{
+                "reward.components.0.weight": "2.5",
+                "reward.components.0.params.budget": "12",
+                "reward.components.1.schedule.kind": "linear",
+                "reward.components.1.schedule.end": "0",
+                "reward.components.1.schedule.steps": "40",
+            },
+        )
+    )
+    assert form.is_valid(), form.errors
+    comps = form.cleaned["reward"]["components"]
+    assert comps[0]["name"] == "r_perf" and comps[0]["weight"] == 2.5
+    assert comps[0]["params"]["budget"] == 12
+    assert comps[1]["schedule"] == {"kind": "linear", "end": 0.0, "steps": 40}
+
+
+def test_errors_are_filed_under_the_input_that_caused_them():
+    form = RunForm(
+        post_for(
+            "search",
+            "grpo",
+            **{
+                "steps": "abc",
+                "algorithm.clip_high": "99",
+                "envp.search.top_k": "50",
+                "reward.components.0.params.beta": "-1",
+                "reward.components.1.weight": "heavy",
+                "reward.components.2.schedule.kind": "linear",
+                "reward.components.2.schedule.steps": "0",
+            },
+        )
+    )
+    assert not form.is_valid()
+    e = form.errors
+    assert "valid integer" in e["steps"][0]
+    assert "less than or equal to 10" in e["algorithm.clip_high"][0]
+    assert "less than or equal to 10" in e["envp.search.top_k"][0]
+    assert "greater than 0" in e["reward.components.0.params.beta"][0]
+    assert "valid number" in e["reward.components.1.weight"][0]
+    assert e["reward.components.2.schedule.steps"] == [
+        "a linear schedule needs steps >= 1"
+    ]
+
+
+def test_an_algorithm_conflict_is_shown_on_both_fields():
+    form = RunForm(
+        post_for(
+            "calc",
+            "grpo",
+            **{"algorithm.advantage": "gae", "algorithm.credit": "outcome"},
+        )
+    )
+    assert not form.is_valid()
+    assert "algorithm.advantage" in form.errors and "algorithm.credit" in form.errors
+
+
+def test_a_component_the_environment_cannot_feed_is_refused():
+    form = RunForm(post_for("calc", "grpo", **{"reward.components.0.name": "fbeta"}))
+    assert not form.is_valid()
+    assert any("does not produce them" in m for m in form.errors["reward.components.0"])
+
+
+def test_rows_removed_in_the_browser_keep_their_own_indices():
+    values = values_from_config(default_config("calc"))
+    moved = {}
+    for key, value in values.items():  # rows 0,1,2 become 0,4,7 (two were deleted)
+        for old, new in (
+            ("reward.components.1.", "reward.components.4."),
+            ("reward.components.2.", "reward.components.7."),
+        ):
+            if key.startswith(old):
+                key = new + key[len(old) :]
+        moved[key] = value
+    form = RunForm(as_post(moved, **{"reward.components.7.weight": "x"}))
+    assert not form.is_valid()
+    assert list(form.errors) == ["reward.components.7.weight"]
+
+
+def test_launch_creates_the_run_through_the_service_and_opens_it(
+    owner_client, enqueued, commit
+):
+    data = post_for(
+        "calc",
+        "dr_grpo",
+        name="custom",
+        **{
+            "reward.components.0.weight": "2.0",
+            "reward.components.1.weight": "0.3",
+        },
+    )
+    with commit():
+        r = owner_client.post("/runs/new/", body(data))
+    run = Run.objects.get()
+    assert r.status_code == 302 and r["Location"] == f"/runs/{run.pk}/"
+    assert run.name == "custom" and run.parent is None
+    assert run.config["algorithm"]["preset"] == "dr_grpo"
+    assert [c["weight"] for c in run.config["reward"]["components"]] == [2.0, 0.3, 0.1]
+    assert enqueued == [(str(run.pk), run.queue)]
+
+
+def test_a_refused_launch_rerenders_with_errors_inline_and_values_kept(
+    owner_client, enqueued
+):
+    r = owner_client.post(
+        "/runs/new/",
+        body(
+            post_for(
+                **{"algorithm.clip_high": "99", "reward.components.0.weight": "2.0"}
+            )
+        ),
+    )
+    assert r.status_code == 400
+    html = r.content.decode()
+    assert (
+        'data-errors-for="algorithm.clip_high"><li>Input should be less than or equal to 10</li>'
+        in html
+    )
+    assert (
+        'name="reward.components.0.weight"\n    type="number"' in html
+        or 'value="2.0"' in html
+    )
+    assert not Run.objects.exists() and enqueued == []
+
+
+def test_the_run_limit_is_shown_as_a_form_error(
+    owner, owner_client, enqueued, settings
+):
+    settings.RUN_MAX_ACTIVE_PER_USER = 1
+    seed_run(owner, steps=2, done=1, status="running")
+    r = owner_client.post("/runs/new/", body(post_for()))
+    assert r.status_code == 409
+    assert "already queued or running" in r.content.decode()
+
+
+def test_clone_prefills_the_parent_and_records_it(owner, owner_client, enqueued):
+    parent = seed_run(owner, name="parent", env="calc", preset="dr_grpo", steps=4)
+    page = owner_client.get(f"/runs/{parent.pk}/clone/")
+    assert page.status_code == 200 and b"Clone and edit" in page.content
+    data = as_post(
+        values_from_config(parent.config),
+        name="child",
+        **{"reward.components.0.weight": "1.5"},
+    )
+    r = owner_client.post(f"/runs/{parent.pk}/clone/", body(data))
+    child = Run.objects.get(name="child")
+    assert r.status_code == 302 and child.parent == parent
+    assert child.config["reward"]["components"][0]["weight"] == 1.5
+
+
+def test_the_live_check_answers_errors_and_the_diff_to_the_parent(owner, owner_client):
+    parent = seed_run(owner, name="parent", env="calc", preset="dr_grpo", steps=4)
+    data = as_post(
+        values_from_config(parent.config),
+        name="parent",
+        **{"reward.components.0.weight": "1.5"},
+    )
+    res = owner_client.post(f"/runs/{parent.pk}/clone/check/", body(data)).json()
+    assert res["ok"] is True and res["errors"] == {}
+    assert res["diff"] == [
+        {"path": "reward.components.0.weight", "parent": "1.0", "value": "1.5"}
+    ]
+    bad = owner_client.post("/runs/new/check/", body(post_for(**{"steps": "0"}))).json()
+    assert bad["ok"] is False and "steps" in bad["errors"]
+
+
+def test_the_reward_section_follows_the_environment(owner_client):
+    html = owner_client.get("/runs/new/reward-section/?env=swarm").content.decode()
+    assert 'value="r_perf" selected' in html and 'value="r_parallel" selected' in html
+    assert "data-reward-section" in html
+
+
+def test_normalise_spells_out_the_defaults():
+    cfg = normalise({"env": {"name": "calc", "params": {}}, "reward": None})
+    assert cfg["env"]["params"]["max_operand"] == 9
+    assert cfg["reward"]["components"][0]["name"] == "outcome"

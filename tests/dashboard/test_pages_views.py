@@ -1,0 +1,224 @@
+"""The pages: what each shows, who may see it, and the actions they offer."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from dashboard.models import Run, Trajectory
+from dashboard.pages.seed import seed_run
+from dashboard.pages.wiring import wire
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _pages(settings):
+    wire(settings)
+
+
+def login(user) -> Client:
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+@pytest.fixture
+def swarm(owner):
+    return seed_run(
+        owner, name="swarm-dr", env="swarm", preset="dr_grpo", steps=12, alert_every=5
+    )
+
+
+@pytest.fixture
+def calc(owner):
+    return seed_run(
+        owner, name="calc-grpo", env="calc", preset="grpo", steps=12, seed=1
+    )
+
+
+def test_anonymous_visitors_are_sent_to_the_login_page(client, swarm):
+    for url in ("/", "/runs/", "/runs/new/", f"/runs/{swarm.pk}/", "/compare/"):
+        r = client.get(url)
+        assert r.status_code == 302 and r["Location"].startswith("/accounts/login/"), (
+            url
+        )
+
+
+def test_someone_elses_run_is_not_found_anywhere(swarm, other):
+    c = login(other)
+    for url in (
+        f"/runs/{swarm.pk}/",
+        f"/runs/{swarm.pk}/trajectories/",
+        f"/runs/{swarm.pk}/trajectories/1/0/0/",
+        f"/runs/{swarm.pk}/critical-path/",
+        f"/runs/{swarm.pk}/clone/",
+    ):
+        assert c.get(url).status_code == 404, url
+    assert c.post(f"/runs/{swarm.pk}/cancel/").status_code == 404
+    assert c.post(f"/runs/{swarm.pk}/clone/check/").status_code == 404
+    assert c.get(f"/compare/?runs={swarm.pk},{swarm.pk}x").status_code == 404
+    assert b"swarm-dr" not in c.get("/runs/").content
+
+
+def test_staff_see_every_run(swarm, staff):
+    assert b"swarm-dr" in login(staff).get("/runs/").content
+    assert login(staff).get(f"/runs/{swarm.pk}/").status_code == 200
+
+
+def test_the_runs_list_shows_status_progress_sparkline_algorithm_owner_and_age(
+    owner, swarm, calc
+):
+    html = login(owner).get("/runs/").content.decode()
+    assert "swarm-dr" in html and "calc-grpo" in html
+    assert '<progress max="12" value="12"' in html
+    assert html.count('<svg class="spark"') == 2
+    assert (
+        "Dr. GRPO (the &#x27;Cursor&#x27; variant)" in html
+        and "GRPO (DeepSeekMath)" in html
+    )
+    assert "owner" in html and "ago" in html
+    assert html.count("data-compare-box") == 2
+
+
+def test_the_runs_list_filters_and_sorts(owner, swarm, calc):
+    c = login(owner)
+    assert b"calc-grpo" not in c.get("/runs/?algorithm=dr_grpo").content
+    assert b"swarm-dr" not in c.get("/runs/?env=calc").content
+    assert b"swarm-dr" not in c.get("/runs/?q=calc").content
+    Run.objects.filter(pk=calc.pk).update(status="running")
+    active = c.get("/runs/?status=active").content
+    assert b"calc-grpo" in active and b"swarm-dr" not in active
+    by_name = c.get("/runs/?sort=name").content.decode()
+    assert by_name.index("calc-grpo") < by_name.index("swarm-dr")
+    for sort in ("new", "old", "status", "progress", "reward"):
+        assert c.get(f"/runs/?sort={sort}").status_code == 200
+
+
+def test_home_shows_active_and_recent_runs_and_alerts(owner, swarm):
+    html = login(owner).get("/").content.decode()
+    assert "swarm-dr" in html and "serial_collapse" in html and "Recent alerts" in html
+
+
+def test_the_run_page_carries_what_its_scripts_need(owner, swarm):
+    r = login(owner).get(f"/runs/{swarm.pk}/")
+    html = r.content.decode()
+    data = r.context["page_data"]
+    assert data["ws_path"] == f"/ws/runs/{swarm.pk}/"
+    assert data["backfill_url"] == f"/api/runs/{swarm.pk}/backfill"
+    assert [c["id"] for c in data["charts"]][:2] == ["reward", "components"]
+    assert "rewards/r_perf/mean" in data["charts"][1]["keys"]
+    assert [a["step"] for a in data["alerts"]] == [5, 10]
+    assert data["latest_trajectory_step"] == 12
+    assert 'id="page-data" type="application/json"' in html
+    for chart in (
+        "reward",
+        "advantages",
+        "kl",
+        "entropy",
+        "clip",
+        "lengths",
+        "critical",
+        "dropped",
+        "throughput",
+    ):
+        assert f'data-chart="{chart}"' in html
+    assert (
+        "Critical path" in html and "Clone and edit" in html and "data-cancel" in html
+    )
+
+
+def test_cancel_goes_through_the_service(owner, swarm):
+    Run.objects.filter(pk=swarm.pk).update(status="queued")
+    r = login(owner).post(f"/runs/{swarm.pk}/cancel/")
+    assert r.status_code == 302
+    swarm.refresh_from_db()
+    assert swarm.status == "cancelled" and swarm.cancel_requested
+    again = login(owner).post(f"/runs/{swarm.pk}/cancel/", follow=True)
+    assert b"already cancelled" in again.content
+
+
+def test_trajectories_of_a_step_grouped_with_filters(owner, swarm):
+    c = login(owner)
+    r = c.get(f"/runs/{swarm.pk}/trajectories/?step=3")
+    groups = r.context["groups"]
+    assert r.context["step"] == 3 and [g.group for g in groups] == [0, 1]
+    assert all(len(g.rollouts) == 4 for g in groups)
+    pos = c.get(f"/runs/{swarm.pk}/trajectories/?step=3&sign=pos").context["groups"]
+    assert all(t.advantage > 0 for g in pos for t in g.rollouts)
+    assert (
+        c.get(f"/runs/{swarm.pk}/trajectories/?step=3&dropped=only").context["groups"]
+        == []
+    )
+    rmin = c.get(f"/runs/{swarm.pk}/trajectories/?step=3&reward_min=0.5").context[
+        "groups"
+    ]
+    assert all(t.reward >= 0.5 for g in rmin for t in g.rollouts)
+    nearest = c.get(f"/runs/{swarm.pk}/trajectories/?step=999")
+    assert nearest.context["step"] == 12 and b"showing the nearest" in nearest.content
+
+
+def test_one_trajectory_shows_steps_attribution_judges_and_gantt(owner, swarm):
+    r = login(owner).get(f"/runs/{swarm.pk}/trajectories/2/0/1/")
+    view = r.context["view"]
+    html = r.content.decode()
+    assert len(view.steps) == 3 and view.all_ok
+    assert [name for name, _ in view.steps[0].rewards] == [
+        "r_perf",
+        "r_parallel",
+        "r_finish",
+        "format",
+        "judge",
+    ]
+    # The rules judge's verdict sits next to the step it judged (target_step = index 1).
+    assert [j.judge for j in view.steps[1].judgements] == ["rules"]
+    assert "rule-based:" in html and "Per-step rewards sum to each component" in html
+    assert 'class="gantt"' in html and "data-critical" in html
+    assert 'id="heatmap-data" type="application/json"' in html
+    assert r.context["prev_url"].endswith("/2/0/0/") and r.context["next_url"].endswith(
+        "/2/0/2/"
+    )
+
+
+def test_a_trajectory_whose_steps_do_not_add_up_is_flagged(owner, swarm):
+    t = Trajectory.objects.get(run=swarm, step=2, group=0, index=1)
+    t.rewards = {**t.rewards, "total": t.rewards["total"] + 1.0}
+    t.save()
+    html = login(owner).get(f"/runs/{swarm.pk}/trajectories/2/0/1/").content.decode()
+    assert "do not add up" in html and "check-bad" in html
+
+
+def test_the_critical_path_page_links_gantt_and_reward(owner, swarm):
+    r = login(owner).get(f"/runs/{swarm.pk}/critical-path/?step=4&group=1&index=2")
+    assert r.context["chosen"].group == 1 and r.context["chosen"].index == 2
+    html = r.content.decode()
+    assert (
+        "The reward it produced" in html
+        and f"/runs/{swarm.pk}/trajectories/4/1/2/" in html
+    )
+    assert len(r.context["rows"]) == 8
+
+
+def test_compare_shows_summary_config_diff_charts_and_the_same_task(owner, swarm):
+    clone = seed_run(
+        owner, name="swarm-clone", env="swarm", preset="dr_grpo", steps=12, parent=swarm
+    )
+    r = login(owner).get(f"/compare/?runs={swarm.pk},{clone.pk}")
+    assert r.status_code == 200
+    paths = [d.path for d in r.context["diff"]]
+    assert paths == ["name"]  # same config otherwise
+    assert len(r.context["summary"]) == 2 and r.context["summary"][0]["alerts"] == 2
+    assert r.context["tasks"] and r.context["task"] == r.context["tasks"][0]
+    assert all(col.rollouts for col in r.context["side_by_side"])
+    assert "reward" in r.context["page_data"]["keys"]
+
+
+def test_compare_wants_two_to_eight_runs(owner, swarm):
+    c = login(owner)
+    assert b"between 2 and 8" in c.get("/compare/").content
+    assert c.get(f"/compare/?runs={swarm.pk}").status_code == 400
+    many = ",".join(str(seed_run(owner, steps=1, done=1, seed=i).pk) for i in range(9))
+    assert c.get(f"/compare/?runs={many}").status_code == 400
+    # ?runs=a&runs=b works as well as ?runs=a,b
+    other = seed_run(owner, steps=2, seed=5)
+    assert c.get(f"/compare/?runs={swarm.pk}&runs={other.pk}").status_code == 200

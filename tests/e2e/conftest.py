@@ -1,0 +1,320 @@
+"""Browser tests: a real Daphne server (HTTP + websockets) in a subprocess, headless
+Chromium driven by Playwright.
+
+The server runs the embedded configuration whatever the environment says (no
+``DATABASE_URL``/``REDIS_URL``: SQLite in a temporary directory, the in-memory channel
+layer, runs executed in-process), so the tests need nothing but Chromium. Data is
+seeded through the same settings by short subprocesses (``dashboard.pages.seed``).
+Screenshots go to ``$ARTIFACTS_DIR/screenshots`` (default ``artifacts/screenshots``).
+
+Every page is opened with ``dialog`` and ``securitypolicyviolation`` hooks: a
+script-injection payload that ran would show up in ``page_guard.dialogs`` and a blocked
+one in ``page_guard.violations``; both must stay empty.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+PASSWORD = "pw-browser-123"
+
+
+def pytest_collection_modifyitems(config, items):
+    reasons = []
+    if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        reasons.append(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        reasons.append("playwright is not installed")
+    if not reasons:
+        return
+    skip = pytest.mark.skip(reason="; ".join(reasons))
+    for item in items:
+        if "browser" in item.keywords:
+            item.add_marker(skip)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A Daphne subprocess over its own SQLite database."""
+
+    def __init__(self, var_dir: Path, trainer: str | None = None) -> None:
+        self.var_dir = var_dir
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("DATABASE_URL", "REDIS_URL")
+        }
+        env.update(
+            {
+                "DASHBOARD_VAR_DIR": str(var_dir),
+                "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+                "PYTHONPATH": str(ROOT),
+                "ALLOWED_HOSTS": "127.0.0.1,localhost",
+                "RUN_HEARTBEAT_SECONDS": "1",
+                "RUN_FRAME_INTERVAL_MS": "100",
+                "RUN_MAX_ACTIVE_PER_USER": "20",
+                "LOG_LEVEL": "WARNING",
+            }
+        )
+        if trainer:
+            env["RUN_TRAINER"] = trainer
+        self.env = env
+        self.log = (var_dir / "server.log").open("w")
+        self.proc: subprocess.Popen | None = None
+
+    def manage(self, *args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "dashboard.pages.wiring", "manage", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr[-4000:]
+        return out.stdout
+
+    def script(self, code: str) -> object:
+        """Run Python against the server's database; returns the JSON it prints last."""
+        prelude = "from dashboard.pages.wiring import setup; setup()\nimport json\n"
+        out = subprocess.run(
+            [sys.executable, "-c", prelude + code],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr[-4000:]
+        lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
+        return json.loads(lines[-1]) if lines else None
+
+    def start(self) -> Server:
+        self.manage("migrate", "--noinput", "-v", "0")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dashboard.pages.wiring",
+                "serve",
+                "127.0.0.1",
+                str(self.port),
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited:\n" + self.logs())
+            try:
+                urllib.request.urlopen(self.url + "/healthz", timeout=1)
+                return self
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("server did not start:\n" + self.logs())
+
+    def logs(self) -> str:
+        self.log.flush()
+        return (self.var_dir / "server.log").read_text()[-8000:]
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+        self.log.close()
+
+
+def _users(server: Server) -> None:
+    server.script(
+        "from django.contrib.auth import get_user_model\n"
+        "U = get_user_model()\n"
+        f"for name in ('alice', 'mallory'): U.objects.create_user(name, password={PASSWORD!r})\n"
+        "print(json.dumps('ok'))\n"
+    )
+
+
+@pytest.fixture(scope="session")
+def live(tmp_path_factory):
+    """Runs train for real (``trainer.runner.run_from_config``), on CPU."""
+    s = Server(tmp_path_factory.mktemp("server")).start()
+    _users(s)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def scripted_live(tmp_path_factory):
+    """Runs are played by ``dashboard.pages.scripted.scripted_trainer``: every step's text
+    is a script-injection payload, streamed over the websocket."""
+    s = Server(
+        tmp_path_factory.mktemp("scripted"),
+        trainer="dashboard.pages.scripted.scripted_trainer",
+    ).start()
+    _users(s)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def shots() -> Path:
+    base = Path(os.environ.get("ARTIFACTS_DIR") or (ROOT / "artifacts"))
+    path = base / "screenshots"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class Guard:
+    """Collects what must not happen on a page: dialogs, CSP violations, JS errors."""
+
+    def __init__(self, page) -> None:
+        self.dialogs: list[str] = []
+        self.errors: list[str] = []
+        page.on("dialog", self._dialog)
+        page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        page.add_init_script(
+            "window.__cspViolations = [];"
+            "document.addEventListener('securitypolicyviolation',"
+            " e => window.__cspViolations.push(e.violatedDirective + ' ' + e.blockedURI));"
+        )
+        self.page = page
+
+    def _dialog(self, dialog) -> None:
+        self.dialogs.append(f"{dialog.type}: {dialog.message}")
+        dialog.dismiss()
+
+    def violations(self) -> list[str]:
+        try:
+            return self.page.evaluate("window.__cspViolations || []")
+        except Exception:
+            return []
+
+    def check(self) -> None:
+        assert self.dialogs == [], f"a script ran: {self.dialogs}"
+        assert self.violations() == [], f"CSP blocked something: {self.violations()}"
+        assert self.errors == [], f"JavaScript errors: {self.errors}"
+
+
+def login(page, base_url: str, username: str = "alice") -> None:
+    page.goto(base_url + "/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/accounts/login/" not in url)
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)
+
+
+@pytest.fixture
+def page(browser, request, shots):
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    pg = context.new_page()
+    pg.guard = Guard(pg)
+    pg.set_default_timeout(20_000)
+    yield pg
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        try:
+            pg.screenshot(
+                path=str(shots / f"FAILED_{request.node.name}.png"), full_page=True
+            )
+            (shots / f"FAILED_{request.node.name}.txt").write_text(
+                f"{pg.url}\n{pg.guard.errors}\n{pg.guard.dialogs}\n"
+            )
+        except Exception:
+            pass
+    context.close()
+
+
+def shot(page, shots: Path, name: str, full: bool = True) -> Path:
+    path = shots / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full)
+    return path
+
+
+def until(page, expression: str, timeout: float = 30.0, interval: float = 0.2):
+    """Poll a JavaScript expression until it is truthy; returns its value.
+
+    ``page.wait_for_function`` evaluates strings in the page, which the pages' CSP
+    (no 'unsafe-eval') refuses; ``page.evaluate`` goes through the DevTools protocol.
+    """
+    import time as _time
+
+    deadline = _time.monotonic() + timeout
+    last = None
+    while _time.monotonic() < deadline:
+        try:
+            last = page.evaluate(f"() => ({expression})")
+        except Exception as exc:  # navigating: the context is being replaced
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        page.wait_for_timeout(interval * 1000)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {expression!r} (last: {last!r})"
+    )
+
+
+class UI:
+    """The helpers above, as a fixture (test modules never import ``conftest``: with
+    several conftest.py files on the path, the name is ambiguous)."""
+
+    login = staticmethod(login)
+    shot = staticmethod(shot)
+    until = staticmethod(until)
+    Guard = Guard
+
+
+@pytest.fixture
+def ui() -> type[UI]:
+    return UI
