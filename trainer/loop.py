@@ -103,10 +103,6 @@ def train(
     ckpt = latest_checkpoint(checkpoint_dir) if resume else None
     if ckpt is not None:
         state = load_checkpoint(ckpt, policy=policy, optimizer=optimizer)
-    elif config.model.warmstart_steps:
-        loss = warmstart(policy, env, config)
-        sink.emit({"type": "step", "step": 0, "metrics": {"warmstart/loss": loss}})
-    ref = _reference(policy, algo, checkpoint_dir)
     sink.emit(
         {
             "type": "run_started",
@@ -116,6 +112,11 @@ def train(
             "device": str(policy.device),
         }
     )
+    # The warm start's last loss is logged with step 1 (charts start at step 1).
+    warm: dict[str, float] = {}
+    if ckpt is None and config.model.warmstart_steps:
+        warm["warmstart/loss"] = warmstart(policy, env, config)
+    ref = _reference(policy, algo, checkpoint_dir)
     step = state.step
     metrics: dict[str, float] = {}
     try:
@@ -142,6 +143,7 @@ def train(
                 state,
                 sink,
                 monitor,
+                extra=warm if step == 1 else None,
             )
             state.step = step
             every = config.checkpoint.every
@@ -262,6 +264,7 @@ def _train_step(
     state: TrainState,
     sink: Sink,
     monitor: Monitor | None,
+    extra: dict[str, float] | None = None,
 ) -> dict[str, float]:
     t_start = time.perf_counter()
     sampled = sample(step, config, algo, env, reward_fn, policy, state)
@@ -274,7 +277,9 @@ def _train_step(
     per_traj_adv = [0.0] * len(sampled.rollouts)
     if kept:
         batch = collate(kept, policy.pad_id, policy.device)
-        scores = score(policy, ref, batch, policy_pass=not on_policy(algo, config.optim))
+        scores = score(
+            policy, ref, batch, policy_pass=not on_policy(algo, config.optim)
+        )
         adv, returns, traj_adv = token_advantages(
             algo, batch, kept_results, config.rollout.group_size, scores.values
         )
@@ -315,6 +320,7 @@ def _train_step(
         "step": t_end - t_start,
     }
     metrics = step_metrics(config, sampled, upd, timing)
+    metrics.update(extra or {})
     sink.emit({"type": "step", "step": step, "metrics": metrics})
     if not isinstance(sink, NullSink):  # records are the costly part: skip them unheard
         _emit_records(step, sampled, arrays, per_traj_adv, policy, sink)

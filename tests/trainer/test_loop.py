@@ -51,9 +51,7 @@ def test_it_trains_every_preset_and_emits_the_events(preset, reward_fn):
     result = train(cfg, make_env("calc", seed=0), reward_fn, sink)
     assert result.status == "succeeded" and result.last_step == 3
     kinds = [e["type"] for e in sink.events]
-    assert (
-        kinds[0] == "step" and kinds[1] == "run_started" and kinds[-1] == "run_finished"
-    )
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
     steps = [e for e in sink.of_type("step") if e["step"] > 0]
     assert [e["step"] for e in steps] == [1, 2, 3]
     if preset != "dapo":  # DAPO may drop every group of a step: then nothing updates
@@ -134,7 +132,7 @@ def test_it_stops_before_the_next_step_when_cancelled(reward_fn):
         make_env("calc", seed=0),
         reward_fn,
         sink,
-        should_stop=lambda: len(sink.of_type("step")) >= 3,
+        should_stop=lambda: len(sink.of_type("step")) >= 2,
     )
     assert result.status == "cancelled" and result.last_step == 2
     assert sink.events[-1] == {

@@ -16,13 +16,30 @@ from django.core.management.base import BaseCommand, CommandError
 from dashboard import services
 from dashboard.models import Run
 
+# The calc learning demo (bench/configs/calc.yaml), shortened: the default model learns
+# to call the calculator with "+" and to answer with its result; the reward climbs from
+# about 0.25 to 0.7 within a few minutes on a laptop CPU.
 DEMO_CONFIG = {
-    "name": "demo",
+    "name": "demo: calc, GRPO",
     "seed": 0,
-    "steps": 40,
-    "model": {"size": "tiny", "device": "cpu"},
-    "rollout": {"tasks_per_step": 2, "group_size": 4, "max_turns": 2},
-    "checkpoint": {"every": 10},
+    "steps": 200,
+    "env": {"name": "calc", "params": {"ops": ["add"]}},
+    "model": {"size": "tiny", "device": "cpu", "warmstart_steps": 300},
+    "rollout": {
+        "tasks_per_step": 8,
+        "group_size": 8,
+        "max_turns": 3,
+        "max_action_tokens": 10,
+    },
+    "algorithm": {"preset": "grpo"},
+    "optim": {"lr": 0.0003},
+    "checkpoint": {"every": 20},
+    "reward": {
+        "components": [
+            {"name": "outcome", "weight": 1.0, "params": {"partial_credit": True}},
+            {"name": "format", "weight": 0.1},
+        ]
+    },
 }
 
 
