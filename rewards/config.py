@@ -249,8 +249,9 @@ class JudgeConfig(_Strict):
 # "<detector>.<threshold>": default. Documented with each detector in rewards.detectors.
 DEFAULT_THRESHOLDS: dict[str, float] = {
     "serial_collapse.max_parallelism": 1.2,
-    "spurious_parallelism.min_parallelism": 3.0,
+    "spurious_parallelism.min_parallelism": 2.0,
     "spurious_parallelism.max_finish_rate": 0.5,
+    "spurious_parallelism.max_yield": 0.35,
     "spurious_parallelism.min_critical_drop": 0.1,
     "single_search_exit.min_frac": 0.5,
     "one_at_a_time_pruning.min_single_frac": 0.8,

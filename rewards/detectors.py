@@ -12,9 +12,10 @@ DAPO). The stateful wrapper that fires alerts lives in :mod:`rewards.monitor`.
 Thresholds (``<detector>.<name>``: default), all judged on the late half of the window:
 
 * ``serial_collapse.max_parallelism`` 1.2: sub-agents per stage at or below it.
-* ``spurious_parallelism.min_parallelism`` 3, ``.max_finish_rate`` 0.5,
-  ``.min_critical_drop`` 0.1: wide fan-out, few subtasks done, and critical steps
-  that fell by less than 10% from the early half.
+* ``spurious_parallelism.min_parallelism`` 2, ``.max_finish_rate`` 0.5,
+  ``.max_yield`` 0.35, ``.min_critical_drop`` 0.1: wide fan-out, few subtasks done
+  (or few per sub-agent spawned), and critical steps that fell by less than 10% from
+  the early half.
 * ``single_search_exit.min_frac`` 0.5: share of episodes ended after <= 1 search.
 * ``one_at_a_time_pruning.min_prunes`` 2, ``.min_single_frac`` 0.8: prunes per
   episode, and the share of them that drop a single document.
@@ -46,7 +47,8 @@ _FROM_METRICS = {
     "parallelism/mean": "parallelism",
 }
 _FROM_RESULTS = (
-    "critical_steps", "parallelism", "subagents", "finish_rate", "success", "truncated",
+    "critical_steps", "parallelism", "subagents", "finish_rate", "subagent_yield",
+    "success", "truncated",
     "judge/score", "searches", "prunes", "single_doc_prunes", "single_search_exit",
 )  # fmt: skip
 
@@ -155,25 +157,32 @@ def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding |
 def spurious_parallelism(
     window: Sequence[Summary], cfg: DetectorConfig
 ) -> Finding | None:
-    """Many sub-agents, few finished subtasks, and critical steps not falling."""
+    """Many sub-agents, little finished (few subtasks done, or few done per sub-agent
+    spawned: most of them redundant, blocked or failed), and critical steps not
+    falling."""
     par, fin = series(window, "parallelism"), series(window, "finish_rate")
-    cs = series(window, "critical_steps")
+    cs, yld = series(window, "critical_steps"), series(window, "subagent_yield")
     if not _enough(cfg, par, fin, cs):
         return None
     min_par = cfg.threshold("spurious_parallelism.min_parallelism")
     max_fin = cfg.threshold("spurious_parallelism.max_finish_rate")
+    max_yield = cfg.threshold("spurious_parallelism.max_yield")
     drop = cfg.threshold("spurious_parallelism.min_critical_drop")
     p_late, f_late = halves(par)[1], halves(fin)[1]
+    y_late = halves(yld)[1] if yld else None
     cs_early, cs_late = halves(cs)
-    if p_late < min_par or f_late > max_fin or cs_late <= cs_early * (1 - drop):
+    wasted = f_late <= max_fin or (y_late is not None and y_late <= max_yield)
+    if p_late < min_par or not wasted or cs_late <= cs_early * (1 - drop):
         return None
+    yield_txt = f", {y_late:.2f} done per sub-agent" if y_late is not None else ""
     return Finding(
-        f"spurious parallelism: {p_late:.1f} sub-agents per stage but only "
-        f"{f_late:.0%} of subtasks finished, "
+        f"spurious parallelism: {p_late:.1f} sub-agents per stage, "
+        f"{f_late:.0%} of subtasks finished{yield_txt}, "
         f"critical steps {cs_early:.1f} -> {cs_late:.1f}",
         {"parallelism_late": p_late, "finish_rate_late": f_late,
-         "critical_steps_early": cs_early, "critical_steps_late": cs_late,
-         "finish_rate": _tail(fin), "critical_steps": _tail(cs)},
+         "yield_late": y_late, "critical_steps_early": cs_early,
+         "critical_steps_late": cs_late, "finish_rate": _tail(fin),
+         "critical_steps": _tail(cs)},
     )  # fmt: skip
 
 

@@ -185,7 +185,8 @@ def r_finish(ep: Episode, p: FinishParams, ctx: Context = NO_CONTEXT) -> PerStep
 def stage_metrics(ep: Episode) -> dict[str, float]:
     """Per-episode orchestration metrics (empty for episodes without ``stages``):
     ``critical_steps``, ``total_steps``, ``parallelism`` (see :func:`parallelism`),
-    ``subagents`` (per task), ``finish_rate`` (completed / assigned, 0 if none)."""
+    ``subagents`` (per task), ``finish_rate`` (completed / assigned, 0 if none),
+    ``subagent_yield`` (completed / sub-agents spawned, absent without sub-agents)."""
     if ep.facts.get("stages") is None:
         return {}
     stages = stages_from_facts(ep.facts)
@@ -197,4 +198,7 @@ def stage_metrics(ep: Episode) -> dict[str, float]:
         "parallelism": parallelism(stages),
         "subagents": float(num_subagents(ep)),
         "finish_rate": done / assigned if assigned else 0.0,
+        # Subtasks completed per sub-agent spawned: low when most sub-agents are
+        # redundant, blocked or failed (spawned for the reward, not for the work).
+        **({"subagent_yield": done / num_subagents(ep)} if num_subagents(ep) else {}),
     }

@@ -66,6 +66,28 @@ def test_it_flags_spurious_parallelism():
     )
 
 
+def test_it_flags_fan_out_whose_sub_agents_are_mostly_wasted():
+    """Subtasks get done in the end (finish rate 0.9) but by re-spawning: 0.2 subtasks
+    per sub-agent, while the critical path grows."""
+    found = spurious_parallelism(
+        run(
+            parallelism=[2, 2, 3, 3, 3, 3, 3, 3],
+            finish_rate=[0.9] * 8,
+            subagent_yield=[0.6, 0.5, 0.3, 0.25, 0.2, 0.2, 0.2, 0.2],
+            critical_steps=[20, 22, 26, 30, 35, 38, 40, 40],
+        ),
+        CFG,
+    )
+    assert found is not None and found.evidence["yield_late"] == pytest.approx(0.2)
+    useful = run(
+        parallelism=[3] * 8,
+        finish_rate=[0.9] * 8,
+        subagent_yield=[0.8] * 8,
+        critical_steps=[20] * 8,
+    )
+    assert spurious_parallelism(useful, CFG) is None
+
+
 def test_it_does_not_flag_parallelism_that_shortens_the_critical_path():
     healthy = run(
         parallelism=[2, 3, 4, 5, 6, 6, 7, 7],

@@ -143,5 +143,6 @@ def test_it_reports_stage_metrics_for_orchestration_episodes():
         "parallelism": 2.5,
         "subagents": 5.0,
         "finish_rate": 0.8,
+        "subagent_yield": 0.8,  # 4 subtasks done by 5 sub-agents
     }
     assert stage_metrics(episode("calc", [{}])) == {}
