@@ -89,6 +89,13 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        # Per-token arrays are long lists of floats: one C-level sum tells whether all
+        # of them are finite numbers, and only otherwise is each element looked at.
+        try:
+            if math.isfinite(math.fsum(value)):
+                return list(value)
+        except (TypeError, OverflowError):
+            pass
         return [_json_safe(v) for v in value]
     return value
 

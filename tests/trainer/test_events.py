@@ -1,0 +1,41 @@
+"""Sinks: JSON lines stay strict JSON whatever the numbers are."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from trainer.events import JsonlSink, ListSink, NullSink
+
+
+def test_jsonl_sink_writes_strict_json_with_non_finite_numbers_as_strings(tmp_path):
+    sink = JsonlSink(tmp_path / "events.jsonl")
+    sink.emit({"type": "step", "step": 1, "metrics": {"kl": math.nan, "x": math.inf}})
+    sink.emit(
+        {
+            "type": "t",
+            "arrays": [[0.5, -1.0], [math.nan, 2.0], [1e308, 1e308]],
+            "tokens": ["NaN", "ok"],
+            "mixed": [1, None, "a", -math.inf],
+            "empty": [],
+        }
+    )
+    sink.close()
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    first, second = (json.loads(line, parse_constant=_reject) for line in lines)
+    assert first["metrics"] == {"kl": "NaN", "x": "Infinity"}
+    assert second["arrays"] == [[0.5, -1.0], ["NaN", 2.0], [1e308, 1e308]]
+    assert second["tokens"] == ["NaN", "ok"]
+    assert second["mixed"] == [1, None, "a", "-Infinity"] and second["empty"] == []
+
+
+def test_list_and_null_sinks_keep_or_drop_events():
+    kept, dropped = ListSink(), NullSink()
+    for sink in (kept, dropped):
+        sink.emit({"type": "alert", "step": 3})
+        sink.close()
+    assert kept.of_type("alert") == [{"type": "alert", "step": 3}]
+
+
+def _reject(name: str) -> float:
+    raise AssertionError(f"non-standard JSON constant {name}")
