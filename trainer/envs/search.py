@@ -130,6 +130,14 @@ class SearchEnv(Environment):
             {w for d in self.world.docs for w in index_words(d.text)}
         )
         self.query_word_set = frozenset(self.query_words)
+        # Words in more than a tenth of the documents ("company", "founded"...) carry
+        # almost no BM25 weight (low IDF); the warm-start prior leaves them out.
+        df: dict[str, int] = {}
+        for d in self.world.docs:
+            for w in set(index_words(d.text)):
+                df[w] = df.get(w, 0) + 1
+        limit = max(1, len(self.world.docs) // 10)
+        self.informative_words = frozenset(w for w, n in df.items() if n <= limit)
         self.words = frozenset(self._build_vocabulary())
 
     def _build_vocabulary(self) -> set[str]:
@@ -285,7 +293,7 @@ class SearchSession(EnvSession):
 
     def _seen_query_words(self) -> list[str]:
         text = [self.task.prompt, *(s.observation for s in self.steps)]
-        allowed = self.env.query_word_set
+        allowed = self.env.informative_words
         words = dict.fromkeys(w for t in text for w in t.split() if w in allowed)
         return list(words)
 
