@@ -190,6 +190,15 @@ class TrainConfig(_Strict):
         return self
 
 
+def clean_error_message(msg: str) -> str:
+    """Pydantic's message without the "Value error, " / "Assertion failed, " prefix
+    it adds to errors raised inside validators."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            return msg[len(prefix) :]
+    return msg
+
+
 def format_errors(exc: Exception) -> list[str]:
     """``field.path: message`` lines for a pydantic ValidationError (or any error)."""
     from pydantic import ValidationError
@@ -198,7 +207,7 @@ def format_errors(exc: Exception) -> list[str]:
         out = []
         for err in exc.errors():
             loc = ".".join(str(p) for p in err["loc"])
-            msg = str(err["msg"]).removeprefix("Value error, ")
+            msg = clean_error_message(str(err["msg"]))
             if not loc and ": " in msg:  # a whole-config check that names its fields
                 out.extend(line for line in msg.splitlines() if line)
                 continue

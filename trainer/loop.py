@@ -267,6 +267,7 @@ def _train_step(
     extra: dict[str, float] | None = None,
 ) -> dict[str, float]:
     t_start = time.perf_counter()
+    capture = not isinstance(sink, NullSink)  # records are costly: skip them unheard
     sampled = sample(step, config, algo, env, reward_fn, policy, state)
     kept_idx = [i for i, k in enumerate(sampled.kept) if k]
     kept = [sampled.rollouts[i] for i in kept_idx]
@@ -296,7 +297,6 @@ def _train_step(
             generator=state.sample_gen,
         )
         upd.update(_token_summaries(batch.loss_mask, adv, scores.entropy))
-        capture = not isinstance(sink, NullSink)
         rows = (
             _rows(
                 batch.attention_mask, new_lp, scores.old_logprobs, scores.entropy, adv
@@ -322,7 +322,7 @@ def _train_step(
     metrics = step_metrics(config, sampled, upd, timing)
     metrics.update(extra or {})
     sink.emit({"type": "step", "step": step, "metrics": metrics})
-    if not isinstance(sink, NullSink):  # records are the costly part: skip them unheard
+    if capture:
         _emit_records(step, sampled, arrays, per_traj_adv, policy, sink)
     if monitor is not None:
         for alert in monitor(

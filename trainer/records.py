@@ -48,9 +48,8 @@ def trajectory_event(
             else:
                 # target index p-1 scores token p; token 0 has no prediction.
                 vals = arrays[name]
-                entry[name] = [
-                    vals[p - 1] if p >= 1 else NAN for p in range(pos, pos + n)
-                ]
+                head = [NAN] if pos == 0 else []
+                entry[name] = head + vals[max(pos - 1, 0) : pos + n - 1]
         segments.append(entry)
         pos += n
     ep = ro.episode

@@ -17,16 +17,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from dashboard.pages.catalog import COMPONENT_CLASSES, ENV_NAMES
+from trainer.config import clean_error_message
 
 _PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*): (.+)$", re.S)
 _ALGO = re.compile(r"algorithm\.([a-z_]+)")
-
-
-def _clean_message(msg: str) -> str:
-    for prefix in ("Value error, ", "Assertion failed, "):
-        if msg.startswith(prefix):
-            return msg[len(prefix) :]
-    return msg
 
 
 def _rename(path: str, renames: Mapping[str, str]) -> str:
@@ -74,7 +68,7 @@ class ErrorMap:
         return path
 
     def add(self, parts: list[str], message: str) -> None:
-        message = _clean_message(message)
+        message = clean_error_message(message)
         normalised = normalise_loc(parts, self.env)
         path = self._nearest(_rename(".".join(normalised), self.renames))
         m = _PREFIX.match(message)

@@ -144,28 +144,15 @@ def test_it_stops_before_the_next_step_when_cancelled(reward_fn):
 
 
 def test_it_drops_zero_variance_groups_and_resamples(reward_fn):
-    def constant(episodes, step):
-        return [r for r in reward_fn(episodes, step)]
-
     def flat(episodes, step):  # every rollout scores the same: every group is dropped
-        res = reward_fn(episodes, step)
         from rewards.types import RewardBreakdown, RewardResult
 
         n = [max(1, len(e.steps)) for e in episodes]
-        return (
-            [
-                RewardResult(
-                    RewardBreakdown(
-                        1.0,
-                        {"outcome": 1.0},
-                        {"outcome": tuple([0.0] * (k - 1) + [1.0])},
-                    )
-                )
-                for k in n
-            ]
-            if res
-            else []
-        )
+        outcome = [tuple([0.0] * (k - 1) + [1.0]) for k in n]
+        return [
+            RewardResult(RewardBreakdown(1.0, {"outcome": 1.0}, {"outcome": per}))
+            for per in outcome
+        ]
 
     sink = ListSink()
     cfg = _config(steps=1, algorithm={"preset": "dapo", "max_resample_rounds": 2})
@@ -176,7 +163,6 @@ def test_it_drops_zero_variance_groups_and_resamples(reward_fn):
     trajs = sink.of_type("trajectory")
     assert len(trajs) == 6 * 3 and all(t["dropped"] for t in trajs)
     assert "policy_loss" not in metrics  # nothing left to train on
-    del constant
 
 
 def test_it_fails_loudly_and_reports_the_failure(reward_fn):
