@@ -44,8 +44,12 @@ ENV = "calc"
 DIFFERENCES = [
     "TRL samples through model.generate (GenerationConfig, logits processors); ours "
     "through Policy.generate (a KV-cache loop of its own).",
-    "ours scores the batch once without gradients (old log-probs, entropy) before the "
-    "update; TRL with num_iterations=1 reuses the detached new log-probs instead.",
+    "with one epoch both take the old log-probs from the training forward itself "
+    "(detached), without a separate scoring pass.",
+    "ours reads each distinct prompt once per step, in sampling (prefill, KV cache "
+    "gathered to the group's G rows) and in the update (the prompt's keys and values "
+    "shared by its G rows, gradients flowing back through them); TRL runs every "
+    "prompt G times in both. This is where ours saves work, not a change to the math.",
     "both stop at <eoa> (TRL's tokenizer copy has <eoa> as its eos), but sample with "
     "different random streams, so completion lengths differ a little.",
     "TRL's step includes the Trainer's dataloader, accelerate and callback machinery; "

@@ -19,6 +19,7 @@ from trainer.algorithms import (
     group_advantages,
     process_advantages,
 )
+from trainer.policy import Prefixes
 from trainer.rollout import Rollout
 
 
@@ -28,10 +29,17 @@ class Batch:
     attention_mask: torch.Tensor  # (B, T)
     loss_mask: torch.Tensor  # (B, T-1) float, 1 = trained token
     step_of: torch.Tensor  # (B, T-1) agent step of each target token, -1 for prompt/pad
+    prefixes: Prefixes | None = None  # None: no row shares its prompt with another
 
     @property
     def size(self) -> int:
         return self.input_ids.shape[0]
+
+    def first_trained(self) -> int:
+        """The first target index any row trains on (0 if none): scoring can start
+        there, since everything before it is context in every row."""
+        cols = self.loss_mask.any(0).nonzero()
+        return int(cols[0]) if len(cols) else 0
 
     def select(self, idx: torch.Tensor) -> Batch:
         return Batch(
@@ -43,7 +51,8 @@ class Batch:
                     self.loss_mask,
                     self.step_of,
                 )
-            )
+            ),
+            prefixes=None if self.prefixes is None else self.prefixes.select(idx),
         )
 
 
@@ -70,6 +79,34 @@ def collate(rollouts: Sequence[Rollout], pad_id: int, device: torch.device) -> B
         attention_mask=attn.to(device),
         loss_mask=train[:, 1:].to(device),
         step_of=step[:, 1:].to(device),
+        prefixes=_prefixes(rollouts, pad_id, device),
+    )
+
+
+def _prefixes(
+    rollouts: Sequence[Rollout], pad_id: int, device: torch.device
+) -> Prefixes | None:
+    table: dict[tuple[int, ...], int] = {}
+    of_row = []
+    for ro in rollouts:
+        first = ro.segments[0] if ro.segments else None
+        if first is None or first.kind != "prompt" or not first.token_ids:
+            return None
+        of_row.append(table.setdefault(tuple(first.token_ids), len(table)))
+    if len(table) == len(rollouts):
+        return None
+    width = max(len(k) for k in table)
+    ids = torch.full((len(table), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(table), width), dtype=torch.long)
+    for key, u in table.items():
+        ids[u, width - len(key) :] = torch.tensor(key, dtype=torch.long)
+        mask[u, width - len(key) :] = 1
+    lengths = [len(ro.segments[0].token_ids) for ro in rollouts]
+    return Prefixes(
+        ids=ids.to(device),
+        mask=mask.to(device),
+        of_row=torch.tensor(of_row, dtype=torch.long, device=device),
+        length=torch.tensor(lengths, dtype=torch.long, device=device),
     )
 
 

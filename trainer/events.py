@@ -14,18 +14,21 @@ Event shapes (``type`` is always present; every ``step`` is the 1-based training
   ``frac_reward_zero_std``, ``advantages/mean|min|max``,
   ``clip_ratio/low_mean|high_mean|region_mean``, ``kl``, ``entropy``, ``policy_loss``,
   ``grad_norm``, ``completions/mean_length``, ``num_turns``, ``tools/call_frequency``,
-  ``timing_s/gen|reward|update``, ``perf/tokens_per_s``) plus ours
-  (``critical_steps/mean``, ``parallelism/mean``, ``groups_dropped``). Values may be
+  ``timing_s/gen|reward|update|step``, ``perf/tokens_per_s``) plus ours
+  (``critical_steps/mean``, ``parallelism/mean``, ``groups_dropped``, and
+  ``timing_s/records``: building this step's records, present when a sink listens). Values may be
   NaN or inf; consumers must store them safely.
 * ``{"type": "trajectory", "step", "group", "index", "task_id", "dropped": bool,
   "reward": float, "advantage": float, "rewards": {"total", "components": {name: v},
   "per_step": {name: [v per agent step]}}, "num_turns": int, "length": int,
   "truncated": bool, "facts": {...}, "segments": [segment, ...]}`` where a segment is
   ``{"turn": int, "kind": "prompt"|"action"|"tool"|"subagent", "text": str,
-  "token_ids": [int], "tokens": [str], "logprob": [float], "old_logprob": [float],
-  "ratio": [float], "entropy": [float], "advantage": [float], "mask": str|None}``;
+  "token_ids": [int], "tokens": [str], "logprob": [float|None], "old_logprob": [...],
+  "ratio": [...], "entropy": [...], "advantage": [...], "mask": str|None}``;
   ``mask`` is the loss-mask reason (None: trained on). Token arrays of masked
-  segments hold the policy's view too (logprobs of prompt tokens are NaN).
+  segments hold the policy's view too; ``None`` where no value exists (the
+  trajectory's first token, which nothing predicts, and every token of a dropped
+  group, which the learner never scored).
 * ``{"type": "judgement", "step", "group", "index", "judge", "backend", "ok", "score",
   "scores": {dim: v}, "rationale": str, "raw": str|None, "error": str|None,
   "target_step": int|None}``
@@ -109,7 +112,11 @@ class JsonlSink:
         self._fh = self.path.open("a", encoding="utf-8")
 
     def emit(self, event: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(_json_safe(event), allow_nan=False) + "\n")
+        try:  # the common case, all numbers finite: one pass of the C encoder
+            line = json.dumps(event, allow_nan=False)
+        except ValueError:  # NaN or infinity somewhere: spell them as strings
+            line = json.dumps(_json_safe(event), allow_nan=False)
+        self._fh.write(line + "\n")
         self._fh.flush()
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ algorithms. Shapes: B sequences, T tokens, V vocabulary.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,21 @@ class TokenStats:
     values: torch.Tensor | None
 
 
+@dataclass
+class Prefixes:
+    """The distinct prompts of a batch, for scoring each one once: a group's G
+    rollouts all start with the same prompt. ``ids``/``mask`` are (U, P), left-padded;
+    row ``b`` of the batch starts with prompt ``of_row[b]``, ``length[b]`` tokens."""
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+    of_row: torch.Tensor  # (B,)
+    length: torch.Tensor  # (B,)
+
+    def select(self, idx: torch.Tensor) -> Prefixes:
+        return Prefixes(self.ids, self.mask, self.of_row[idx], self.length[idx])
+
+
 class Policy(nn.Module):
     """A causal LM plus (optionally) a scalar value head on its last hidden state."""
 
@@ -86,6 +102,10 @@ class Policy(nn.Module):
         self.obs_id = tokenizer.convert_tokens_to_ids(OBS)
         self.pad_id = tokenizer.pad_token_id
         self.bos_id = tokenizer.bos_token_id
+        # id -> token string, looked up per token when events are recorded.
+        self._token_table: list[str] = tokenizer.convert_ids_to_tokens(
+            list(range(len(tokenizer)))
+        )
 
     # ----- construction -------------------------------------------------------------
     @classmethod
@@ -144,7 +164,18 @@ class Policy(nn.Module):
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def tokens(self, ids: list[int]) -> list[str]:
+        table, n = self._token_table, len(self._token_table)
+        if all(0 <= i < n for i in ids):
+            return [table[i] for i in ids]
         return self.tokenizer.convert_ids_to_tokens(ids)
+
+    def decode_many(self, seqs: list[list[int]]) -> list[str]:
+        """Each sequence decoded with its special tokens kept, in one call where the
+        tokenizer allows it (a fast tokenizer with no clean-up pass)."""
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None and not self.tokenizer.clean_up_tokenization_spaces:
+            return backend.decode_batch(seqs, skip_special_tokens=False)
+        return [self.tokenizer.decode(s) for s in seqs]
 
     # ----- sampling -----------------------------------------------------------------
     @torch.no_grad()
@@ -170,10 +201,15 @@ class Policy(nn.Module):
             if isinstance(max_new_tokens, int)
             else list(max_new_tokens)
         )
-        width = max(len(c) for c in contexts)
-        ids = torch.full((len(contexts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(contexts), width), dtype=torch.long)
-        for i, ctx in enumerate(contexts):
+        # Identical contexts (a group's G rollouts on their first turn) are read
+        # once; their KV cache is then gathered out to every row.
+        table: dict[tuple[int, ...], int] = {}
+        of_row = [table.setdefault(tuple(c), len(table)) for c in contexts]
+        unique = list(table)
+        width = max(len(c) for c in unique)
+        ids = torch.full((len(unique), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(unique), width), dtype=torch.long)
+        for i, ctx in enumerate(unique):
             ids[i, width - len(ctx) :] = torch.tensor(ctx, dtype=torch.long)
             mask[i, width - len(ctx) :] = 1
         ids, mask = ids.to(dev), mask.to(dev)
@@ -190,6 +226,10 @@ class Policy(nn.Module):
             logits_to_keep=1,
         )
         logits = out.logits[:, -1, :]
+        if len(unique) < len(contexts):
+            rows = torch.tensor(of_row, device=dev)
+            out.cache.batch_select_indices(rows)
+            logits, mask, positions = logits[rows], mask[rows], positions[rows]
         next_pos = positions[:, -1:] + 1
         produced: list[list[int]] = [[] for _ in contexts]
         done = torch.tensor([b <= 0 for b in budgets], device=dev)
@@ -222,32 +262,152 @@ class Policy(nn.Module):
         *,
         with_entropy: bool = False,
         with_values: bool = False,
+        start: int = 0,
+        entropy_grad: bool = False,
+        prefixes: Prefixes | None = None,
     ) -> TokenStats:
         """Log-probs of ``input_ids[:, 1:]`` under the model, (B, T-1); right padding.
 
-        Entropy is the full-distribution entropy at each position (verl's
-        ``entropy_from_logits``); values come from the value head on the hidden state
-        that predicts each target, so ``values[:, t]`` scores the state before token t+1.
+        Only targets a loss can use are scored: from index ``start`` on, or with
+        ``prefixes`` from each row's last prompt token on (the language-model head
+        and the softmax run on those positions alone, as TRL's ``logits_to_keep``
+        does); the entries before are 0. With ``prefixes``, each distinct prompt goes
+        through the model once and its keys and values are shared by every row that
+        starts with it (gradients flow back through them), so a group of G rollouts
+        pays for its prompt once instead of G times. Log-probs are ``logit[target] -
+        logsumexp(logits)``, with no (B, T, V) log-softmax kept. Entropy is the
+        full-distribution entropy at each position (verl's ``entropy_from_logits``),
+        without a gradient unless ``entropy_grad``; values come from the value head
+        on the hidden state that predicts each target, so ``values[:, t]`` scores the
+        state before token t+1.
         """
         need_hidden = with_values and self.value_head is not None
+        if prefixes is not None:
+            shared = self._shared_prefix_forward(
+                input_ids, attention_mask, prefixes, need_hidden
+            )
+            if shared is not None:
+                logits, targets, hidden, place = shared
+                return self._stats(
+                    logits, targets, hidden, place, with_entropy, entropy_grad
+                )
+        T = input_ids.shape[1]
+        start = max(0, min(int(start), T - 1))
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             output_hidden_states=need_hidden,
             use_cache=False,
+            logits_to_keep=T - start,  # positions start .. T-1
         )
-        logits = out.logits[:, :-1, :].float()
-        logp_all = F.log_softmax(logits, dim=-1)
-        targets = input_ids[:, 1:].unsqueeze(-1)
-        logprobs = logp_all.gather(-1, targets).squeeze(-1)
+        hidden = out.hidden_states[-1][:, start:-1, :] if need_hidden else None
+
+        def place(x: torch.Tensor) -> torch.Tensor:
+            return F.pad(x, (start, 0)) if start else x
+
+        return self._stats(
+            out.logits[:, :-1, :],  # positions start .. T-2
+            input_ids[:, start + 1 :],
+            hidden,
+            place,
+            with_entropy,
+            entropy_grad,
+        )
+
+    def _stats(
+        self,
+        logits: torch.Tensor,
+        targets: torch.Tensor,
+        hidden: torch.Tensor | None,
+        place: Callable[[torch.Tensor], torch.Tensor],
+        with_entropy: bool,
+        entropy_grad: bool,
+    ) -> TokenStats:
+        """Per-position numbers from (B, K, V) logits predicting (B, K) targets;
+        ``place`` puts a (B, K) result where it belongs in the (B, T-1) layout."""
+        logits = logits.float()
+        lse = torch.logsumexp(logits, dim=-1)
+        logprobs = place(logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse)
         entropy = None
         if with_entropy:
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                z = logits if entropy_grad else logits.detach()
+                ent = lse if entropy_grad else lse.detach()
+                entropy = place(ent - (torch.softmax(z, -1) * z).sum(-1))
         values = None
-        if need_hidden:
-            hidden = out.hidden_states[-1][:, :-1, :]
-            values = self.value_head(hidden).squeeze(-1).float()
+        if hidden is not None:
+            values = place(self.value_head(hidden).squeeze(-1).float())
         return TokenStats(logprobs=logprobs, entropy=entropy, values=values)
+
+    def _shared_prefix_forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        prefixes: Prefixes,
+        need_hidden: bool,
+    ):
+        """One forward of the distinct prompts, their KV cache gathered per row, then
+        one forward of every row's remainder on top of it. Returns logits (B, S, V)
+        where position j predicts remainder token j, those targets, the matching
+        hidden states (or None) and the function that places (B, S) results at target
+        index ``length - 1 + j`` of the (B, T-1) layout; None when no prompt is
+        shared or a row has nothing after its prompt."""
+        B, T = input_ids.shape
+        used, inv = torch.unique(prefixes.of_row, return_inverse=True)
+        plen = prefixes.length
+        rest = attention_mask.sum(1) - plen
+        if len(used) == B or bool((rest <= 0).any()):
+            return None
+        p_ids, p_mask = prefixes.ids[used], prefixes.mask[used]
+        lead = p_ids.shape[1] - int(p_mask.sum(1).max())  # padding common to all
+        p_ids, p_mask = p_ids[:, lead:], p_mask[:, lead:]
+        cache = DynamicCache()
+        out_p = self.model(
+            input_ids=p_ids,
+            attention_mask=p_mask,
+            position_ids=(p_mask.cumsum(-1) - 1).clamp(min=0),
+            cache=cache,
+            use_cache=True,
+            output_hidden_states=need_hidden,
+            logits_to_keep=1,
+        )
+        cache = out_p.cache
+        cache.batch_select_indices(inv)  # differentiable: rows share the prompt's K/V
+        S = int(rest.max())
+        cols = torch.arange(S, device=input_ids.device)
+        src = plen.unsqueeze(1) + cols  # (B, S) index of remainder token j in the row
+        live = cols < rest.unsqueeze(1)
+        s_ids = torch.where(
+            live, input_ids.gather(1, src.clamp(max=T - 1)), self.pad_id
+        )
+        out_s = self.model(
+            input_ids=s_ids,
+            attention_mask=torch.cat([p_mask[inv], live.long()], dim=1),
+            position_ids=src,
+            cache=cache,
+            use_cache=True,
+            output_hidden_states=need_hidden,
+        )
+        # The prompt's last position predicts remainder token 0; remainder position
+        # j-1 predicts token j.
+        logits = torch.cat([out_p.logits[:, -1:, :][inv], out_s.logits[:, :-1, :]], 1)
+        hidden = None
+        if need_hidden:
+            hidden = torch.cat(
+                [
+                    out_p.hidden_states[-1][:, -1:, :][inv],
+                    out_s.hidden_states[-1][:, :-1, :],
+                ],
+                1,
+            )
+        j = torch.arange(T - 1, device=input_ids.device) - (plen.unsqueeze(1) - 1)
+        inside = (j >= 0) & (j < S)
+        j = j.clamp(0, S - 1)
+
+        def place(x: torch.Tensor) -> torch.Tensor:
+            return torch.where(inside, x.gather(1, j), torch.zeros((), dtype=x.dtype))
+
+        return logits, s_ids, hidden, place
 
 
 def _sample(

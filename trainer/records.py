@@ -1,8 +1,10 @@
 """Event payloads: a rollout plus its numbers -> the dicts the sink receives.
 
 Token arrays are aligned with the trajectory's tokens: entry ``k`` of a segment describes
-that segment's ``k``-th token. The first token of a trajectory has no log-prob (nothing
-predicts it), so it carries NaN. Tensors are turned into Python lists once per batch.
+that segment's ``k``-th token. A value that does not exist is ``None`` (JSON ``null``):
+the first token of a trajectory (nothing predicts it) and every token of a dropped
+group (never scored). NaN is kept for what it means, a computed number that is not one.
+Tensors are turned into Python lists once per batch.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from rewards.types import RewardResult
 from trainer.rollout import Rollout
 
-NAN = float("nan")
+FLOAT_ARRAYS = ("logprob", "old_logprob", "ratio", "entropy", "advantage")
 
 
 def trajectory_event(
@@ -42,14 +44,15 @@ def trajectory_event(
             "tokens": tokens[pos : pos + n],
             "mask": seg.mask,
         }
-        for name in ("logprob", "old_logprob", "ratio", "entropy", "advantage"):
-            if arrays is None:
-                entry[name] = [NAN] * n
-            else:
-                # target index p-1 scores token p; token 0 has no prediction.
-                vals = arrays[name]
-                head = [NAN] if pos == 0 else []
-                entry[name] = head + vals[max(pos - 1, 0) : pos + n - 1]
+        if arrays is None:
+            for name in FLOAT_ARRAYS:
+                entry[name] = [None] * n
+        elif pos == 0:  # target index p-1 scores token p; token 0 has no prediction
+            for name in FLOAT_ARRAYS:
+                entry[name] = [None, *arrays[name][: n - 1]][:n]
+        else:
+            for name in FLOAT_ARRAYS:
+                entry[name] = arrays[name][pos - 1 : pos + n - 1]
         segments.append(entry)
         pos += n
     ep = ro.episode

@@ -55,16 +55,27 @@ def score(
     policy_pass: bool = True,
 ) -> Scores:
     parts: dict[str, list[torch.Tensor]] = {"lp": [], "ent": [], "val": [], "ref": []}
+    start = batch.first_trained()
     for sl in _chunks(batch.size, chunk):
         ids, attn = batch.input_ids[sl], batch.attention_mask[sl]
+        pre = None if batch.prefixes is None else batch.prefixes.select(sl)
         if policy_pass:
-            st = policy.token_stats(ids, attn, with_entropy=True, with_values=True)
+            st = policy.token_stats(
+                ids,
+                attn,
+                with_entropy=True,
+                with_values=True,
+                start=start,
+                prefixes=pre,
+            )
             parts["lp"].append(st.logprobs)
             parts["ent"].append(st.entropy)
             if st.values is not None:
                 parts["val"].append(st.values)
         if ref is not None:
-            parts["ref"].append(ref.token_stats(ids, attn).logprobs)
+            parts["ref"].append(
+                ref.token_stats(ids, attn, start=start, prefixes=pre).logprobs
+            )
     return Scores(
         old_logprobs=torch.cat(parts["lp"]) if parts["lp"] else None,
         entropy=torch.cat(parts["ent"]) if parts["ent"] else None,
@@ -142,7 +153,10 @@ def _minibatch_step(
         mb.input_ids,
         mb.attention_mask,
         with_entropy=fill or algo.entropy_coef != 0,
+        entropy_grad=algo.entropy_coef != 0,
         with_values=returns is not None,
+        start=mb.first_trained(),
+        prefixes=mb.prefixes,
     )
     if fill:  # on-policy: this forward is the sampling policy's view
         scores.old_logprobs[idx] = st.logprobs.detach()

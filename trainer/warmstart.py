@@ -39,7 +39,12 @@ def warmstart(
             max_total_tokens=cfg.rollout.max_total_tokens,
         )
         batch = collate(rollouts, policy.pad_id, policy.device)
-        st = policy.token_stats(batch.input_ids, batch.attention_mask)
+        st = policy.token_stats(
+            batch.input_ids,
+            batch.attention_mask,
+            start=batch.first_trained(),
+            prefixes=batch.prefixes,
+        )
         mask = batch.loss_mask
         loss = -(st.logprobs * mask).sum() / mask.sum().clamp(min=1)
         opt.zero_grad(set_to_none=True)

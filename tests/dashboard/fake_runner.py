@@ -49,8 +49,9 @@ def _segments(step: int, index: int) -> list[dict[str, Any]]:
             "text": "what is 2 + 2",
             "token_ids": [1, 2, 3],
             "tokens": ["what", "is", "2"],
-            "logprob": [math.nan] * 3,
-            "old_logprob": [math.nan] * 3,
+            # The trainer's "no value" (None) and a computed NaN both store as NaN.
+            "logprob": [None] + [math.nan] * 2,
+            "old_logprob": [None] + [math.nan] * 2,
             "ratio": [1.0] * 3,
             "entropy": [0.0] * 3,
             "advantage": [0.0] * 3,

@@ -29,6 +29,20 @@ def test_jsonl_sink_writes_strict_json_with_non_finite_numbers_as_strings(tmp_pa
     assert second["mixed"] == [1, None, "a", "-Infinity"] and second["empty"] == []
 
 
+def test_jsonl_sink_round_trips_finite_events_exactly(tmp_path):
+    event = {
+        "type": "trajectory",
+        "segments": [{"logprob": [None, -0.25, -1e-9], "tokens": ["<bos>", "a"]}],
+        "reward": 0.1 + 0.2,
+        "text": 'He said "NaN" \u2014 <script>',
+    }
+    sink = JsonlSink(tmp_path / "events.jsonl")
+    sink.emit(event)
+    sink.close()
+    line = (tmp_path / "events.jsonl").read_text()
+    assert json.loads(line, parse_constant=_reject) == event
+
+
 def test_list_and_null_sinks_keep_or_drop_events():
     kept, dropped = ListSink(), NullSink()
     for sink in (kept, dropped):

@@ -69,6 +69,7 @@ def test_it_trains_every_preset_and_emits_the_events(preset, reward_fn):
         "groups_dropped",
     ):
         assert key in steps[0]["metrics"], key
+    assert steps[0]["metrics"]["timing_s/records"] >= 0.0  # a sink listened
     trajs = sink.of_type("trajectory")
     assert len(trajs) >= 3 * 2 * 3
 
@@ -77,6 +78,15 @@ def test_it_masks_everything_but_the_policys_own_actions(reward_fn):
     sink = ListSink()
     train(_config(steps=1), make_env("calc", seed=0), reward_fn, sink)
     for traj in sink.of_type("trajectory"):
+        prompt, action = traj["segments"][:2]
+        # The learner scores from the first action token on: the prompt's model
+        # numbers do not exist (None, not NaN); its advantages are 0, except the
+        # first token's, which nothing predicts.
+        for name in ("logprob", "old_logprob", "ratio", "entropy"):
+            assert prompt[name] == [None] * len(prompt["token_ids"])
+            assert all(isinstance(v, float) for v in action[name])
+        assert prompt["advantage"][0] is None
+        assert set(prompt["advantage"][1:]) <= {0.0}
         kinds = {seg["kind"]: seg["mask"] for seg in traj["segments"]}
         assert kinds["prompt"] == "prompt"
         assert kinds["action"] is None
@@ -96,7 +106,7 @@ def test_it_masks_everything_but_the_policys_own_actions(reward_fn):
                 )
             )
             if seg["mask"] is not None and not traj["dropped"]:
-                assert all(a == 0.0 or math.isnan(a) for a in seg["advantage"])
+                assert all(a is None or a == 0.0 for a in seg["advantage"])
 
 
 @pytest.mark.parametrize("preset", ["ppo", "grpo"])
@@ -162,6 +172,14 @@ def test_it_drops_zero_variance_groups_and_resamples(reward_fn):
     assert metrics["groups_dropped"] == 6
     trajs = sink.of_type("trajectory")
     assert len(trajs) == 6 * 3 and all(t["dropped"] for t in trajs)
+    # Never scored by the learner: no per-token values at all.
+    assert all(
+        v is None
+        for t in trajs
+        for seg in t["segments"]
+        for name in ("logprob", "ratio", "advantage")
+        for v in seg[name]
+    )
     assert "policy_loss" not in metrics  # nothing left to train on
 
 

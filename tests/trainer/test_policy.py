@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from trainer.batch import collate
 from trainer.config import ModelConfig
+from trainer.envs.base import Task
 from trainer.policy import Policy, PolicyError
+from trainer.rollout import Rollout, Segment
 from trainer.tokenizer import EOA, build_word_tokenizer
 
 WORDS = ["calc", "answer", "+", "=", *map(str, range(10))]
@@ -39,6 +44,19 @@ def test_it_respects_each_rows_token_budget_and_stops_at_end_of_action(policy):
     assert len(out[0]) <= 3 and len(out[1]) <= 7
     for row in out:
         assert policy.eoa_id not in row[:-1]  # nothing after the end of action
+
+
+def test_recorded_tokens_and_texts_match_the_tokenizers_own(policy):
+    """The fast paths used for events (a lookup table, one batched decode) give what
+    the tokenizer itself gives, specials included; unknown ids fall back to it."""
+    tok = policy.tokenizer
+    seqs = [[], [tok.bos_token_id], policy.encode("calc 1 + 2") + [policy.eoa_id]]
+    seqs += [[(7 * i + j) % len(tok) for j in range(i)] for i in range(1, 40)]
+    assert policy.decode_many(seqs) == [tok.decode(s) for s in seqs]
+    assert [policy.tokens(s) for s in seqs] == [
+        tok.convert_ids_to_tokens(s) for s in seqs
+    ]
+    assert policy.tokens([len(tok) + 5]) == tok.convert_ids_to_tokens([len(tok) + 5])
 
 
 def test_it_samples_reproducibly_with_the_same_generator(policy):
@@ -74,6 +92,62 @@ def test_left_padding_does_not_change_what_a_row_samples(policy):
     assert batch[1] == alone[0]
 
 
+def test_rows_with_the_same_context_sample_as_if_alone(policy):
+    """Identical contexts are read once and their cache shared; greedy decoding of a
+    shared row matches decoding it by itself."""
+    ctx, other = [policy.bos_id, 5, 6, 7], [policy.bos_id, 9, 8]
+    greedy = {"max_new_tokens": 5, "temperature": 1e-4}
+    alone = policy.generate([ctx], generator=torch.Generator().manual_seed(0), **greedy)
+    mixed = policy.generate(
+        [ctx, other, ctx, ctx], generator=torch.Generator().manual_seed(0), **greedy
+    )
+    assert mixed[0] == mixed[2] == mixed[3] == alone[0]
+
+
+def test_shared_prompts_score_like_separate_rows_with_the_same_gradients():
+    """Scoring each distinct prompt once (its K/V shared by the rows that start
+    with it) gives the plain forward's numbers and gradients on every scored token."""
+    torch.manual_seed(0)
+    p = Policy.build(ModelConfig(size="tiny"), WORDS, with_value_head=True)
+    rng = random.Random(0)
+    prompts = [[p.bos_id, 5, 6], [p.bos_id, 7, 8, 9, 10, 11]]
+    rollouts = []
+    for g, prompt in enumerate(prompts):
+        for i in range(3):
+            segs = [Segment(0, "prompt", prompt, "prompt")]
+            for turn in range(rng.randrange(1, 3)):
+                act = [
+                    rng.randrange(6, len(p.tokenizer))
+                    for _ in range(rng.randrange(1, 5))
+                ]
+                segs.append(Segment(turn, "action", act + [p.eoa_id], None))
+                segs.append(Segment(turn, "tool", [p.obs_id, 12, 13], "tool"))
+            rollouts.append(Rollout(Task(f"t{g}", "x"), g, i, segs))
+    batch = collate(rollouts, p.pad_id, p.device)
+    assert batch.prefixes is not None and batch.prefixes.ids.shape[0] == 2
+    mask = batch.loss_mask > 0
+    seen = []
+    for prefixes in (None, batch.prefixes):
+        p.zero_grad(set_to_none=True)
+        st = p.token_stats(
+            batch.input_ids,
+            batch.attention_mask,
+            with_entropy=True,
+            with_values=True,
+            prefixes=prefixes,
+        )
+        ((st.logprobs + st.values) * batch.loss_mask).sum().backward()
+        grads = torch.cat(
+            [q.grad.flatten() for q in p.parameters() if q.grad is not None]
+        )
+        seen.append((st, grads))
+    (plain, g_plain), (shared, g_shared) = seen
+    for name in ("logprobs", "entropy", "values"):
+        a, b = getattr(plain, name), getattr(shared, name)
+        torch.testing.assert_close(b[mask], a[mask], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(g_shared, g_plain, atol=1e-5, rtol=1e-4)
+
+
 def test_it_scores_log_probs_that_match_a_manual_softmax(policy):
     ids = torch.tensor([[policy.bos_id, 5, 6, 7]])
     mask = torch.ones_like(ids)
@@ -82,6 +156,24 @@ def test_it_scores_log_probs_that_match_a_manual_softmax(policy):
     manual = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
     torch.testing.assert_close(stats.logprobs[0], manual)
     assert stats.entropy.shape == (1, 3) and bool((stats.entropy > 0).all())
+
+
+def test_scoring_from_a_later_start_gives_the_same_numbers_there(policy):
+    torch.manual_seed(1)
+    ids = torch.randint(6, len(policy.tokenizer), (3, 9))
+    mask = torch.ones_like(ids)
+    mask[2, 7:] = 0  # a right-padded row
+    full = policy.token_stats(ids, mask, with_entropy=True)
+    late = policy.token_stats(ids, mask, with_entropy=True, start=4)
+    torch.testing.assert_close(late.logprobs[:, 4:], full.logprobs[:, 4:])
+    torch.testing.assert_close(late.entropy[:, 4:], full.entropy[:, 4:])
+    assert late.logprobs.shape == (3, 8) and not late.logprobs[:, :4].any()
+    # Entropy is a logged number unless asked for as part of the loss.
+    assert not late.entropy.requires_grad and late.logprobs.requires_grad
+    with_grad = policy.token_stats(ids, mask, with_entropy=True, entropy_grad=True)
+    with_grad.entropy.sum().backward()
+    assert policy.model.model.embed_tokens.weight.grad is not None
+    policy.model.zero_grad(set_to_none=True)
 
 
 def test_it_gives_values_only_with_a_value_head():
