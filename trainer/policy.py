@@ -405,7 +405,7 @@ class Policy(nn.Module):
         j = j.clamp(0, S - 1)
 
         def place(x: torch.Tensor) -> torch.Tensor:
-            return torch.where(inside, x.gather(1, j), torch.zeros((), dtype=x.dtype))
+            return torch.where(inside, x.gather(1, j), x.new_zeros(()))
 
         return logits, s_ids, hidden, place
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
@@ -225,27 +224,6 @@ def test_steps_after_the_answer_are_errors_and_truncation_is_never_success():
     assert not session.episode(truncated=True).facts["success"]
 
 
-def test_random_episodes_stay_inside_the_vocabulary_and_are_json():
-    env = SearchEnv(seed=1)
-    vocab = set(env.vocabulary())
-    rng = random.Random(0)
-    for task in env.sample_tasks(200, rng):
-        assert set(task.prompt.split()) <= vocab, task.prompt
-        session = env.start(task)
-        for _ in range(8):
-            action = session.random_action(rng)
-            result = session.step(action)
-            assert result.facts.ok, action
-            assert set(action.split()) | set(result.observation.split()) <= vocab
-            assert len(action.split()) <= 8
-            if result.done:
-                break
-        episode = session.episode(truncated=not result.done)
-        json.dumps(dict(episode.facts))
-        json.dumps([dict(s.facts) for s in episode.steps])
-    assert len(vocab) < 200
-
-
 @pytest.mark.parametrize(
     "params",
     [
@@ -262,20 +240,3 @@ def test_random_episodes_stay_inside_the_vocabulary_and_are_json():
 def test_params_reject_bad_values(params):
     with pytest.raises(ValidationError):
         SearchParams.model_validate(params)
-
-
-def test_word_salad_never_raises_and_stays_inside_the_vocabulary():
-    env = SearchEnv(seed=2)
-    vocab = env.vocabulary()
-    rng = random.Random(5)
-    for task in env.sample_tasks(100, rng):
-        session = env.start(task)
-        for _ in range(10):
-            words = rng.choices(vocab + ["\u00e9", "12", "-1", ""], k=rng.randint(0, 7))
-            if (
-                rng.random() < 0.7
-            ):  # mostly a real tool name, so the parsers get exercised
-                words.insert(0, session.random_action(rng).split()[0])
-            result = session.step(" ".join(words))
-            assert set(result.observation.split()) <= set(vocab)
-            json.dumps(dict(result.facts.facts))
