@@ -50,6 +50,9 @@ class ModelConfig(_Strict):
         "from-scratch model knows the action grammar (not which action is good).",
     )
     warmstart_lr: float = Field(3e-3, gt=0, le=1)
+    warmstart_batch: int = Field(
+        32, ge=1, le=1024, description="Scripted episodes per warm-start step."
+    )
 
 
 def _env_tag(value: Any) -> str:

@@ -20,10 +20,10 @@ from trainer.policy import Policy
 from trainer.rollout import scripted_rollouts
 
 
-def warmstart(
-    policy: Policy, env: Environment, cfg: TrainConfig, *, episodes_per_step: int = 32
-) -> float:
-    """Runs ``cfg.model.warmstart_steps`` steps; returns the last cross-entropy."""
+def warmstart(policy: Policy, env: Environment, cfg: TrainConfig) -> float:
+    """Runs ``cfg.model.warmstart_steps`` steps of ``cfg.model.warmstart_batch``
+    scripted episodes each; returns the last cross-entropy."""
+    episodes_per_step = cfg.model.warmstart_batch
     rng = random.Random(cfg.seed * 7919 + 17)
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.model.warmstart_lr)
     policy.train()

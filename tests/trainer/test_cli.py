@@ -7,9 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from trainer.cli import main
+from trainer.cli import load_config_file, main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,3 +83,11 @@ def test_it_trains_writes_events_and_resumes_from_its_output_dir(tmp_path):
     )
     assert again.returncode == 0, again.stderr
     assert "step     3" in again.stdout and "step     1 " not in again.stdout
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "bench" / "configs").glob("*.yaml")), ids=lambda p: p.stem
+)
+def test_every_shipped_demo_config_is_valid(path):
+    cfg = load_config_file(str(path))
+    assert cfg.steps > 0 and cfg.env.name in {"calc", "search", "swarm"}
