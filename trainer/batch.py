@@ -19,7 +19,7 @@ from trainer.algorithms import (
     group_advantages,
     process_advantages,
 )
-from trainer.policy import Prefixes
+from trainer.policy import Prefixes, left_pad
 from trainer.rollout import Rollout
 
 
@@ -95,16 +95,11 @@ def _prefixes(
         of_row.append(table.setdefault(tuple(first.token_ids), len(table)))
     if len(table) == len(rollouts):
         return None
-    width = max(len(k) for k in table)
-    ids = torch.full((len(table), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(table), width), dtype=torch.long)
-    for key, u in table.items():
-        ids[u, width - len(key) :] = torch.tensor(key, dtype=torch.long)
-        mask[u, width - len(key) :] = 1
+    ids, mask = left_pad(list(table), pad_id, device)  # dicts keep insertion order
     lengths = [len(ro.segments[0].token_ids) for ro in rollouts]
     return Prefixes(
-        ids=ids.to(device),
-        mask=mask.to(device),
+        ids=ids,
+        mask=mask,
         of_row=torch.tensor(of_row, dtype=torch.long, device=device),
         length=torch.tensor(lengths, dtype=torch.long, device=device),
     )

@@ -83,6 +83,19 @@ class Prefixes:
         return Prefixes(self.ids, self.mask, self.of_row[idx], self.length[idx])
 
 
+def left_pad(
+    seqs: list[list[int]] | list[tuple[int, ...]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists -> (ids, attention mask), both (N, longest), padded on the left."""
+    width = max(len(q) for q in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, q in enumerate(seqs):
+        ids[i, width - len(q) :] = torch.tensor(q, dtype=torch.long)
+        mask[i, width - len(q) :] = 1
+    return ids.to(device), mask.to(device)
+
+
 class Policy(nn.Module):
     """A causal LM plus (optionally) a scalar value head on its last hidden state."""
 
@@ -206,13 +219,7 @@ class Policy(nn.Module):
         table: dict[tuple[int, ...], int] = {}
         of_row = [table.setdefault(tuple(c), len(table)) for c in contexts]
         unique = list(table)
-        width = max(len(c) for c in unique)
-        ids = torch.full((len(unique), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(unique), width), dtype=torch.long)
-        for i, ctx in enumerate(unique):
-            ids[i, width - len(ctx) :] = torch.tensor(ctx, dtype=torch.long)
-            mask[i, width - len(ctx) :] = 1
-        ids, mask = ids.to(dev), mask.to(dev)
+        ids, mask = left_pad(unique, self.pad_id, dev)
         # Left padding: positions count real tokens only, so a row's positions do not
         # depend on how long its neighbours are.
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
