@@ -19,7 +19,10 @@ export class RunStream {
     this.retry = 0;
     this.closed = false;
     this.backfilling = null;
-    this.stats = { frames: 0, gaps: 0, backfills: 0, reconnects: 0 };
+    // Messages are handled one at a time, in arrival order: a frame that arrives while
+    // the hello's backfill is in flight waits for it instead of racing it.
+    this.inbox = Promise.resolve();
+    this.stats = { frames: 0, gaps: 0, backfills: 0, reconnects: 0, hellos: 0 };
   }
 
   start() {
@@ -27,6 +30,16 @@ export class RunStream {
     document.addEventListener("visibilitychange", () => {
       if (document.visibilityState === "visible" && (!this.ws || this.ws.readyState > 1)) this.connect();
     });
+  }
+
+  /** True when every message received so far has been handled and no backfill runs. */
+  async settled() {
+    let inbox;
+    do {
+      inbox = this.inbox;
+      await inbox;
+    } while (inbox !== this.inbox);
+    return !this.backfilling;
   }
 
   stop() {
@@ -44,7 +57,9 @@ export class RunStream {
       this.retry = 0;
       this.onState("live");
     });
-    ws.addEventListener("message", (e) => this.receive(e.data));
+    ws.addEventListener("message", (e) => {
+      this.inbox = this.inbox.then(() => this.receive(e.data)).catch(() => {});
+    });
     ws.addEventListener("close", (e) => {
       if (this.ws !== ws) return;
       if (e.code === 4401 || e.code === 4404 || e.code === 4403) {
@@ -76,6 +91,7 @@ export class RunStream {
       if (msg.frame_seq > this.seq || msg.last_step > this.lastStep) await this.backfill();
       this.seq = Math.max(this.seq, msg.frame_seq || 0);
       this.onFrame({ status: msg.status, last_step: msg.last_step, steps: [], trajectories: [], alerts: [], judgements: [] });
+      this.stats.hellos += 1;
       return;
     }
     if (msg.type !== "frame") return;

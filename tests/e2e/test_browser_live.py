@@ -32,18 +32,26 @@ def test_reconnects_and_seq_gaps_are_backfilled(scripted_live, page, shots, ui):
         60,
     )
 
-    # The socket drops: the stream reconnects by itself and catches up.
+    # The socket drops: the stream reconnects by itself and catches up (the server's
+    # hello after the reconnect has been handled: its backfill is done).
     page.evaluate("() => window.__runStream.ws.close()")
     ui.until(
         page,
-        "window.__runStream.stats.reconnects >= 1 && document.body.dataset.live === 'live'",
+        "window.__runStream.stats.reconnects >= 1 && window.__runStream.stats.hellos >= 2"
+        " && document.body.dataset.live === 'live'",
         30,
     )
 
     # Frames go missing (a full channel drops them silently): the next frame's seq
-    # shows the gap and the page backfills what it missed.
-    page.evaluate("() => { window.__runStream.seq -= 3; }")
+    # shows the gap and the page backfills what it missed. The stream is made to forget
+    # three frames once everything it has received is handled, in the same task, so no
+    # backfill in flight can put the number back.
+    before = page.evaluate(
+        "async () => { const s = window.__runStream; await s.settled();"
+        " s.seq -= 3; return s.stats.backfills; }"
+    )
     ui.until(page, "window.__runStream.stats.gaps >= 1", 30)
+    ui.until(page, f"window.__runStream.stats.backfills > {before}", 30)
 
     ui.until(
         page,
