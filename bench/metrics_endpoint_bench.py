@@ -43,7 +43,9 @@ def main() -> None:
             ingest.upsert_metrics(run.id, points)
     load_s = time.perf_counter() - t0
     with connection.cursor() as cur:
+        # What autovacuum does to a finished run's tables.
         cur.execute("VACUUM ANALYZE dashboard_metricpoint")
+        cur.execute("VACUUM ANALYZE dashboard_metricrollup")
     run.last_step = args.steps
     run.save(update_fields=["last_step"])
     print(f"loaded {args.steps * len(names):,} points in {load_s:.1f}s")

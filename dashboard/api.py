@@ -221,11 +221,10 @@ def metrics(request: HttpRequest, run_id: str, q: Query[MetricsQuery]):
     keys = [k.strip() for k in q.keys.split(",") if k.strip()]
     if not keys:
         return {"run": str(run.pk), "keys": queries.metric_keys(run)}
-    data = queries.downsample_metrics(
-        run, keys, since_step=q.since_step, points=q.points
-    )
     return HttpResponse(
-        json.dumps(data, allow_nan=False, separators=(",", ":")),
+        queries.downsample_metrics_json(
+            run, keys, since_step=q.since_step, points=q.points
+        ),
         content_type="application/json",
     )
 

@@ -18,7 +18,7 @@ from django.db import connection
 
 from dashboard import arrays, jsonsafe
 from dashboard.models import (
-    ROLLUP_SHIFT,
+    ROLLUP_SHIFTS,
     Alert,
     Checkpoint,
     CriticalPath,
@@ -192,8 +192,8 @@ def upsert_metrics(run_id: Any, points: dict[tuple[int, str], float]) -> None:
         keys.append(key)
         values.append(value)
     # One statement: the arrays are parsed once, the points upserted, and the batch
-    # folded into the rollup (per bucket: the smaller (value, step) pair, the larger
-    # one, and the later (step, value) pair).
+    # folded into every rollup level (per bucket: the smaller (value, step) pair, the
+    # larger one, and the later (step, value) pair).
     with connection.cursor() as cur:
         cur.execute(
             "WITH t AS MATERIALIZED (SELECT * FROM unnest(%s::integer[], %s::varchar[], "
@@ -202,19 +202,35 @@ def upsert_metrics(run_id: Any, points: dict[tuple[int, str], float]) -> None:
             "SELECT %s, s, k, v FROM t "
             "ON CONFLICT (run_id, key, step) DO UPDATE SET value = EXCLUDED.value) "
             f"INSERT INTO {MetricRollup._meta.db_table} AS r {_ROLLUP_COLUMNS} "
-            f"SELECT %s, k, s >> {ROLLUP_SHIFT}, {_ROLLUP_AGGREGATES.format(v='v', s='s')} "
-            f"FROM t GROUP BY k, s >> {ROLLUP_SHIFT} "
-            f"ON CONFLICT (run_id, key, bucket) DO UPDATE SET {_ROLLUP_MERGE}",
-            [steps, keys, values, run_id, run_id],
+            + " UNION ALL ".join(
+                f"SELECT %s::uuid, k, {sh}, s >> {sh}, "
+                f"{BUCKET_AGGREGATES.format(**_T)} FROM t GROUP BY k, s >> {sh}"
+                for sh in ROLLUP_SHIFTS
+            )
+            + f" ON CONFLICT (run_id, key, shift, bucket) DO UPDATE SET {_ROLLUP_MERGE}",
+            [steps, keys, values, run_id] + [run_id] * len(ROLLUP_SHIFTS),
         )
 
 
-_ROLLUP_COLUMNS = "(run_id, key, bucket, vmin, smin, vmax, smax, vlast, slast)"
-_ROLLUP_AGGREGATES = (
-    "(min(ARRAY[{v}, {s}]))[1], (min(ARRAY[{v}, {s}]))[2]::int, "
-    "(max(ARRAY[{v}, {s}]))[1], (max(ARRAY[{v}, {s}]))[2]::int, "
-    "(max(ARRAY[{s}, {v}]))[2], max({s})"
+_ROLLUP_COLUMNS = "(run_id, key, shift, bucket, vmin, smin, vmax, smax, vlast, slast)"
+# Per bucket: the smallest (value, step) pair, the largest one, and the latest
+# (step, value) pair, as six columns. min/max of ARRAY[value, step] is an argmin/argmax
+# without a sort (arrays compare element by element); NaN sorts above every number in
+# PostgreSQL, so a bucket holding NaN reports it as its max: a diverged bucket stays
+# visible. Over points every placeholder is ``value`` or ``step``; over rollup rows
+# they are the rollup's own columns (``POINTS``, ``ROLLUPS``).
+BUCKET_AGGREGATES = (
+    "(min(ARRAY[{vmin}, {smin}]))[1], (min(ARRAY[{vmin}, {smin}]))[2]::int, "
+    "(max(ARRAY[{vmax}, {smax}]))[1], (max(ARRAY[{vmax}, {smax}]))[2]::int, "
+    "(max(ARRAY[{slast}, {vlast}]))[2], max({slast})"
 )
+POINTS = dict(
+    vmin="value", smin="step", vmax="value", smax="step", vlast="value", slast="step"
+)
+ROLLUPS = dict(
+    vmin="vmin", smin="smin", vmax="vmax", smax="smax", vlast="vlast", slast="slast"
+)
+_T = dict(vmin="v", smin="s", vmax="v", smax="s", vlast="v", slast="s")
 _LT = "(EXCLUDED.vmin, EXCLUDED.smin) < (r.vmin, r.smin)"
 _GT = "(EXCLUDED.vmax, EXCLUDED.smax) > (r.vmax, r.smax)"
 _ROLLUP_MERGE = (
@@ -230,21 +246,25 @@ _ROLLUP_MERGE = (
 def rebuild_rollup(
     run_id: Any, keys: list[str], first_step: int, last_step: int
 ) -> None:
-    """Recompute the rollup buckets covering [first_step, last_step] from the points."""
+    """Recompute, at every level, the rollup buckets covering [first_step, last_step]
+    from the points."""
     if connection.vendor != "postgresql" or not keys:
         return
-    lo, hi = first_step >> ROLLUP_SHIFT, last_step >> ROLLUP_SHIFT
-    MetricRollup.objects.filter(
-        run_id=run_id, key__in=keys, bucket__gte=lo, bucket__lte=hi
-    ).delete()
-    with connection.cursor() as cur:
-        cur.execute(
-            f"INSERT INTO {MetricRollup._meta.db_table} {_ROLLUP_COLUMNS} "
-            f"SELECT run_id, key, step >> {ROLLUP_SHIFT}, {_ROLLUP_AGGREGATES.format(v='value', s='step')} "
-            f"FROM {MetricPoint._meta.db_table} WHERE run_id = %s AND key = ANY(%s::varchar[]) "
-            f"AND step >= %s AND step < %s GROUP BY run_id, key, step >> {ROLLUP_SHIFT}",
-            [run_id, keys, lo << ROLLUP_SHIFT, (hi + 1) << ROLLUP_SHIFT],
-        )
+    for sh in ROLLUP_SHIFTS:
+        lo, hi = first_step >> sh, last_step >> sh
+        MetricRollup.objects.filter(
+            run_id=run_id, key__in=keys, shift=sh, bucket__gte=lo, bucket__lte=hi
+        ).delete()
+        with connection.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {MetricRollup._meta.db_table} {_ROLLUP_COLUMNS} "
+                f"SELECT run_id, key, {sh}, step >> {sh}, "
+                f"{BUCKET_AGGREGATES.format(**POINTS)} "
+                f"FROM {MetricPoint._meta.db_table} WHERE run_id = %s "
+                "AND key = ANY(%s::varchar[]) AND step >= %s AND step < %s "
+                f"GROUP BY run_id, key, step >> {sh}",
+                [run_id, keys, lo << sh, (hi + 1) << sh],
+            )
 
 
 def _upsert(model: type, rows: Iterable[Any], unique: list[str]) -> None:
@@ -273,10 +293,11 @@ def supersede(run_id: Any, from_step: int) -> None:
     MetricPoint.objects.filter(
         run_id=run_id, key__in=keys, step__gte=from_step
     ).delete()
-    MetricRollup.objects.filter(
-        run_id=run_id, key__in=keys, bucket__gt=from_step >> ROLLUP_SHIFT
-    ).delete()
-    rebuild_rollup(run_id, keys, from_step, from_step)  # the bucket cut in two
+    for sh in ROLLUP_SHIFTS:
+        MetricRollup.objects.filter(
+            run_id=run_id, key__in=keys, shift=sh, bucket__gt=from_step >> sh
+        ).delete()
+    rebuild_rollup(run_id, keys, from_step, from_step)  # the buckets cut in two
     for model in STEP_MODELS:
         if model is not MetricPoint:
             model.objects.filter(run_id=run_id, step__gte=from_step).delete()

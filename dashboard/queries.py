@@ -15,8 +15,9 @@ from typing import Any
 from django.db import connection, transaction
 
 from dashboard import arrays, jsonsafe
+from dashboard.ingest import BUCKET_AGGREGATES, POINTS, ROLLUPS
 from dashboard.models import (
-    ROLLUP_SHIFT,
+    ROLLUP_SHIFTS,
     Alert,
     Checkpoint,
     CriticalPath,
@@ -29,7 +30,6 @@ from dashboard.models import (
 
 MAX_POINTS = 2000
 MAX_KEYS = 32
-ROLLUP_STEPS = 1 << ROLLUP_SHIFT
 # The planner cannot know a chart query yields only ~points groups; left alone it picks
 # a parallel seq scan + sort (and JIT) on big tables, 5-10x slower than an index-only
 # scan into a hash aggregate. Scoped to the query's own transaction.
@@ -75,12 +75,38 @@ def _bounds(run: Run, keys: list[str], since_step: int) -> tuple[int, int] | Non
 def downsample_metrics(
     run: Run, keys: list[str], *, since_step: int = -1, points: int = 1000
 ) -> dict[str, Any]:
-    """Per key, bucketed by step range: each bucket's min, max and last value with the
-    step of each (``points`` buckets at most, capped at :data:`MAX_POINTS`). Buckets
-    are equal step ranges from the first step after ``since_step``; on PostgreSQL,
-    when a bucket spans at least 16 steps, they are read from ``MetricRollup`` and
-    their width is a multiple of 16 (plus one leading partial bucket when
-    ``since_step`` falls inside a rollup bucket)."""
+    """Per key, the steps after ``since_step`` cut into ``points`` buckets (fewer when
+    there are fewer steps), each with its min, max and last value and the step of
+    each (``points`` capped at :data:`MAX_POINTS`).
+
+    Buckets are consecutive step ranges of near-equal width: bucket ``j`` of ``n``
+    units holds the units ``u`` with ``u * points // n == j``. A unit is a step, or on
+    PostgreSQL a ``MetricRollup`` row of the coarsest level that still has at least
+    ``points`` rows in the range (one bucket then holds 1 to 4 rollup rows; when
+    ``since_step`` cuts a rollup row, its rest is one leading bucket read from the
+    points). ``bucket_width`` is the widest bucket in steps.
+    """
+    out, series = _downsample(run, keys, since_step, points)
+    out["series"] = {key: json.loads(text) for key, text in series.items()}
+    return out
+
+
+def downsample_metrics_json(
+    run: Run, keys: list[str], *, since_step: int = -1, points: int = 1000
+) -> str:
+    """:func:`downsample_metrics` as JSON text. On PostgreSQL the database writes each
+    series' JSON itself (non-finite values as the strings ``"NaN"``, ``"Infinity"``,
+    ``"-Infinity"``, as :mod:`dashboard.jsonsafe` spells them): no Python object per
+    value."""
+    out, series = _downsample(run, keys, since_step, points)
+    body = ",".join(f"{json.dumps(key)}:{text}" for key, text in series.items())
+    return json.dumps(out, separators=(",", ":"))[:-1] + f',"series":{{{body}}}}}'
+
+
+def _downsample(
+    run: Run, keys: list[str], since_step: int, points: int
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The response without its series, and each key's series as JSON text."""
     points = max(1, min(int(points), MAX_POINTS))
     keys = list(dict.fromkeys(keys))[:MAX_KEYS]
     out: dict[str, Any] = {
@@ -89,22 +115,113 @@ def downsample_metrics(
         "points": points,
         "bucket_width": 1,
         "last_step": run.last_step,
-        "series": {},
     }
     bounds = _bounds(run, keys, since_step) if keys else None
     if bounds is None:
-        return out
+        return out, {}
     lo, hi = bounds
-    width = max(1, math.ceil((hi - lo + 1) / points))
+    out["bucket_width"] = math.ceil((hi - lo + 1) / points)
     if connection.vendor != "postgresql":
-        rows = _bucket_rows_py(run, keys, lo, hi, width)
-    elif width >= ROLLUP_STEPS:
-        rows, width = _bucket_rows_rollup(run, keys, lo, hi, points)
+        return out, _series_py(_bucket_rows_py(run, keys, lo, hi, points))
+    shift = _rollup_level(lo, hi, points)
+    if shift is None:
+        parts = [_points_sql(run, keys, lo, hi, points)]
     else:
-        rows = _bucket_rows_sql(run, keys, lo, hi, width)
-    out["bucket_width"] = width
+        parts, out["bucket_width"] = _rollup_sql(
+            run, keys, lo, hi, points, shift, since_step
+        )
+    return out, _series_pg(parts)
+
+
+def _rollup_level(lo: int, hi: int, points: int) -> int | None:
+    """The coarsest rollup level with at least ``points`` rows over [lo, hi]; None
+    when even the finest has fewer (the points themselves are few enough)."""
+    for shift in sorted(ROLLUP_SHIFTS, reverse=True):
+        if (hi >> shift) - (lo >> shift) + 1 >= points:
+            return shift
+    return None
+
+
+Part = tuple[str, list]  # one query's SQL and parameters
+
+
+def _points_sql(run: Run, keys: list[str], lo: int, hi: int, points: int) -> Part:
+    """Buckets of raw points: one pass over the covering (run, key, step) INCLUDE
+    (value) index, hashed by bucket."""
+    sql = (
+        f"SELECT key, {BUCKET_AGGREGATES.format(**POINTS)} "
+        f"FROM {MetricPoint._meta.db_table} "
+        "WHERE run_id = %s AND key = ANY(%s::varchar[]) AND step BETWEEN %s AND %s "
+        "GROUP BY key, ((step - %s)::bigint * %s) / %s"
+    )
+    return sql, [run.pk, keys, lo, hi, lo, points, hi - lo + 1]
+
+
+def _rollup_sql(
+    run: Run,
+    keys: list[str],
+    lo: int,
+    hi: int,
+    points: int,
+    shift: int,
+    since_step: int,
+) -> tuple[list[Part], int]:
+    """Buckets built from the rollup rows of one level (and a leading one from the
+    points where ``since_step`` cuts a rollup row); returns the queries and the widest
+    bucket's width in steps."""
+    parts: list[Part] = []
+    size = 1 << shift
+    width = 0
+    if (lo >> shift) << shift <= since_step:  # the row also holds steps <= since_step
+        head_hi = min(hi, ((lo >> shift) + 1) * size - 1)
+        parts.append(_points_sql(run, keys, lo, head_hi, 1))
+        width = head_hi - lo + 1
+        lo, points = head_hi + 1, max(1, points - 1)
+    if lo > hi:
+        return parts, width
+    b0, b1 = lo >> shift, hi >> shift
+    n = b1 - b0 + 1
+    sql = (
+        f"SELECT key, {BUCKET_AGGREGATES.format(**ROLLUPS)} "
+        f"FROM {MetricRollup._meta.db_table} "
+        "WHERE run_id = %s AND key = ANY(%s::varchar[]) AND shift = %s "
+        "AND bucket BETWEEN %s AND %s "
+        "GROUP BY key, ((bucket - %s)::bigint * %s) / %s"
+    )
+    parts.append((sql, [run.pk, keys, shift, b0, b1, b0, points, n]))
+    return parts, max(width, math.ceil(n / points) * size)
+
+
+def _series_pg(parts: list[Part]) -> dict[str, str]:
+    """Each key's series as JSON text, written by PostgreSQL from bucket rows."""
+
+    def values(col: str) -> str:  # NULL never reaches PostgreSQL's points; if it did
+        return f"json_agg(COALESCE({col}, 'NaN'::float8) ORDER BY sl)"
+
+    sql = (
+        # The buckets are a CTE of their own, planned as before (index scan into a
+        # hash aggregate); the outer grouping per key then sorts ~points rows a key.
+        f"WITH b (key, mn, smn, mx, smx, vl, sl) AS MATERIALIZED "
+        f"({' UNION ALL '.join(sql for sql, _ in parts)}) "
+        "SELECT key, json_build_object('step', json_agg(sl ORDER BY sl), "
+        f"'last', {values('vl')}, 'min', {values('mn')}, "
+        "'min_step', json_agg(smn ORDER BY sl), "
+        f"'max', {values('mx')}, 'max_step', json_agg(smx ORDER BY sl))::text "
+        "FROM b GROUP BY key"
+    )
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(_PLANNER_HINTS)
+        cur.execute(sql, [p for _, params in parts for p in params])
+        return dict(sorted(cur.fetchall()))
+
+
+def _series_py(rows: list[tuple]) -> dict[str, str]:
+    """Each key's series as JSON text, from (key, min, min step, max, max step, last,
+    last step) rows."""
     series: dict[str, dict[str, list]] = {}
-    for key, mn, mn_step, mx, mx_step, last, last_step in rows:
+    for key, mn, mn_step, mx, mx_step, last, last_step in sorted(
+        rows, key=lambda r: (r[0], r[6])
+    ):
         s = series.setdefault(
             key,
             {
@@ -122,73 +239,17 @@ def downsample_metrics(
         s["min_step"].append(mn_step)
         s["max"].append(_value(mx))
         s["max_step"].append(mx_step)
-    out["series"] = series
-    return out
-
-
-def _bucket_rows_sql(
-    run: Run, keys: list[str], lo: int, hi: int, width: int
-) -> list[tuple]:
-    # One pass over the covering (run, key, step) INCLUDE (value) index, hashed by
-    # bucket. min/max of ARRAY[value, step] is an argmin/argmax without a sort (arrays
-    # compare element by element); max of ARRAY[step, value] is the last point. NaN
-    # sorts above every number in PostgreSQL, so a bucket holding NaN reports it as
-    # its max: a diverged bucket stays visible.
-    sql = (
-        "SELECT key, min(ARRAY[value, step]), max(ARRAY[value, step]), max(ARRAY[step, value]) "
-        f"FROM {MetricPoint._meta.db_table} "
-        "WHERE run_id = %s AND key = ANY(%s::varchar[]) AND step BETWEEN %s AND %s "
-        "GROUP BY key, (step - %s) / %s"
-    )
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(_PLANNER_HINTS)
-        cur.execute(sql, [run.pk, keys, lo, hi, lo, width])
-        rows = cur.fetchall()
-    out = [
-        (key, mn[0], int(mn[1]), mx[0], int(mx[1]), last[1], int(last[0]))
-        for key, mn, mx, last in rows
-    ]
-    out.sort(key=lambda r: (r[0], r[6]))
-    return out
-
-
-def _bucket_rows_rollup(
-    run: Run, keys: list[str], lo: int, hi: int, points: int
-) -> tuple[list[tuple], int]:
-    """Buckets built from 16-step rollup rows: ~16x fewer rows than the points."""
-    head: list[tuple] = []
-    if (
-        lo % ROLLUP_STEPS
-    ):  # since_step cut a rollup bucket: read its rest from the points
-        head_hi = min(hi, ((lo >> ROLLUP_SHIFT) + 1) * ROLLUP_STEPS - 1)
-        head = _bucket_rows_sql(run, keys, lo, head_hi, head_hi - lo + 1)
-        lo, points = head_hi + 1, max(1, points - 1)
-    if lo > hi:
-        return sorted(head, key=lambda r: (r[0], r[6])), ROLLUP_STEPS
-    per = max(
-        1, math.ceil((hi - lo + 1) / points / ROLLUP_STEPS)
-    )  # rollup rows per bucket
-    b0, b1 = lo >> ROLLUP_SHIFT, hi >> ROLLUP_SHIFT
-    sql = (
-        "SELECT key, min(ARRAY[vmin, smin]), max(ARRAY[vmax, smax]), max(ARRAY[slast, vlast]) "
-        f"FROM {MetricRollup._meta.db_table} "
-        "WHERE run_id = %s AND key = ANY(%s::varchar[]) AND bucket BETWEEN %s AND %s "
-        "GROUP BY key, (bucket - %s) / %s"
-    )
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(_PLANNER_HINTS)
-        cur.execute(sql, [run.pk, keys, b0, b1, b0, per])
-        rows = cur.fetchall()
-    body = [
-        (key, mn[0], int(mn[1]), mx[0], int(mx[1]), last[1], int(last[0]))
-        for key, mn, mx, last in rows
-    ]
-    return sorted(head + body, key=lambda r: (r[0], r[6])), per * ROLLUP_STEPS
+    return {
+        key: json.dumps(s, allow_nan=False, separators=(",", ":"))
+        for key, s in series.items()
+    }
 
 
 def _bucket_rows_py(
-    run: Run, keys: list[str], lo: int, hi: int, width: int
+    run: Run, keys: list[str], lo: int, hi: int, points: int
 ) -> list[tuple]:
+    """The same buckets as :func:`_bucket_rows_sql`, for SQLite (NULL is NaN)."""
+    span = hi - lo + 1
     rows = (
         MetricPoint.objects.filter(run=run, key__in=keys, step__gte=lo, step__lte=hi)
         .order_by("key", "step")
@@ -198,7 +259,7 @@ def _bucket_rows_py(
     cur: list | None = None
     for key, step, value in rows.iterator(chunk_size=5000):
         v = math.nan if value is None else value
-        bucket = (key, (step - lo) // width)
+        bucket = (key, (step - lo) * points // span)
         if cur is None or cur[0] != bucket:
             if cur is not None:
                 out.append(tuple(cur[1]))

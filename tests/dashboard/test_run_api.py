@@ -268,32 +268,37 @@ def _same(a, b):
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
-@pytest.mark.parametrize(
-    "since_step, points",
-    [
-        (-1, 100),
-        (-1, 1000),
-        (-1, 2000),
-        (37, 100),
-        (4300, 100),
-        (4317, 2),
-        (-1, 3),
-        (1000, 7),
-    ],
-)
-def test_every_bucket_holds_the_exact_min_max_and_last_of_its_steps(
-    owner, tiny_config, enqueued, since_step, points
-):
-    """Both paths (16-step rollups and raw points) against a brute-force answer."""
+# (since_step, points) over steps 0..4320: raw points ((-1, 2000), (4300, 100),
+# (4317, 2)), the 16-step level ((-1, 100), (37, 100) with a leading cut row), the
+# 64-step level ((-1, 50), (100, 40) cut) and the 256-step level ((-1, 3), (1000, 7)
+# cut).
+BUCKET_CASES = [
+    (-1, 100),
+    (-1, 1000),
+    (-1, 2000),
+    (37, 100),
+    (4300, 100),
+    (4317, 2),
+    (-1, 50),
+    (100, 40),
+    (-1, 3),
+    (1000, 7),
+]
+
+
+def _run_with_points(owner, tiny_config):
+    """A run with keys a and b at steps 0..4320, written in several batches (the
+    rollups merge across them) and then cut at 4321 by a resumed attempt (the rollups
+    of every level rebuilt where the cut falls); returns it and the surviving values."""
     import math
 
-    from dashboard import ingest, queries, services
+    from dashboard import ingest, services
 
     run = services.launch_run(owner, tiny_config)
     raw = {
         s: (math.nan if s % 97 == 0 else float((s * 7) % 13)) for s in range(0, 5000)
     }
-    for lo in range(0, 5000, 700):  # several batches: the rollup merges across them
+    for lo in range(0, 5000, 700):
         ingest.upsert_metrics(
             run.id,
             {
@@ -302,25 +307,75 @@ def test_every_bucket_holds_the_exact_min_max_and_last_of_its_steps(
                 for k in ("a", "b")
             },
         )
-    ingest.supersede(run.id, 4321)  # a resumed attempt cut the run: rollups rebuilt
-    raw = {s: v for s, v in raw.items() if s < 4321}
+    ingest.supersede(run.id, 4321)
+    return run, {s: v for s, v in raw.items() if s < 4321}
+
+
+def _check_buckets(series, raw, since_step, points):
+    """Buckets cover (since_step, 4320] in order, as many as asked (or one per step
+    when there are fewer steps), each with the exact min, max and last of its steps."""
+    steps = sum(1 for s in raw if s > since_step)
+    assert len(series["step"]) == min(points, steps)
+    prev = since_step
+    for i, last_step in enumerate(series["step"]):
+        mn, mn_step, mx, mx_step, last = _expected(raw, prev, last_step)
+        assert _same(series["min"][i], mn) and series["min_step"][i] == mn_step, (
+            i,
+            last_step,
+        )
+        assert _same(series["max"][i], mx) and series["max_step"][i] == mx_step, (
+            i,
+            last_step,
+        )
+        assert _same(series["last"][i], last)
+        prev = last_step
+    assert prev == 4320
+
+
+@pytest.mark.parametrize("since_step, points", BUCKET_CASES)
+def test_every_bucket_holds_the_exact_min_max_and_last_of_its_steps(
+    owner, tiny_config, enqueued, since_step, points
+):
+    """Whichever path the database takes (rollups of some level, raw points) against
+    a brute-force answer."""
+    from dashboard import queries
+
+    run, raw = _run_with_points(owner, tiny_config)
     out = queries.downsample_metrics(
         run, ["a", "b"], since_step=since_step, points=points
     )
     for key in ("a", "b"):
-        series = out["series"][key]
-        assert len(series["step"]) <= points + 1
-        prev = since_step
-        for i, last_step in enumerate(series["step"]):
-            mn, mn_step, mx, mx_step, last = _expected(raw, prev, last_step)
-            assert _same(series["min"][i], mn) and series["min_step"][i] == mn_step, (
-                i,
-                last_step,
-            )
-            assert _same(series["max"][i], mx) and series["max_step"][i] == mx_step, (
-                i,
-                last_step,
-            )
-            assert _same(series["last"][i], last)
-            prev = last_step
-        assert prev == 4320
+        _check_buckets(out["series"][key], raw, since_step, points)
+
+
+@pytest.mark.parametrize("since_step, points", BUCKET_CASES)
+def test_sqlite_bucketing_in_python_matches_the_brute_force_answer(
+    owner, tiny_config, enqueued, since_step, points
+):
+    """The embedded default (SQLite) buckets in Python; tests run on PostgreSQL here,
+    so its code is called directly, on the same data."""
+    from dashboard import queries
+
+    run, raw = _run_with_points(owner, tiny_config)
+    lo, hi = queries._bounds(run, ["a", "b"], since_step)
+    rows = queries._bucket_rows_py(run, ["a", "b"], lo, hi, points)
+    for key in ("a", "b"):
+        mine = [r for r in rows if r[0] == key]
+        series = {
+            "step": [r[6] for r in mine],
+            "last": [r[5] for r in mine],
+            "min": [r[1] for r in mine],
+            "min_step": [r[2] for r in mine],
+            "max": [r[3] for r in mine],
+            "max_step": [r[4] for r in mine],
+        }
+        _check_buckets(series, raw, since_step, points)
+
+
+def test_a_chart_reads_the_coarsest_rollup_level_with_a_row_per_point():
+    from dashboard.queries import _rollup_level
+
+    assert _rollup_level(1, 100_000, 1000) == 6  # 1,563 rows of 64 steps
+    assert _rollup_level(1, 100_000, 300) == 8  # 391 rows of 256 steps
+    assert _rollup_level(1, 100_000, 2000) == 4  # 6,251 rows of 16 steps
+    assert _rollup_level(1, 20_000, 2000) is None  # 10 steps a point: the points

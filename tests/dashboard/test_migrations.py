@@ -1,0 +1,65 @@
+"""Migration 0004 recreates the rollup table with three levels and, on PostgreSQL,
+rebuilds every level from the points already stored."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+BEFORE = [("dashboard", "0003_metric_rollup")]
+AFTER = [("dashboard", "0004_metric_rollup_levels")]
+
+
+def _migrate(targets):
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets)
+    return executor.loader.project_state(targets).apps
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rollup_levels_are_rebuilt_from_stored_points():
+    if connection.vendor != "postgresql":
+        pytest.skip("rollups exist on PostgreSQL only")
+    from dashboard.models import ROLLUP_SHIFTS
+
+    leaf = MigrationExecutor(connection).loader.graph.leaf_nodes("dashboard")
+    try:
+        apps = _migrate(BEFORE)
+        user = apps.get_model("auth", "User").objects.create(username="m")
+        run = apps.get_model("dashboard", "Run").objects.create(
+            owner=user, name="old", config={}, status="succeeded", queue="cpu"
+        )
+        values = {
+            s: (math.nan if s % 41 == 0 else math.cos(s / 7)) for s in range(1, 700)
+        }
+        apps.get_model("dashboard", "MetricPoint").objects.bulk_create(
+            apps.get_model("dashboard", "MetricPoint")(
+                run=run, key="loss", step=s, value=v
+            )
+            for s, v in values.items()
+        )
+        apps = _migrate(AFTER)
+        rows = apps.get_model("dashboard", "MetricRollup").objects.filter(run_id=run.pk)
+        by_level: dict[int, dict[int, object]] = {}
+        for r in rows:
+            by_level.setdefault(r.shift, {})[r.bucket] = r
+        assert sorted(by_level) == sorted(ROLLUP_SHIFTS)
+        for shift, buckets in by_level.items():
+            expected_buckets = {s >> shift for s in values}
+            assert set(buckets) == expected_buckets
+            for b, r in buckets.items():
+                steps = [s for s in values if s >> shift == b]
+                finite = [s for s in steps if not math.isnan(values[s])]
+                nan = [s for s in steps if math.isnan(values[s])]
+                lo = min(finite, key=lambda s: (values[s], s))
+                hi = max(nan) if nan else max(finite, key=lambda s: (values[s], s))
+                assert (r.vmin, r.smin) == (values[lo], lo)
+                assert r.smax == hi
+                assert math.isnan(r.vmax) if nan else r.vmax == values[hi]
+                assert r.slast == max(steps)
+    finally:
+        _migrate(leaf)
