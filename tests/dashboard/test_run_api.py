@@ -359,17 +359,9 @@ def test_sqlite_bucketing_in_python_matches_the_brute_force_answer(
     run, raw = _run_with_points(owner, tiny_config)
     lo, hi = queries._bounds(run, ["a", "b"], since_step)
     rows = queries._bucket_rows_py(run, ["a", "b"], lo, hi, points)
+    series = queries._series_py(rows)
     for key in ("a", "b"):
-        mine = [r for r in rows if r[0] == key]
-        series = {
-            "step": [r[6] for r in mine],
-            "last": [r[5] for r in mine],
-            "min": [r[1] for r in mine],
-            "min_step": [r[2] for r in mine],
-            "max": [r[3] for r in mine],
-            "max_step": [r[4] for r in mine],
-        }
-        _check_buckets(series, raw, since_step, points)
+        _check_buckets(json.loads(series[key]), raw, since_step, points)
 
 
 def test_a_chart_reads_the_coarsest_rollup_level_with_a_row_per_point():
