@@ -34,7 +34,8 @@ MAX_KEYS = 32
 # a parallel seq scan + sort (and JIT) on big tables, 5-10x slower than an index-only
 # scan into a hash aggregate. Scoped to the query's own transaction.
 _PLANNER_HINTS = (
-    "SET LOCAL jit = off; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off"
+    "SET LOCAL jit = off; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; "
+    "SET LOCAL extra_float_digits = 1"  # floats as text: shortest exact form
 )
 EXPORT_STEPS = 1000
 num = jsonsafe.num
@@ -83,8 +84,9 @@ def downsample_metrics(
     units holds the units ``u`` with ``u * points // n == j``. A unit is a step, or on
     PostgreSQL a ``MetricRollup`` row of the coarsest level that still has at least
     ``points`` rows in the range (one bucket then holds 1 to 4 rollup rows; when
-    ``since_step`` cuts a rollup row, its rest is one leading bucket read from the
-    points). ``bucket_width`` is the widest bucket in steps.
+    ``since_step`` cuts a rollup row, the rest of that row is read from the points
+    and joins the first bucket). ``bucket_width`` is the widest bucket in steps (on
+    the rollup path, an upper bound).
     """
     out, series = _downsample(run, keys, since_step, points)
     out["series"] = {key: json.loads(text) for key, text in series.items()}
@@ -123,21 +125,25 @@ def _downsample(
     out["bucket_width"] = math.ceil((hi - lo + 1) / points)
     if connection.vendor != "postgresql":
         return out, _series_py(_bucket_rows_py(run, keys, lo, hi, points))
-    shift = _rollup_level(lo, hi, points)
+    shift = _rollup_level(lo, hi, points, since_step)
     if shift is None:
-        parts = [_points_sql(run, keys, lo, hi, points)]
+        part = _points_sql(run, keys, lo, hi, points)
     else:
-        parts, out["bucket_width"] = _rollup_sql(
+        part, out["bucket_width"] = _rollup_sql(
             run, keys, lo, hi, points, shift, since_step
         )
-    return out, _series_pg(parts)
+    return out, _series_pg(part)
 
 
-def _rollup_level(lo: int, hi: int, points: int) -> int | None:
-    """The coarsest rollup level with at least ``points`` rows over [lo, hi]; None
-    when even the finest has fewer (the points themselves are few enough)."""
+def _rollup_level(lo: int, hi: int, points: int, since_step: int) -> int | None:
+    """The coarsest rollup level with at least ``points`` rows wholly inside
+    (since_step, hi]; None when even the finest has fewer (the points themselves are
+    few enough)."""
     for shift in sorted(ROLLUP_SHIFTS, reverse=True):
-        if (hi >> shift) - (lo >> shift) + 1 >= points:
+        first = lo >> shift
+        if first << shift <= since_step:  # that row also holds steps <= since_step
+            first += 1
+        if (hi >> shift) - first + 1 >= points:
             return shift
     return None
 
@@ -165,35 +171,40 @@ def _rollup_sql(
     points: int,
     shift: int,
     since_step: int,
-) -> tuple[list[Part], int]:
-    """Buckets built from the rollup rows of one level (and a leading one from the
-    points where ``since_step`` cuts a rollup row); returns the queries and the widest
-    bucket's width in steps."""
-    parts: list[Part] = []
+) -> tuple[Part, int]:
+    """Buckets built from the rollup rows of one level; where ``since_step`` cuts a
+    rollup row, the rest of that row is read from the points and joins the first
+    bucket. Returns the query and the widest bucket's width in steps."""
     size = 1 << shift
-    width = 0
-    if (lo >> shift) << shift <= since_step:  # the row also holds steps <= since_step
-        head_hi = min(hi, ((lo >> shift) + 1) * size - 1)
-        parts.append(_points_sql(run, keys, lo, head_hi, 1))
-        width = head_hi - lo + 1
-        lo, points = head_hi + 1, max(1, points - 1)
-    if lo > hi:
-        return parts, width
-    b0, b1 = lo >> shift, hi >> shift
-    n = b1 - b0 + 1
+    first = lo >> shift
+    head, params, head_width = "", [], 0
+    if first << shift <= since_step:
+        head_hi = (first + 1) * size - 1
+        head = (
+            "SELECT key, 0::bigint, value, step, value, step, value, step "
+            f"FROM {MetricPoint._meta.db_table} WHERE run_id = %s "
+            "AND key = ANY(%s::varchar[]) AND step BETWEEN %s AND %s UNION ALL "
+        )
+        params = [run.pk, keys, lo, head_hi]
+        head_width = head_hi - lo + 1
+        first += 1
+    n = (hi >> shift) - first + 1
     sql = (
-        f"SELECT key, {BUCKET_AGGREGATES.format(**ROLLUPS)} "
+        f"SELECT key, {BUCKET_AGGREGATES.format(**ROLLUPS)} FROM ({head}"
+        "SELECT key, ((bucket - %s)::bigint * %s) / %s, "
+        "vmin, smin, vmax, smax, vlast, slast "
         f"FROM {MetricRollup._meta.db_table} "
         "WHERE run_id = %s AND key = ANY(%s::varchar[]) AND shift = %s "
-        "AND bucket BETWEEN %s AND %s "
-        "GROUP BY key, ((bucket - %s)::bigint * %s) / %s"
+        "AND bucket BETWEEN %s AND %s) "
+        "AS u(key, g, vmin, smin, vmax, smax, vlast, slast) GROUP BY key, g"
     )
-    parts.append((sql, [run.pk, keys, shift, b0, b1, b0, points, n]))
-    return parts, max(width, math.ceil(n / points) * size)
+    params += [first, points, n, run.pk, keys, shift, first, hi >> shift]
+    return (sql, params), head_width + math.ceil(n / points) * size
 
 
-def _series_pg(parts: list[Part]) -> dict[str, str]:
+def _series_pg(part: Part) -> dict[str, str]:
     """Each key's series as JSON text, written by PostgreSQL from bucket rows."""
+    bucket_sql, params = part
 
     def values(col: str) -> str:  # NULL never reaches PostgreSQL's points; if it did
         return f"json_agg(COALESCE({col}, 'NaN'::float8) ORDER BY sl)"
@@ -201,17 +212,17 @@ def _series_pg(parts: list[Part]) -> dict[str, str]:
     sql = (
         # The buckets are a CTE of their own, planned as before (index scan into a
         # hash aggregate); the outer grouping per key then sorts ~points rows a key.
-        f"WITH b (key, mn, smn, mx, smx, vl, sl) AS MATERIALIZED "
-        f"({' UNION ALL '.join(sql for sql, _ in parts)}) "
-        "SELECT key, json_build_object('step', json_agg(sl ORDER BY sl), "
+        # Names and numbers hold no spaces: dropping them all makes the JSON compact.
+        f"WITH b (key, mn, smn, mx, smx, vl, sl) AS MATERIALIZED ({bucket_sql}) "
+        "SELECT key, replace(json_build_object('step', json_agg(sl ORDER BY sl), "
         f"'last', {values('vl')}, 'min', {values('mn')}, "
         "'min_step', json_agg(smn ORDER BY sl), "
-        f"'max', {values('mx')}, 'max_step', json_agg(smx ORDER BY sl))::text "
-        "FROM b GROUP BY key"
+        f"'max', {values('mx')}, 'max_step', json_agg(smx ORDER BY sl))::text, "
+        "' ', '') FROM b GROUP BY key"
     )
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(_PLANNER_HINTS)
-        cur.execute(sql, [p for _, params in parts for p in params])
+        cur.execute(sql, params)
         return dict(sorted(cur.fetchall()))
 
 

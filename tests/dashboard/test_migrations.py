@@ -1,5 +1,6 @@
 """Migration 0004 recreates the rollup table with three levels and, on PostgreSQL,
-rebuilds every level from the points already stored."""
+rebuilds every level from the points already stored (and 0003's single level when
+migrated backwards)."""
 
 from __future__ import annotations
 
@@ -61,5 +62,12 @@ def test_rollup_levels_are_rebuilt_from_stored_points():
                 assert r.smax == hi
                 assert math.isnan(r.vmax) if nan else r.vmax == values[hi]
                 assert r.slast == max(steps)
+
+        # Backwards: 0003's single 16-step level, rebuilt the same way.
+        apps = _migrate(BEFORE)
+        old = apps.get_model("dashboard", "MetricRollup").objects.filter(run_id=run.pk)
+        assert {(r.bucket, r.smin, r.smax, r.slast) for r in old} == {
+            (r.bucket, r.smin, r.smax, r.slast) for r in by_level[4].values()
+        }
     finally:
         _migrate(leaf)

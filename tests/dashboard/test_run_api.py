@@ -269,20 +269,24 @@ def _same(a, b):
 
 
 # (since_step, points) over steps 0..4320: raw points ((-1, 2000), (4300, 100),
-# (4317, 2)), the 16-step level ((-1, 100), (37, 100) with a leading cut row), the
-# 64-step level ((-1, 50), (100, 40) cut) and the 256-step level ((-1, 3), (1000, 7)
-# cut).
+# (4317, 2)), the 16-step level ((-1, 100), (37, 100) with a leading cut row, and
+# (1552, 100): since_step is a row's first step, which holds a NaN), the 64-step
+# level ((-1, 50), (100, 40) cut) and the 256-step level ((-1, 3), (1000, 7) cut,
+# (100, 1) and (-1, 1): one bucket for everything).
 BUCKET_CASES = [
     (-1, 100),
     (-1, 1000),
     (-1, 2000),
     (37, 100),
+    (1552, 100),
     (4300, 100),
     (4317, 2),
     (-1, 50),
     (100, 40),
     (-1, 3),
     (1000, 7),
+    (100, 1),
+    (-1, 1),
 ]
 
 
@@ -337,13 +341,19 @@ def test_every_bucket_holds_the_exact_min_max_and_last_of_its_steps(
     owner, tiny_config, enqueued, since_step, points
 ):
     """Whichever path the database takes (rollups of some level, raw points) against
-    a brute-force answer."""
+    a brute-force answer, as the API serves it (JSON text)."""
     from dashboard import queries
 
     run, raw = _run_with_points(owner, tiny_config)
-    out = queries.downsample_metrics(
+    text = queries.downsample_metrics_json(
         run, ["a", "b"], since_step=since_step, points=points
     )
+    out = json.loads(text)
+    assert out == queries.downsample_metrics(
+        run, ["a", "b"], since_step=since_step, points=points
+    )
+    steps = [s for s in raw if s > since_step]
+    assert out["bucket_width"] >= -(-len(steps) // points)
     for key in ("a", "b"):
         _check_buckets(out["series"][key], raw, since_step, points)
 
@@ -367,7 +377,11 @@ def test_sqlite_bucketing_in_python_matches_the_brute_force_answer(
 def test_a_chart_reads_the_coarsest_rollup_level_with_a_row_per_point():
     from dashboard.queries import _rollup_level
 
-    assert _rollup_level(1, 100_000, 1000) == 6  # 1,563 rows of 64 steps
-    assert _rollup_level(1, 100_000, 300) == 8  # 391 rows of 256 steps
-    assert _rollup_level(1, 100_000, 2000) == 4  # 6,251 rows of 16 steps
-    assert _rollup_level(1, 20_000, 2000) is None  # 10 steps a point: the points
+    assert _rollup_level(1, 100_000, 1000, 0) == 6  # 1,563 rows of 64 steps
+    assert _rollup_level(1, 100_000, 300, 0) == 8  # 391 rows of 256 steps
+    assert _rollup_level(1, 100_000, 2000, 0) == 4  # 6,251 rows of 16 steps
+    assert _rollup_level(1, 20_000, 2000, 0) is None  # 10 steps a point: the points
+    # since_step cuts the first row, which then does not count: 1,562 rows of 64
+    # are too few for 1,563 points.
+    assert _rollup_level(1, 100_000, 1563, -1) == 6
+    assert _rollup_level(101, 100_000, 1563, 100) == 4
