@@ -37,13 +37,22 @@ class RunHub:
     def __init__(self) -> None:
         self.sockets: dict[str, set[RunConsumer]] = {}
         self.readers: dict[str, asyncio.Task] = {}
+        self.subscribed: dict[str, asyncio.Event] = {}
 
     async def join(self, run_id: str, consumer: RunConsumer) -> None:
+        """Add the socket; returns once the run's group is subscribed (or after 5 s
+        if the broker is away: the page backfills), so that every frame published
+        after this returns reaches the socket."""
         self.sockets.setdefault(run_id, set()).add(consumer)
         if run_id not in self.readers:
+            self.subscribed[run_id] = asyncio.Event()
             self.readers[run_id] = asyncio.get_running_loop().create_task(
                 self._read(run_id)
             )
+        ready = self.subscribed.get(run_id)
+        if ready is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ready.wait(), 5)
 
     async def leave(self, run_id: str, consumer: RunConsumer) -> None:
         sockets = self.sockets.get(run_id)
@@ -52,6 +61,7 @@ class RunHub:
         sockets.discard(consumer)
         if not sockets:
             del self.sockets[run_id]
+            self.subscribed.pop(run_id, None)
             task = self.readers.pop(run_id, None)
             if task is not None:
                 task.cancel()
@@ -66,6 +76,8 @@ class RunHub:
             while run_id in self.sockets:
                 try:
                     await layer.group_add(group, channel)
+                    if run_id in self.subscribed:
+                        self.subscribed[run_id].set()
                     deadline = asyncio.get_running_loop().time() + REJOIN_S
                     while asyncio.get_running_loop().time() < deadline:
                         message = await layer.receive(channel)
@@ -84,7 +96,7 @@ class RunHub:
             return
         for consumer in list(self.sockets.get(run_id, ())):
             with contextlib.suppress(Exception):  # a socket closing under us
-                await consumer.send(text_data=text)
+                await consumer.frame(text)
 
 
 _hubs: dict[asyncio.AbstractEventLoop, RunHub] = {}
@@ -102,6 +114,7 @@ def hub() -> RunHub:
 class RunConsumer(AsyncWebsocketConsumer):
     channel_layer_alias = None  # frames come through the hub, not a channel per socket
     run_id: str | None = None
+    held: list[str] | None = None  # frames that arrived before the hello was sent
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -115,6 +128,12 @@ class RunConsumer(AsyncWebsocketConsumer):
             await self.close(code=4404)
             return
         await self.accept()
+        # Subscribe first, then read the run for the hello: a frame published in
+        # between (a run's last status frame, say) is held and sent after the hello
+        # instead of being lost.
+        self.run_id, self.held = str(run.pk), []
+        await hub().join(self.run_id, self)
+        run = await services.aget_run_for_user(user, self.run_id) or run
         hello = {
             "type": "hello",
             "run": str(run.pk),
@@ -123,8 +142,16 @@ class RunConsumer(AsyncWebsocketConsumer):
             "frame_seq": run.frame_seq,
         }
         await self.send(text_data=json.dumps(hello))
-        self.run_id = str(run.pk)
-        await hub().join(self.run_id, self)
+        while self.held:
+            await self.send(text_data=self.held.pop(0))
+        self.held = None
+
+    async def frame(self, text: str) -> None:
+        """A frame from the hub: sent, or held until the hello has gone out."""
+        if self.held is not None:
+            self.held.append(text)
+        else:
+            await self.send(text_data=text)
 
     async def disconnect(self, code: int) -> None:
         if self.run_id is not None:

@@ -49,7 +49,10 @@ def status(run_id):
 def test_a_worker_killed_mid_run_is_resumed_from_its_checkpoint(
     trainer, owner, tiny_config, procs
 ):
-    config = {**tiny_config, "steps": 10, "checkpoint": {"every": 3}}
+    # 20 steps: the kill lands well before the end even on a loaded machine (the real
+    # trainer reaches step 4 at ~1.5 s and step 10 at ~3.5 s here).
+    steps = 20
+    config = {**tiny_config, "steps": steps, "checkpoint": {"every": 3}}
     env = {
         "RUN_TRAINER": TRAINERS[trainer],
         "FAKE_RUNNER_STEP_S": "0.4",
@@ -68,7 +71,7 @@ def test_a_worker_killed_mid_run_is_resumed_from_its_checkpoint(
     )
     procs.kill(first, signal.SIGKILL)  # parent and prefork child, no goodbye
     killed_at = Run.objects.get(pk=run_id).last_step
-    assert status(run_id) == "running" and killed_at < 10
+    assert status(run_id) == "running" and killed_at < steps
 
     procs.worker(**env)
     procs.start(
@@ -80,7 +83,11 @@ def test_a_worker_killed_mid_run_is_resumed_from_its_checkpoint(
         message="the resumed run",
     )
     run = Run.objects.get(pk=run_id)
-    assert (run.status, run.attempt, run.last_step) == ("succeeded", 2, 10), run.error
+    assert (run.status, run.attempt, run.last_step) == (
+        "succeeded",
+        2,
+        steps,
+    ), run.error
     assert "heartbeat stopped" in run.error
 
     r = client.post(

@@ -96,7 +96,7 @@ def test_payloads_streamed_over_the_websocket_stay_text(scripted_live, page, sho
     ui.login(page, base)
     page.goto(base + "/runs/new/")
     page.fill("[name=name]", "streamed payloads")
-    page.fill("[name=steps]", "9")
+    page.fill("[name=steps]", "30")  # 12 s: alerts still stream after the page loads
     page.click("[data-launch]")
     page.wait_for_url(re.compile(r".*/runs/[0-9a-f-]{36}/$"))
     rendered = page.locator("[data-alerts] li").count()
