@@ -140,12 +140,16 @@ def _rollup_level(lo: int, hi: int, points: int, since_step: int) -> int | None:
     (since_step, hi]; None when even the finest has fewer (the points themselves are
     few enough)."""
     for shift in sorted(ROLLUP_SHIFTS, reverse=True):
-        first = lo >> shift
-        if first << shift <= since_step:  # that row also holds steps <= since_step
-            first += 1
-        if (hi >> shift) - first + 1 >= points:
+        if (hi >> shift) - _first_whole_row(lo, shift, since_step) + 1 >= points:
             return shift
     return None
+
+
+def _first_whole_row(lo: int, shift: int, since_step: int) -> int:
+    """The first rollup row of this level holding no step <= ``since_step``: the row
+    of ``lo``, or the next one when since_step cuts it."""
+    row = lo >> shift
+    return row + 1 if row << shift <= since_step else row
 
 
 Part = tuple[str, list]  # one query's SQL and parameters
@@ -176,10 +180,10 @@ def _rollup_sql(
     rollup row, the rest of that row is read from the points and joins the first
     bucket. Returns the query and the widest bucket's width in steps."""
     size = 1 << shift
-    first = lo >> shift
+    first = _first_whole_row(lo, shift, since_step)
     head, params, head_width = "", [], 0
-    if first << shift <= since_step:
-        head_hi = (first + 1) * size - 1
+    if first > lo >> shift:  # the cut row's rest, from the points
+        head_hi = first * size - 1
         head = (
             "SELECT key, 0::bigint, value, step, value, step, value, step "
             f"FROM {MetricPoint._meta.db_table} WHERE run_id = %s "
@@ -187,7 +191,6 @@ def _rollup_sql(
         )
         params = [run.pk, keys, lo, head_hi]
         head_width = head_hi - lo + 1
-        first += 1
     n = (hi >> shift) - first + 1
     sql = (
         f"SELECT key, {BUCKET_AGGREGATES.format(**ROLLUPS)} FROM ({head}"
@@ -228,11 +231,9 @@ def _series_pg(part: Part) -> dict[str, str]:
 
 def _series_py(rows: list[tuple]) -> dict[str, str]:
     """Each key's series as JSON text, from (key, min, min step, max, max step, last,
-    last step) rows."""
+    last step) rows in key and step order."""
     series: dict[str, dict[str, list]] = {}
-    for key, mn, mn_step, mx, mx_step, last, last_step in sorted(
-        rows, key=lambda r: (r[0], r[6])
-    ):
+    for key, mn, mn_step, mx, mx_step, last, last_step in rows:
         s = series.setdefault(
             key,
             {
@@ -259,7 +260,8 @@ def _series_py(rows: list[tuple]) -> dict[str, str]:
 def _bucket_rows_py(
     run: Run, keys: list[str], lo: int, hi: int, points: int
 ) -> list[tuple]:
-    """The same buckets as :func:`_bucket_rows_sql`, for SQLite (NULL is NaN)."""
+    """The same buckets as :func:`_points_sql`, for SQLite (NULL is NaN), in key and
+    step order."""
     span = hi - lo + 1
     rows = (
         MetricPoint.objects.filter(run=run, key__in=keys, step__gte=lo, step__lte=hi)
