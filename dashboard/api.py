@@ -1,8 +1,10 @@
 """The JSON API (django-ninja) at ``/api/``; OpenAPI at ``/api/openapi.json``, docs at
 ``/api/docs`` (both login-only, assets served locally).
 
-Session auth with CSRF on unsafe methods (``X-CSRFToken`` header); anonymous callers
-get 401, other users' runs 404, staff see every run. Bad input is a 400 whose
+Authentication: a personal API token (``Authorization: Bearer <token>``, no CSRF; see
+``/settings/tokens/`` or ``manage.py create_token``), or the browser session with CSRF
+on unsafe methods (``X-CSRFToken`` header). Anonymous callers and revoked or unknown
+tokens get 401, other users' runs 404, staff see every run. Every error is JSON. Bad input is a 400 whose
 ``errors`` are ``field: message`` lines; nothing is enqueued then. Numbers that are
 not finite are written as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
 Views are adapters: parse, call ``services``/``queries``, return.
@@ -11,20 +13,23 @@ Views are adapters: parse, call ``services``/``queries``, return.
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.request import RawPostDataException
 from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.renderers import JSONRenderer
 from ninja.responses import NinjaJSONEncoder
-from ninja.security import django_auth
+from ninja.security import HttpBearer, django_auth
 from pydantic import ConfigDict
 
-from dashboard import jsonsafe, queries, services
+from dashboard import external, jsonsafe, queries, services, tokens
 from dashboard.models import Alert, Checkpoint, CriticalPath, Judgement, Run, Trajectory
 
 
@@ -36,11 +41,24 @@ class SafeJSONRenderer(JSONRenderer):
         return json.dumps(safe, cls=NinjaJSONEncoder, allow_nan=False)
 
 
+log = logging.getLogger(__name__)
+
+
+class BearerToken(HttpBearer):
+    """``Authorization: Bearer <token>``: the request acts as the token's user."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        user = tokens.user_for_token(token)
+        if user is not None:
+            request.user = user
+        return user
+
+
 api = NinjaAPI(
     title="Agentic RL dashboard API",
     version="1",
     description=__doc__ or "",
-    auth=django_auth,
+    auth=[BearerToken(), django_auth],
     urls_namespace="api",
     docs_decorator=login_required,
     renderer=SafeJSONRenderer(),
@@ -69,6 +87,24 @@ def _service_error(request: HttpRequest, exc: services.ServiceError) -> HttpResp
     )
 
 
+@api.exception_handler(RequestDataTooBig)
+def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    return api.create_response(
+        request, {"detail": "request body too large", "errors": [str(exc)]}, status=413
+    )
+
+
+@api.exception_handler(Exception)
+def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # The traceback goes to the log; the caller gets JSON without server paths.
+    log.exception("API error on %s %s", request.method, request.path)
+    return api.create_response(
+        request,
+        {"detail": "internal error; the server log has the details"},
+        status=500,
+    )
+
+
 # --- schemas ------------------------------------------------------------------------------
 class RunOut(Schema):
     id: UUID
@@ -81,6 +117,8 @@ class RunOut(Schema):
     frame_seq: int
     cancel_requested: bool
     error: str
+    external: bool
+    framework: str
     parent: UUID | None
     created_at: datetime
     started_at: datetime | None
@@ -111,6 +149,29 @@ class CloneIn(Schema):
         default_factory=dict, description="Deep-merged into the source config."
     )
     name: str | None = None
+
+
+class ExternalIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="The run's name in the dashboard.")
+    framework: str | None = Field(
+        None, description='What trains it: "agentic-rl", "trl", "verl", "import"...'
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="Any JSON config (shown and diffed)."
+    )
+
+
+class FinishIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    status: str = Field(description="succeeded, failed or cancelled.")
+    error: str | None = None
+
+
+class IngestOut(Schema):
+    accepted: int
+    duplicates: int
+    cancel_requested: bool
 
 
 class ErrorOut(Schema):
@@ -145,6 +206,8 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "frame_seq": run.frame_seq,
         "cancel_requested": run.cancel_requested,
         "error": run.error,
+        "external": run.external,
+        "framework": run.framework,
         "parent": run.parent_id,
         "created_at": run.created_at,
         "started_at": run.started_at,
@@ -202,6 +265,78 @@ def clone_run(request: HttpRequest, run_id: str, payload: CloneIn):
 @api.post("/runs/{run_id}/cancel", response={200: RunOut, 409: ErrorOut}, tags=["runs"])
 def cancel_run(request: HttpRequest, run_id: str):
     return run_out(services.cancel_run(services.get_run_for_user(request.user, run_id)))
+
+
+@api.post(
+    "/runs/external", response={201: RunDetailOut, 400: ErrorOut}, tags=["external"]
+)
+def create_external_run(request: HttpRequest, payload: ExternalIn):
+    """A run trained elsewhere, which then reports its events to ``/events``."""
+    run = external.do_create_external_run(
+        request.user,
+        name=payload.name,
+        framework=payload.framework,
+        config=payload.config,
+    )
+    return Status(201, run_out(run, detail=True))
+
+
+def _read_body(request: HttpRequest, limit: int) -> bytes:
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit:
+        raise external.PayloadTooLarge(
+            f"body: {declared} bytes, more than {limit}; send smaller batches"
+        )
+    try:
+        return request.read(limit + 1)
+    except RawPostDataException:  # something already read it
+        return request.body
+
+
+@api.post(
+    "/runs/{run_id}/events",
+    response={200: IngestOut, 400: ErrorOut, 409: ErrorOut, 413: ErrorOut},
+    tags=["external"],
+    openapi_extra={
+        "requestBody": {
+            "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+            "description": "One event a line (see /api/events/schema.json); "
+            "Content-Encoding: gzip allowed.",
+        }
+    },
+)
+def post_events(request: HttpRequest, run_id: str):
+    """Store a batch of events of an external run, all or nothing.
+
+    A bad line refuses the whole batch: 400 with ``line N: field: reason``. Events
+    already stored are counted as ``duplicates`` and change nothing."""
+    from django.conf import settings
+
+    run = external.check_external(services.get_run_for_user(request.user, run_id))
+    body = _read_body(request, settings.EVENTS_MAX_BODY_BYTES)
+    data = external.decode_body(body, request.headers.get("Content-Encoding"))
+    return external.do_ingest_events(run, external.parse_events(data))
+
+
+@api.post(
+    "/runs/{run_id}/finish",
+    response={200: RunOut, 400: ErrorOut, 409: ErrorOut},
+    tags=["external"],
+)
+def finish_run(request: HttpRequest, run_id: str, payload: FinishIn):
+    run = services.get_run_for_user(request.user, run_id)
+    return run_out(external.do_finish_external_run(run, payload.status, payload.error))
+
+
+@api.get("/events/schema.json", auth=None, tags=["external"])
+def events_schema(request: HttpRequest):
+    """The JSON Schema of one event line (``events.jsonl`` and ``/events``)."""
+    from trainer.event_schema import events_json_schema
+
+    return events_json_schema()
 
 
 @api.get("/config/schema", tags=["runs"])

@@ -4,13 +4,16 @@ Used when there is no ``REDIS_URL`` (hence no Celery). It calls the same
 ``dashboard.tasks.execute_run`` code path as a Celery worker; runs execute one at a
 time, in submission order. After a restart, :func:`recover` requeues what the
 previous process left running (the same rule as the reaper, with no grace period
-since nothing can still be alive) and resubmits queued runs.
+since nothing can still be alive) and resubmits queued runs; it also starts the
+housekeeping thread that marks silent external runs as lost (what ``reap_runs``
+does in production).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from django.db import close_old_connections, connection
@@ -63,4 +66,33 @@ def recover() -> list[str]:
     run_ids = [str(pk) for pk in queued.values_list("id", flat=True)]
     for run_id in run_ids:
         submit(run_id)
+    _start_housekeeping()
     return run_ids
+
+
+_housekeeper: threading.Thread | None = None
+
+
+def _start_housekeeping(interval_s: float = 30.0) -> None:
+    global _housekeeper
+    with _lock:
+        if _housekeeper is not None:
+            return
+        _housekeeper = threading.Thread(
+            target=_housekeep, args=(interval_s,), name="housekeeping", daemon=True
+        )
+        _housekeeper.start()
+
+
+def _housekeep(interval_s: float) -> None:
+    from dashboard.external import mark_lost
+
+    while True:
+        time.sleep(interval_s)
+        close_old_connections()
+        try:
+            mark_lost()
+        except Exception:  # a database blip must not end housekeeping
+            log.exception("marking lost external runs failed")
+        finally:
+            connection.close()

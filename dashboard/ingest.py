@@ -16,7 +16,8 @@ from typing import Any
 
 from django.db import connection
 
-from dashboard import arrays, jsonsafe
+from dashboard import arrays, frames, jsonsafe
+from dashboard.frames import FrameParts, as_int
 from dashboard.models import (
     ROLLUP_SHIFTS,
     Alert,
@@ -32,14 +33,46 @@ STEP_MODELS = (MetricPoint, Trajectory, Judgement, CriticalPath, Alert, Checkpoi
 _KEY_LIMIT = 200
 
 
-def as_int(value: Any, default: int = 0) -> int:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int) and -(2**31) <= value < 2**31:
-        return value
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**31:
-        return int(value)
-    return default
+def start_step_of(event: dict[str, Any]) -> int:
+    """The first step a (re)started attempt will emit: rows from it on are replaced."""
+    return max(as_int(event.get("start_step"), 1), 1)
+
+
+def last_step_after(events: Iterable[dict[str, Any]], last_step: int) -> int:
+    """The run's last step once ``events`` are stored (a restart rewinds it)."""
+    for ev in events:
+        if ev.get("type") == "run_started":
+            last_step = start_step_of(ev) - 1
+        elif ev.get("type") == "step":
+            last_step = as_int(ev.get("step"), last_step)
+    return last_step
+
+
+def store(
+    run_id: Any,
+    events: Iterable[dict[str, Any]],
+    *,
+    attempt: int = 0,
+    supersede_on_start: bool = True,
+) -> tuple[int, FrameParts]:
+    """Write ``events`` in order (inside the caller's transaction): the one write path
+    of the worker's sink and the HTTP ingest. Returns (rows written, what the next
+    frame reports). A ``run_started`` first deletes the rows from its ``start_step`` on
+    (``supersede_on_start``: a resumed attempt replays them)."""
+    rows, parts, batch = 0, FrameParts(), Batch()
+    for ev in events:
+        if ev.get("type") == "run_started":
+            if supersede_on_start:
+                rows += len(batch)
+                write(run_id, batch)
+                batch = Batch()
+                supersede(run_id, start_step_of(ev))
+        else:
+            batch.add(run_id, ev, attempt)
+            frames.summarise(ev, parts)
+    rows += len(batch)
+    write(run_id, batch)
+    return rows, parts
 
 
 def _float_or_none(value: Any) -> float | None:

@@ -155,7 +155,7 @@ def reap(now: datetime | None = None, *, enqueue: bool = True) -> list[uuid.UUID
     requeued: list[uuid.UUID] = []
     with transaction.atomic():
         stale = Run.objects.select_for_update(skip_locked=True).filter(
-            status=RunStatus.RUNNING, heartbeat_at__lt=cutoff
+            status=RunStatus.RUNNING, heartbeat_at__lt=cutoff, external=False
         )
         for run in stale:
             note = f"attempt {run.attempt}: heartbeat stopped at {run.heartbeat_at:%Y-%m-%d %H:%M:%S}Z"
@@ -185,7 +185,7 @@ def _resend_unclaimed(now: datetime) -> list[uuid.UUID]:
     Duplicates are harmless (the claim turns them away)."""
     cutoff = now - timedelta(seconds=settings.RUN_RESEND_QUEUED_SECONDS)
     stale = Run.objects.select_for_update(skip_locked=True).filter(
-        status=RunStatus.QUEUED, enqueued_at__lt=cutoff
+        status=RunStatus.QUEUED, enqueued_at__lt=cutoff, external=False
     )
     resent = []
     for run in stale:

@@ -32,6 +32,9 @@ class RunStatus(models.TextChoices):
     FAILED = "failed"
     CANCELLED = "cancelled"
     UNRESPONSIVE = "unresponsive"
+    # An external run that sent nothing for EXTERNAL_RUN_TIMEOUT; its next event
+    # brings it back to running.
+    LOST = "lost"
 
 
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
@@ -50,6 +53,11 @@ class Run(models.Model):
     ``heartbeat_at`` is fresh; ``attempt`` counts claims (the reaper requeues a run
     whose heartbeat stopped, up to ``RUN_MAX_ATTEMPTS``). ``frame_seq`` numbers the
     frames streamed to browsers, across attempts.
+
+    An *external* run (``external``) is trained elsewhere (our trainer on another
+    machine, TRL, verl, an import) and reports its events over the HTTP API; it has no
+    lease or queue, ``framework`` says what produced it, and ``heartbeat_at`` is the
+    time of its last event.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -73,6 +81,8 @@ class Run(models.Model):
     last_step = models.IntegerField(default=0)
     frame_seq = models.BigIntegerField(default=0)
     error = models.TextField(blank=True, default="")
+    external = models.BooleanField(default=False)
+    framework = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -263,3 +273,27 @@ class JudgeEndpoint(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ApiToken(models.Model):
+    """A personal API token (``Authorization: Bearer <token>``), acting as its user.
+
+    Only a SHA-256 digest is stored: the token is shown once, when created. Tokens are
+    256-bit random strings, so an unsalted digest is enough (as for GitHub's tokens).
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16)  # shown in lists to tell tokens apart
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

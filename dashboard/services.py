@@ -74,7 +74,7 @@ async def aget_run_for_user(user: Any, run_id: Any) -> Run | None:
 
 
 # --- checks -------------------------------------------------------------------------
-def _check_shape(
+def check_shape(
     value: Any, path: str = "config", depth: int = 0, budget: list[int] | None = None
 ) -> None:
     """Refuse absurd nesting or size before the schema sees it."""
@@ -88,10 +88,10 @@ def _check_shape(
         )
     if isinstance(value, dict):
         for key, item in value.items():
-            _check_shape(item, f"{path}.{key}"[:200], depth + 1, budget)
+            check_shape(item, f"{path}.{key}"[:200], depth + 1, budget)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _check_shape(item, f"{path}.{i}"[:200], depth + 1, budget)
+            check_shape(item, f"{path}.{i}"[:200], depth + 1, budget)
 
 
 def check_config(data: Any) -> Any:
@@ -102,7 +102,7 @@ def check_config(data: Any) -> Any:
 
     if not isinstance(data, dict):
         raise InvalidConfig("config: must be a JSON object")
-    _check_shape(data)
+    check_shape(data)
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
@@ -137,7 +137,7 @@ def merge_overrides(
     """``base`` with ``overrides`` deep-merged in (dicts merge, anything else replaces)."""
     if not isinstance(overrides, dict):
         raise InvalidConfig(f"{path}: must be a JSON object")
-    _check_shape(overrides, path)
+    check_shape(overrides, path)
     out = copy.deepcopy(base)
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):

@@ -209,6 +209,12 @@ RUN_RESEND_QUEUED_SECONDS = env_int("RUN_RESEND_QUEUED_SECONDS", 900, min_value=
 RUN_MAX_ATTEMPTS = env_int("RUN_MAX_ATTEMPTS", 3, min_value=1, max_value=100)
 RUN_MAX_ACTIVE_PER_USER = env_int("RUN_MAX_ACTIVE_PER_USER", 4, min_value=1)
 RUN_FRAME_INTERVAL_MS = env_int("RUN_FRAME_INTERVAL_MS", 100, min_value=10)
+# An external run (reporting over HTTP) that sends nothing for this long shows as lost.
+EXTERNAL_RUN_TIMEOUT = env_int("EXTERNAL_RUN_TIMEOUT", 600, min_value=5)
+# POST /api/runs/{id}/events: body as sent (maybe gzip), once decompressed, and lines.
+EVENTS_MAX_BODY_BYTES = env_int("EVENTS_MAX_BODY_BYTES", 4 << 20, min_value=1024)
+EVENTS_MAX_DECODED_BYTES = env_int("EVENTS_MAX_DECODED_BYTES", 32 << 20, min_value=1024)
+EVENTS_MAX_LINES = env_int("EVENTS_MAX_LINES", 5000, min_value=1)
 
 # --- auth, security -------------------------------------------------------------------
 LOGIN_URL = "login"

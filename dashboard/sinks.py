@@ -36,7 +36,7 @@ from django.db import (
 )
 from django.utils import timezone
 
-from dashboard import frames, ingest, jsonsafe
+from dashboard import frames, ingest
 from dashboard.frames import FrameParts
 from dashboard.lease import Claim, heartbeat, held_by
 
@@ -196,31 +196,15 @@ class RunSink:
         return list(self._pending), due, max(wait_s, 0.0)
 
     def _write(self, events: list[dict[str, Any]]) -> None:
-        run_id, parts = self.claim.run_id, FrameParts()
-        last_step = self.last_step
-        for ev in events:
-            if ev.get("type") == "run_started":
-                last_step = max(ingest.as_int(ev.get("start_step"), 1), 1) - 1
-            elif ev.get("type") == "step":
-                last_step = ingest.as_int(ev.get("step"), last_step)
-        rows = 0
+        run_id = self.claim.run_id
+        last_step = ingest.last_step_after(events, self.last_step)
+        rows, parts = 0, FrameParts()
         try:
             with transaction.atomic():
                 fence = {"heartbeat_at": timezone.now(), "last_step": last_step}
                 if held_by(self.claim).update(**fence) != 1:
                     raise LeaseLost
-                batch = ingest.Batch()
-                for ev in events:
-                    if ev.get("type") == "run_started":
-                        rows += len(batch)
-                        ingest.write(run_id, batch)
-                        batch = ingest.Batch()
-                        ingest.supersede(run_id, last_step_of_start(ev))
-                    else:
-                        batch.add(run_id, ev, self.claim.attempt)
-                        _summarise(ev, parts)
-                rows += len(batch)
-                ingest.write(run_id, batch)
+                rows, parts = ingest.store(run_id, events, attempt=self.claim.attempt)
         except (LeaseLost, OperationalError, InterfaceError):
             raise
         except Exception:  # a malformed event (DataError...) must not wedge the run
@@ -262,56 +246,3 @@ class RunSink:
             self._pending.clear()
             self._pending_rows = 0
             self._cond.notify_all()
-
-
-def last_step_of_start(event: dict[str, Any]) -> int:
-    """The first step a (re)started attempt will emit: rows from it on are replaced."""
-    return max(ingest.as_int(event.get("start_step"), 1), 1)
-
-
-def _summarise(ev: dict[str, Any], parts: FrameParts) -> None:
-    kind, step = ev.get("type"), ingest.as_int(ev.get("step"))
-    if kind == "step" and isinstance(ev.get("metrics"), dict):
-        parts.steps[step] = {
-            jsonsafe.text(k, 200): jsonsafe.num(jsonsafe.to_float(v))
-            for k, v in ev["metrics"].items()
-        }
-    elif kind == "trajectory":
-        parts.trajectories.append(
-            {
-                "step": step,
-                "group": ingest.as_int(ev.get("group")),
-                "index": ingest.as_int(ev.get("index")),
-                "task_id": jsonsafe.text(ev.get("task_id"), 200),
-                "reward": jsonsafe.num(jsonsafe.to_float(ev.get("reward"))),
-                "advantage": jsonsafe.num(jsonsafe.to_float(ev.get("advantage"))),
-                "dropped": bool(ev.get("dropped")),
-                "num_turns": ingest.as_int(ev.get("num_turns")),
-                "length": ingest.as_int(ev.get("length")),
-            }
-        )
-    elif kind == "judgement":
-        score = ev.get("score")
-        parts.judgements.append(
-            {
-                "step": step,
-                "group": ingest.as_int(ev.get("group")),
-                "index": ingest.as_int(ev.get("index")),
-                "judge": jsonsafe.text(ev.get("judge"), 64),
-                "ok": bool(ev.get("ok", True)),
-                "score": None
-                if score is None
-                else jsonsafe.num(jsonsafe.to_float(score)),
-            }
-        )
-    elif kind == "alert":
-        parts.alerts.append(
-            {
-                "step": step,
-                "detector": jsonsafe.text(ev.get("detector"), 64),
-                "severity": jsonsafe.text(ev.get("severity"), 16),
-                "message": jsonsafe.text(ev.get("message"), 2000),
-            }
-        )
-    elif kind == "checkpoint":
-        parts.checkpoints.append({"step": step})

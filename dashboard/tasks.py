@@ -21,4 +21,6 @@ def execute_run(run_id: str) -> str:
 @shared_task(name="dashboard.reap_runs", ignore_result=True)
 def reap_runs() -> int:
     """Requeue runs whose worker stopped heartbeating (for celery beat, if used)."""
-    return len(lease.reap())
+    from dashboard.external import mark_lost
+
+    return len(lease.reap()) + len(mark_lost())

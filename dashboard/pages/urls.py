@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboard.pages import launch, trajectories, views
+from dashboard.pages import launch, tokens, trajectories, views
 
 app_name = "pages"
 
@@ -43,4 +43,10 @@ urlpatterns = [
         name="critical_path",
     ),
     path("compare/", views.compare, name="compare"),
+    path("settings/tokens/", tokens.token_list, name="tokens"),
+    path(
+        "settings/tokens/<int:token_id>/revoke/",
+        tokens.token_revoke,
+        name="token_revoke",
+    ),
 ]

@@ -27,18 +27,25 @@ COMPARE_MIN, COMPARE_MAX = 2, 8
 PAGE_SIZE = 50
 
 
+def _section(cfg: dict[str, Any], key: str) -> dict[str, Any]:
+    value = cfg.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def run_info(run: Run) -> dict[str, Any]:
-    """What the templates show about a run's config at a glance."""
+    """What the templates show about a run's config at a glance. An external run's
+    config is any JSON, so nothing here assumes our schema's types."""
     cfg = run.config if isinstance(run.config, dict) else {}
-    algo = cfg.get("algorithm") or {}
-    preset = algo.get("preset", "")
+    preset = str(_section(cfg, "algorithm").get("preset") or "")
+    model = _section(cfg, "model")
+    steps = cfg.get("steps")
     return {
         "preset": preset,
-        "preset_label": catalog.PRESET_LABELS.get(preset, preset),
-        "env": (cfg.get("env") or {}).get("name", ""),
-        "steps": int(cfg.get("steps") or 0),
-        "model": (cfg.get("model") or {}).get("path")
-        or (cfg.get("model") or {}).get("size", ""),
+        "preset_label": catalog.PRESET_LABELS.get(preset, preset)
+        or (f"{run.framework} (external)" if run.external else ""),
+        "env": str(_section(cfg, "env").get("name") or ""),
+        "steps": steps if isinstance(steps, int) and steps >= 0 else 0,
+        "model": str(model.get("path") or model.get("size") or ""),
     }
 
 

@@ -1,4 +1,5 @@
-"""``manage.py reap_runs [--interval S]``: requeue runs whose worker stopped heartbeating.
+"""``manage.py reap_runs [--interval S]``: requeue runs whose worker stopped heartbeating,
+and mark external runs that stopped reporting as lost.
 
 Run one of these next to the workers in production (or schedule
 ``dashboard.reap_runs`` with celery beat on a queue no long task blocks).
@@ -11,7 +12,7 @@ import time
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from dashboard import lease
+from dashboard import external, lease
 
 
 class Command(BaseCommand):
@@ -30,6 +31,8 @@ class Command(BaseCommand):
             close_old_connections()
             for run_id in lease.reap():
                 self.stdout.write(f"requeued {run_id}")
+            for run_id in external.mark_lost():
+                self.stdout.write(f"lost {run_id}")
             self.stdout.flush()
             if interval <= 0:
                 return

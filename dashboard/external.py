@@ -1,0 +1,303 @@
+"""External runs: runs trained elsewhere (our trainer on another machine, TRL, verl, an
+import) that report their events over the HTTP API.
+
+``check_*`` validates and raises :class:`~dashboard.services.ServiceError`; ``do_*``
+mutates. Events go through the same write path as the worker's sink
+(:func:`dashboard.ingest.store`: idempotent upserts, rollups, frames after the commit),
+so the run page, the trajectory browser and compare cannot tell an external run from
+ours. The hacking detectors run here, as events arrive (:mod:`dashboard.detection`).
+
+A batch is all or nothing: every line is parsed and checked against the event schema
+(:mod:`trainer.event_schema`) before anything is written, and a bad line refuses the
+batch with its line number and field. Re-sending events is harmless: rows are keyed
+(run, step, group, index...), and events whose rows all existed already are counted as
+duplicates.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from dashboard import frames, ingest
+from dashboard.detection import detect_external
+from dashboard.models import (
+    Alert,
+    Checkpoint,
+    CriticalPath,
+    Judgement,
+    MetricPoint,
+    Run,
+    RunStatus,
+    Trajectory,
+)
+from dashboard.services import Conflict, InvalidConfig, ServiceError, check_name
+
+MAX_ERRORS = 20
+FINISH_STATUSES = ("succeeded", "failed", "cancelled")
+
+
+class PayloadTooLarge(ServiceError):
+    status = 413
+
+
+# --- runs ---------------------------------------------------------------------------
+def check_framework(value: Any) -> str:
+    if value is None:
+        return "external"
+    if not isinstance(value, str) or not 1 <= len(value.strip()) <= 64:
+        raise InvalidConfig("framework: must be a string of 1 to 64 characters")
+    return value.strip().replace("\x00", "")
+
+
+def check_external_config(config: Any) -> dict[str, Any]:
+    """Any JSON object, bounded like ours (shown and diffed, never executed)."""
+    from dashboard.jsonsafe import clean
+    from dashboard.services import check_shape
+
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise InvalidConfig("config: must be a JSON object")
+    check_shape(config)
+    return clean(config)
+
+
+def do_create_external_run(
+    user: Any, *, name: Any, framework: Any = None, config: Any = None
+) -> Run:
+    name = check_name(name) or "external run"
+    framework = check_framework(framework)
+    config = check_external_config(config)
+    now = timezone.now()
+    return Run.objects.create(
+        owner=user,
+        name=name,
+        config=config,
+        external=True,
+        framework=framework,
+        queue="",
+        status=RunStatus.RUNNING,
+        started_at=now,
+        heartbeat_at=now,
+    )
+
+
+def check_external(run: Run) -> Run:
+    if not run.external:
+        raise Conflict("run: only external runs take events over HTTP")
+    return run
+
+
+# --- parsing a batch ----------------------------------------------------------------
+def decode_body(body: bytes, encoding: str | None) -> bytes:
+    """The request body, decompressed (gzip or deflate), within the size limits."""
+    if len(body) > settings.EVENTS_MAX_BODY_BYTES:
+        raise PayloadTooLarge(
+            f"body: {len(body)} bytes, more than {settings.EVENTS_MAX_BODY_BYTES}; "
+            "send smaller batches"
+        )
+    encoding = (encoding or "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise InvalidConfig(f"Content-Encoding: {encoding!r} is not gzip or deflate")
+    limit = settings.EVENTS_MAX_DECODED_BYTES
+    try:
+        if encoding == "gzip":
+            with gzip.GzipFile(fileobj=_BytesReader(body)) as fh:
+                data = fh.read(limit + 1)
+        else:
+            data = zlib.decompressobj().decompress(body, limit + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InvalidConfig(f"body: not valid {encoding} data ({exc})") from None
+    if len(data) > limit:
+        raise PayloadTooLarge(
+            f"body: more than {limit} bytes once decompressed; send smaller batches"
+        )
+    return data
+
+
+class _BytesReader:
+    """A minimal file object over bytes (``gzip.GzipFile`` reads through it)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data, self._pos = memoryview(data), 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._data) if n is None or n < 0 else self._pos + n
+        out = bytes(self._data[self._pos : end])
+        self._pos += len(out)
+        return out
+
+
+def parse_events(data: bytes) -> list[dict[str, Any]]:
+    """Every line of an NDJSON body as a checked event, or InvalidConfig listing the
+    bad lines (``line 3: metrics.reward: Input should be a valid number``)."""
+    from trainer.event_schema import EventError, check_event
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidConfig(f"body: not UTF-8 (byte {exc.start})") from None
+    lines = text.split("\n")
+    if len(lines) > settings.EVENTS_MAX_LINES + 1:
+        raise PayloadTooLarge(
+            f"body: more than {settings.EVENTS_MAX_LINES} lines; send smaller batches"
+        )
+    events, errors = [], []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+            check_event(event)
+        except json.JSONDecodeError as exc:
+            errors.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
+        except (EventError, RecursionError) as exc:
+            errors.append(f"line {number}: {exc}")
+        else:
+            events.append(event)
+        if len(errors) >= MAX_ERRORS:
+            errors.append("(further lines not checked)")
+            break
+    if errors:
+        raise InvalidConfig(errors)
+    return events
+
+
+# --- storing a batch ----------------------------------------------------------------
+def _existing(run_id: Any, events: list[dict[str, Any]]) -> set[tuple]:
+    """The keys of rows these events would write that are already stored."""
+    steps: dict[str, set[int]] = {}
+    keys: set[str] = set()
+    for ev in events:
+        steps.setdefault(ev["type"], set()).add(ev.get("step", 0))
+        if ev["type"] == "step":
+            keys.update(ev["metrics"])
+    found: set[tuple] = set()
+    if steps.get("step") and keys:
+        rows = MetricPoint.objects.filter(
+            run_id=run_id, key__in=keys, step__in=steps["step"]
+        ).values_list("step", "key")
+        found.update(("m", s, k) for s, k in rows)
+    for kind, model, fields in _KEYED:
+        if steps.get(kind):
+            rows = model.objects.filter(run_id=run_id, step__in=steps[kind])
+            found.update((kind, *r) for r in rows.values_list("step", *fields))
+    return found
+
+
+_KEYED = (
+    ("trajectory", Trajectory, ("group", "index")),
+    ("judgement", Judgement, ("group", "index", "judge")),
+    ("critical_path", CriticalPath, ("group", "index")),
+    ("alert", Alert, ("detector",)),
+    ("checkpoint", Checkpoint, ()),
+)
+_FIELDS = {kind: fields for kind, _, fields in _KEYED}
+
+
+def _is_duplicate(ev: dict[str, Any], found: set[tuple], run: Run) -> bool:
+    kind = ev["type"]
+    if kind == "step":
+        return all(("m", ev["step"], k) in found for k in ev["metrics"])
+    if kind in _FIELDS:
+        return (kind, ev["step"], *(ev.get(f) for f in _FIELDS[kind])) in found
+    if kind == "run_finished":
+        return run.status == ev["status"]
+    return False
+
+
+def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Store a checked batch; returns ``{"accepted", "duplicates", "cancel_requested"}``.
+
+    The run's heartbeat is its last event: a lost run comes back to ``running``. A
+    ``run_finished`` event finishes the run like :func:`do_finish_external_run`.
+    """
+    check_external(run)
+    finished = [ev for ev in events if ev["type"] == "run_finished"]
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        found = _existing(run.pk, events)
+        duplicates = sum(_is_duplicate(ev, found, run) for ev in events)
+        _, parts = ingest.store(run.pk, events, supersede_on_start=False)
+        fields = {"heartbeat_at": timezone.now()}
+        last_step = ingest.last_step_after(
+            (e for e in events if e["type"] == "step"), run.last_step
+        )
+        if last_step > run.last_step:
+            fields["last_step"] = last_step
+        if run.status == RunStatus.LOST:
+            fields["status"] = RunStatus.RUNNING
+        if finished:
+            fields.update(
+                _finish_fields(finished[-1]["status"], finished[-1].get("error"))
+            )
+        Run.objects.filter(pk=run.pk).update(**fields)
+        for name, value in fields.items():
+            setattr(run, name, value)
+        alerts = detect_external(run, events)
+        for alert in alerts:
+            frames.summarise(alert, parts)
+        parts.status = run.status
+        parts.last_step = run.last_step
+        transaction.on_commit(lambda: frames.send(run.pk, parts))
+    return {
+        "accepted": len(events) - duplicates,
+        "duplicates": duplicates,
+        "cancel_requested": run.cancel_requested,
+    }
+
+
+def _finish_fields(status: str, error: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {"status": status, "finished_at": timezone.now()}
+    if error:
+        fields["error"] = str(error).replace("\x00", "")[-20000:]
+    return fields
+
+
+def check_finish(status: Any, error: Any) -> tuple[str, str | None]:
+    if status not in FINISH_STATUSES:
+        raise InvalidConfig(f"status: must be one of {', '.join(FINISH_STATUSES)}")
+    if error is not None and not isinstance(error, str):
+        raise InvalidConfig("error: must be a string or null")
+    return status, error
+
+
+def do_finish_external_run(run: Run, status: Any, error: Any = None) -> Run:
+    check_external(run)
+    status, error = check_finish(status, error)
+    with transaction.atomic():
+        fields = _finish_fields(status, error)
+        Run.objects.filter(pk=run.pk).update(**fields)
+        frames.send_on_commit(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def mark_lost(now: Any = None) -> list[Any]:
+    """External runs silent for ``EXTERNAL_RUN_TIMEOUT`` become ``lost`` (returns ids)."""
+    from datetime import timedelta
+
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.EXTERNAL_RUN_TIMEOUT)
+    with transaction.atomic():
+        ids = list(
+            Run.objects.filter(
+                external=True, status=RunStatus.RUNNING, heartbeat_at__lt=cutoff
+            ).values_list("pk", flat=True)
+        )
+        if ids:
+            Run.objects.filter(pk__in=ids, status=RunStatus.RUNNING).update(
+                status=RunStatus.LOST
+            )
+            for run_id in ids:
+                frames.send_on_commit(run_id)
+    return ids

@@ -1,0 +1,217 @@
+"""The typed schema of the trainer's events: one format for ``events.jsonl`` files, the
+worker's sink and the dashboard's HTTP ingest (``POST /api/runs/{id}/events``).
+
+:mod:`trainer.events` documents each event in prose; this module states the same
+shapes as pydantic models, so a line can be checked with its bad field named
+(:func:`check_event`) and the JSON Schema served (:func:`events_json_schema`). It
+checks shapes and bounds only: values the trainer may legitimately write (NaN or
+infinite metrics, ``null`` where a per-token value does not exist) are valid. Unknown
+keys are ignored, so a newer trainer can add fields without breaking an older server.
+
+Bounds are generous for real runs (a step may carry 4,096 metrics, a segment 262,144
+tokens) and refuse what could only exhaust a server.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    TypeAdapter,
+    ValidationError,
+)
+
+MAX_METRICS = 4096
+MAX_TOKENS = 262_144
+MAX_SEGMENTS = 1024
+MAX_TEXT = 4_000_000
+MAX_ITEMS = 100_000
+
+Step = Annotated[StrictInt, Field(ge=0, lt=2**31)]
+Index = Annotated[StrictInt, Field(ge=0, lt=2**31)]
+# JSON has no NaN/inf: they are written as these strings (``JsonlSink``).
+NonFinite = Literal["NaN", "Infinity", "-Infinity"]
+Num = StrictFloat | StrictInt | NonFinite
+OptNum = Num | None
+Key = Annotated[str, Field(min_length=1, max_length=200)]
+Text = Annotated[str, Field(max_length=MAX_TEXT)]
+Short = Annotated[str, Field(max_length=200)]
+Floats = Annotated[list[OptNum], Field(max_length=MAX_TOKENS)]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class RunStarted(_Event):
+    type: Literal["run_started"]
+    config: dict[str, Any] = Field(default_factory=dict)
+    start_step: Annotated[StrictInt, Field(ge=0, lt=2**31)] = 1
+    num_params: Annotated[StrictInt, Field(ge=0)] | None = None
+    device: Short | None = None
+
+
+class StepEvent(_Event):
+    type: Literal["step"]
+    step: Step
+    metrics: Annotated[dict[Key, OptNum], Field(max_length=MAX_METRICS)]
+
+
+class Segment(_Event):
+    turn: Annotated[StrictInt, Field(ge=0, lt=2**31)] | None = 0
+    kind: Annotated[str, Field(min_length=1, max_length=32)]
+    text: Text = ""
+    token_ids: Annotated[list[StrictInt], Field(max_length=MAX_TOKENS)] = []
+    tokens: Annotated[list[str], Field(max_length=MAX_TOKENS)] = []
+    logprob: Floats = []
+    old_logprob: Floats = []
+    ratio: Floats = []
+    entropy: Floats = []
+    advantage: Floats = []
+    mask: Annotated[str, Field(max_length=64)] | None = None
+
+
+class Rewards(_Event):
+    total: OptNum = None
+    components: Annotated[dict[Key, OptNum], Field(max_length=MAX_METRICS)] = {}
+    per_step: Annotated[
+        dict[Key, Annotated[list[OptNum], Field(max_length=MAX_ITEMS)]],
+        Field(max_length=MAX_METRICS),
+    ] = {}
+
+
+class TrajectoryEvent(_Event):
+    type: Literal["trajectory"]
+    step: Step
+    group: Index
+    index: Index
+    task_id: Short = ""
+    dropped: StrictBool = False
+    reward: OptNum = None
+    advantage: OptNum = None
+    rewards: Rewards = Rewards()
+    num_turns: Annotated[StrictInt, Field(ge=0, lt=2**31)] = 0
+    length: Annotated[StrictInt, Field(ge=0, lt=2**31)] = 0
+    truncated: StrictBool = False
+    facts: dict[str, Any] = {}
+    steps: Annotated[list[dict[str, Any]], Field(max_length=MAX_ITEMS)] = []
+    segments: Annotated[list[Segment], Field(max_length=MAX_SEGMENTS)] = []
+
+
+class JudgementEvent(_Event):
+    type: Literal["judgement"]
+    step: Step
+    group: Index
+    index: Index
+    judge: Annotated[str, Field(min_length=1, max_length=64)]
+    backend: Annotated[str, Field(max_length=32)] = ""
+    ok: StrictBool = True
+    score: OptNum = None
+    scores: Annotated[dict[Key, OptNum], Field(max_length=MAX_METRICS)] = {}
+    rationale: Text = ""
+    raw: Text | None = None
+    error: Text | None = None
+    target_step: Step | None = None
+
+
+class CriticalPathEvent(_Event):
+    type: Literal["critical_path"]
+    step: Step
+    group: Index
+    index: Index
+    stages: Annotated[list[Any], Field(max_length=MAX_ITEMS)] = []
+    critical_steps: Annotated[StrictInt, Field(ge=0, lt=2**31)] = 0
+    total_steps: Annotated[StrictInt, Field(ge=0, lt=2**31)] = 0
+    path: Annotated[list[Any], Field(max_length=MAX_ITEMS)] = []
+
+
+class AlertEvent(_Event):
+    type: Literal["alert"]
+    step: Step
+    detector: Annotated[str, Field(min_length=1, max_length=64)]
+    severity: Annotated[str, Field(min_length=1, max_length=16)] = "warning"
+    message: Annotated[str, Field(max_length=10_000)] = ""
+    evidence: dict[str, Any] = {}
+
+
+class CheckpointEvent(_Event):
+    type: Literal["checkpoint"]
+    step: Step
+    path: Annotated[str, Field(max_length=1024)] = ""
+
+
+class RunFinished(_Event):
+    type: Literal["run_finished"]
+    status: Literal["succeeded", "failed", "cancelled"]
+    step: Step | None = None
+    error: Text | None = None
+
+
+Event = Annotated[
+    RunStarted
+    | StepEvent
+    | TrajectoryEvent
+    | JudgementEvent
+    | CriticalPathEvent
+    | AlertEvent
+    | CheckpointEvent
+    | RunFinished,
+    Field(discriminator="type"),
+]
+EVENT_TYPES = (
+    "run_started",
+    "step",
+    "trajectory",
+    "judgement",
+    "critical_path",
+    "alert",
+    "checkpoint",
+    "run_finished",
+)
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
+_TYPE_LABELS = frozenset({"float", "int", "str", "bool", "none", "dict", "list"})
+
+
+class EventError(ValueError):
+    """A line that is not an event: ``field`` is a dotted path, ``message`` why."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field, self.message = field, message
+        super().__init__(f"{field}: {message}")
+
+
+def check_event(event: Any) -> None:
+    """Raise :class:`EventError` naming the first bad field of ``event``."""
+    if not isinstance(event, dict):
+        raise EventError("(line)", "an event must be a JSON object")
+    kind = event.get("type")
+    if kind not in EVENT_TYPES:
+        raise EventError("type", f"must be one of {', '.join(EVENT_TYPES)}")
+    try:
+        _ADAPTER.validate_python(event)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        # The path starts with the discriminator's tag, and a union's member names
+        # ("float", "literal['NaN', ...]") are not fields: drop both.
+        loc = [str(p) for p in err.get("loc", ())[1:] if str(p) not in _TYPE_LABELS]
+        loc = [p for p in loc if "[" not in p]
+        raise EventError(
+            ".".join(loc) or "(event)", err.get("msg", "invalid")
+        ) from None
+
+
+def events_json_schema() -> dict[str, Any]:
+    """The JSON Schema of one event line (served at ``/api/events/schema.json``)."""
+    schema = _ADAPTER.json_schema()
+    schema["title"] = "Trainer event"
+    schema["description"] = (
+        "One line of events.jsonl / one line of POST /api/runs/{id}/events. "
+        "Non-finite numbers are the strings NaN, Infinity, -Infinity."
+    )
+    return schema
