@@ -246,6 +246,20 @@ def launch_run(request: HttpRequest, payload: LaunchIn):
     return Status(201, run_out(run, detail=True))
 
 
+@api.post(
+    "/runs/external", response={201: RunDetailOut, 400: ErrorOut}, tags=["external"]
+)
+def create_external_run(request: HttpRequest, payload: ExternalIn):
+    """A run trained elsewhere, which then reports its events to ``/events``."""
+    run = external.do_create_external_run(
+        request.user,
+        name=payload.name,
+        framework=payload.framework,
+        config=payload.config,
+    )
+    return Status(201, run_out(run, detail=True))
+
+
 @api.get("/runs/{run_id}", response=RunDetailOut, tags=["runs"])
 def get_run(request: HttpRequest, run_id: str):
     return run_out(services.get_run_for_user(request.user, run_id), detail=True)
@@ -265,20 +279,6 @@ def clone_run(request: HttpRequest, run_id: str, payload: CloneIn):
 @api.post("/runs/{run_id}/cancel", response={200: RunOut, 409: ErrorOut}, tags=["runs"])
 def cancel_run(request: HttpRequest, run_id: str):
     return run_out(services.cancel_run(services.get_run_for_user(request.user, run_id)))
-
-
-@api.post(
-    "/runs/external", response={201: RunDetailOut, 400: ErrorOut}, tags=["external"]
-)
-def create_external_run(request: HttpRequest, payload: ExternalIn):
-    """A run trained elsewhere, which then reports its events to ``/events``."""
-    run = external.do_create_external_run(
-        request.user,
-        name=payload.name,
-        framework=payload.framework,
-        config=payload.config,
-    )
-    return Status(201, run_out(run, detail=True))
 
 
 def _read_body(request: HttpRequest, limit: int) -> bytes:

@@ -13,3 +13,5 @@ urlpatterns = [
     path("api/", api.urls),
     path("healthz", views.healthz, name="healthz"),
 ]
+
+handler404 = "dashboard.views.not_found"

@@ -44,7 +44,8 @@ def component_names(config: dict[str, Any]) -> list[str]:
     if not isinstance(reward, dict):
         from dashboard.pages.catalog import default_reward
 
-        env = ((config or {}).get("env") or {}).get("name", "calc")
+        env = config.get("env") if isinstance(config, dict) else None
+        env = env.get("name", "calc") if isinstance(env, dict) else "calc"
         try:
             reward = default_reward(env)
         except KeyError:
@@ -67,11 +68,28 @@ def in_order(values: dict[str, Any], order: list[str]) -> list[tuple[str, Any]]:
     return sorted(values.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
 
 
-def run_charts(config: dict[str, Any]) -> list[dict[str, Any]]:
+MAX_EXTRA_CHARTS = 16
+KEYS_PER_EXTRA_CHART = 4
+
+
+def run_charts(
+    config: dict[str, Any], metric_keys: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """The run page's charts. With ``metric_keys`` (an external run, whose config
+    says nothing we can read), the components come from the logged
+    ``rewards/<name>/mean`` keys, and every other logged metric gets a chart too,
+    grouped by its prefix (``critic/``, ``actor/``...)."""
     charts = [
         {"id": cid, "title": title, "keys": keys} for cid, title, keys in STANDARD
     ]
     components = component_keys(config)
+    if metric_keys is not None:
+        components += [
+            k
+            for k in metric_keys
+            if k.startswith("rewards/") and k.endswith("/mean") and k not in components
+        ]
+        charts += _extra_charts(metric_keys, charts, components)
     if components:
         charts.insert(
             1,
@@ -82,3 +100,25 @@ def run_charts(config: dict[str, Any]) -> list[dict[str, Any]]:
             },
         )
     return charts
+
+
+def _extra_charts(
+    metric_keys: list[str], charts: list[dict[str, Any]], components: list[str]
+) -> list[dict[str, Any]]:
+    shown = {k for c in charts for k in c["keys"]} | set(components)
+    groups: dict[str, list[str]] = {}
+    for key in metric_keys:
+        if key not in shown:
+            groups.setdefault(key.split("/", 1)[0] if "/" in key else "", []).append(
+                key
+            )
+    extra = []
+    for prefix in sorted(groups):
+        keys = sorted(groups[prefix])
+        for i in range(0, len(keys), KEYS_PER_EXTRA_CHART):
+            part = keys[i : i + KEYS_PER_EXTRA_CHART]
+            title = f"{prefix}/" if prefix else "Other metrics"
+            if len(keys) > KEYS_PER_EXTRA_CHART:
+                title += f" ({i // KEYS_PER_EXTRA_CHART + 1})"
+            extra.append({"id": f"extra-{len(extra)}", "title": title, "keys": part})
+    return extra[:MAX_EXTRA_CHARTS]

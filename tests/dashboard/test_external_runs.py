@@ -1,0 +1,340 @@
+"""External runs over the HTTP API: tokens, creating a run, posting NDJSON events
+(idempotent, all or nothing, limits), finishing, lost, server-side detectors."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.utils import timezone
+from fake_runner import events_for_step
+
+from dashboard import external, tokens
+from dashboard.models import (
+    Alert,
+    ApiToken,
+    MetricPoint,
+    Run,
+    RunStatus,
+    Trajectory,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def token(owner):
+    return tokens.do_create_token(owner, "test")[1]
+
+
+@pytest.fixture
+def api(token):
+    """A client that authenticates with the token only, CSRF enforced."""
+    return TokenClient(token)
+
+
+class TokenClient:
+    def __init__(self, token: str) -> None:
+        self.client = Client(enforce_csrf_checks=True)
+        self.auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+    def get(self, url):
+        return self.client.get(url, **self.auth)
+
+    def post_json(self, url, body):
+        return self.client.post(
+            url, json.dumps(body), content_type="application/json", **self.auth
+        )
+
+    def post_events(self, run_id, events, *, gzip_it=False, raw=None, **headers):
+        body = raw if raw is not None else ndjson(events).encode()
+        if gzip_it:
+            body = gzip.compress(body)
+            headers["HTTP_CONTENT_ENCODING"] = "gzip"
+        return self.client.post(
+            f"/api/runs/{run_id}/events",
+            body,
+            content_type="application/x-ndjson",
+            **self.auth,
+            **headers,
+        )
+
+
+def ndjson(events) -> str:
+    return "".join(json.dumps(e) + "\n" for e in events)
+
+
+def new_run(api, **extra) -> str:
+    body = {"name": "trl run", "framework": "trl", "config": {"lr": 1e-6}, **extra}
+    r = api.post_json("/api/runs/external", body)
+    assert r.status_code == 201, r.content
+    return r.json()["id"]
+
+
+def steps(*numbers):
+    return [ev for s in numbers for ev in events_for_step(3, s)]
+
+
+# --- tokens -------------------------------------------------------------------------
+def test_create_token_prints_a_token_that_is_stored_only_as_a_digest(owner):
+    out = io.StringIO()
+    call_command("create_token", "owner", "--name", "laptop", stdout=out)
+    token = out.getvalue().strip()
+    row = ApiToken.objects.get(name="laptop")
+    assert token.startswith("arl_") and len(token) > 40
+    assert token not in (row.digest, row.prefix) and token.startswith(row.prefix)
+    assert tokens.user_for_token(token) == owner
+
+
+def test_a_token_authenticates_every_api_call_without_csrf(api, owner):
+    assert api.get("/api/runs").status_code == 200
+    run_id = new_run(api)  # a POST with CSRF enforced and no CSRF token
+    assert Run.objects.get(pk=run_id).owner == owner
+    assert ApiToken.objects.get().last_used_at is not None
+
+
+@pytest.mark.parametrize("header", ["Bearer arl_nope", "Bearer ", "Basic abc"])
+def test_an_unknown_token_is_a_401(header):
+    r = Client().get("/api/runs", HTTP_AUTHORIZATION=header)
+    assert r.status_code == 401 and r.json()["detail"]
+
+
+def test_a_revoked_token_is_a_401(api, owner, token):
+    row = ApiToken.objects.get()
+    assert tokens.do_revoke_token(owner, row.pk)
+    assert api.get("/api/runs").status_code == 401
+    assert tokens.user_for_token(token) is None
+
+
+def test_another_users_token_gets_404_for_my_run(api, other):
+    run_id = new_run(api)
+    theirs = TokenClient(tokens.do_create_token(other, "x")[1])
+    assert theirs.post_events(run_id, steps(1)).status_code == 404
+    assert (
+        theirs.post_json(f"/api/runs/{run_id}/finish", {"status": "failed"}).status_code
+        == 404
+    )
+    assert MetricPoint.objects.count() == 0
+
+
+def test_the_tokens_page_creates_shows_once_and_revokes(owner_client, owner):
+    r = owner_client.post("/settings/tokens/", {"name": "notebook"})
+    assert r.status_code == 200 and r["Cache-Control"] == "no-store"
+    token = r.context["new_token"]["token"]
+    assert token.encode() in r.content
+    listing = owner_client.get("/settings/tokens/")
+    assert token.encode() not in listing.content and b"notebook" in listing.content
+    row = ApiToken.objects.get()
+    owner_client.post(f"/settings/tokens/{row.pk}/revoke/")
+    assert tokens.user_for_token(token) is None
+
+
+def test_the_tokens_page_refuses_a_blank_name_next_to_the_field(owner_client):
+    r = owner_client.post("/settings/tokens/", {"name": "  "})
+    assert b"name: must be a string" in r.content and ApiToken.objects.count() == 0
+
+
+# --- events -------------------------------------------------------------------------
+def test_posted_events_are_stored_once_and_a_resend_counts_duplicates(
+    api, published, commit
+):
+    run_id = new_run(api)
+    batch = [{"type": "run_started", "config": {}, "start_step": 1}, *steps(1, 2)]
+    with commit():
+        r = api.post_events(run_id, batch)
+    assert r.status_code == 200, r.content
+    assert r.json() == {
+        "accepted": len(batch),
+        "duplicates": 0,
+        "cancel_requested": False,
+    }
+    points, trajs = MetricPoint.objects.count(), Trajectory.objects.count()
+    assert trajs == 4 and points > 0
+    r = api.post_events(run_id, steps(1, 2))
+    assert r.json() == {
+        "accepted": 0,
+        "duplicates": len(batch) - 1,
+        "cancel_requested": False,
+    }
+    assert (MetricPoint.objects.count(), Trajectory.objects.count()) == (points, trajs)
+    run = Run.objects.get(pk=run_id)
+    assert run.last_step == 2 and run.status == RunStatus.RUNNING
+    assert published and published[-1]["last_step"] == 2
+
+
+def test_gzip_bodies_are_accepted(api):
+    run_id = new_run(api)
+    r = api.post_events(run_id, steps(1), gzip_it=True)
+    assert r.status_code == 200 and r.json()["accepted"] == len(steps(1))
+
+
+def test_a_bad_line_refuses_the_whole_batch_naming_line_and_field(api):
+    run_id = new_run(api)
+    batch = steps(1)
+    batch.insert(2, {"type": "step", "step": 2, "metrics": {"reward": [1]}})
+    r = api.post_events(run_id, batch)
+    assert r.status_code == 400
+    assert r.json()["errors"] == [
+        "line 3: metrics.reward: Input should be a valid number"
+    ]
+    assert MetricPoint.objects.count() == 0 and Trajectory.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (
+            b'{"type": "step", "step": 1, "metrics": {}}\n{not json\n',
+            "line 2: not JSON",
+        ),
+        (b'{"type": "rollout", "step": 1}\n', "line 1: type: must be one of"),
+        (b"[1, 2]\n", "line 1: (line): an event must be a JSON object"),
+        (
+            b'{"type": "trajectory", "step": -1, "group": 0, "index": 0}',
+            "line 1: step:",
+        ),
+        (b"\xff\xfe", "body: not UTF-8"),
+    ],
+)
+def test_malformed_bodies_are_400s_that_say_why(api, raw, expected):
+    run_id = new_run(api)
+    r = api.post_events(run_id, None, raw=raw)
+    assert r.status_code == 400 and r.json()["errors"][0].startswith(expected)
+
+
+def test_bodies_over_the_limits_are_413_json(api, settings):
+    run_id = new_run(api)
+    settings.EVENTS_MAX_LINES = 2
+    r = api.post_events(run_id, steps(1, 2))
+    assert r.status_code == 413 and "lines" in r.json()["detail"]
+    settings.EVENTS_MAX_LINES = 5000
+    settings.EVENTS_MAX_BODY_BYTES = 1024
+    r = api.post_events(run_id, steps(1, 2, 3))
+    assert r.status_code == 413 and "send smaller batches" in r.json()["detail"]
+    settings.EVENTS_MAX_BODY_BYTES = 1 << 20
+    settings.EVENTS_MAX_DECODED_BYTES = 2048
+    r = api.post_events(run_id, steps(1, 2, 3, 4, 5), gzip_it=True)
+    assert r.status_code == 413 and "decompressed" in r.json()["detail"]
+    assert MetricPoint.objects.count() == 0
+
+
+def test_a_bad_gzip_body_is_a_400(api):
+    run_id = new_run(api)
+    r = api.post_events(
+        run_id, None, raw=b"not gzip at all", HTTP_CONTENT_ENCODING="gzip"
+    )
+    assert r.status_code == 400 and "not valid gzip" in r.json()["detail"]
+
+
+def test_events_for_a_run_of_our_workers_are_refused(api, owner, tiny_config, enqueued):
+    from dashboard import services
+
+    native = services.launch_run(owner, tiny_config)
+    r = api.post_events(native.pk, steps(1))
+    assert r.status_code == 409 and MetricPoint.objects.count() == 0
+
+
+def test_finish_and_a_run_finished_event_both_end_the_run(api):
+    a, b = new_run(api), new_run(api)
+    r = api.post_json(f"/api/runs/{a}/finish", {"status": "failed", "error": "OOM"})
+    assert r.status_code == 200 and r.json()["status"] == "failed"
+    assert Run.objects.get(pk=a).error == "OOM"
+    api.post_events(b, [{"type": "run_finished", "status": "succeeded", "step": 1}])
+    run = Run.objects.get(pk=b)
+    assert run.status == "succeeded" and run.finished_at is not None
+    bad = api.post_json(f"/api/runs/{a}/finish", {"status": "exploded"})
+    assert bad.status_code == 400 and bad.json()["errors"][0].startswith("status:")
+
+
+def test_a_silent_run_is_lost_and_its_next_event_revives_it(api, settings):
+    run_id = new_run(api)
+    later = timezone.now() + timedelta(seconds=settings.EXTERNAL_RUN_TIMEOUT + 1)
+    assert external.mark_lost(now=timezone.now()) == []
+    assert [str(i) for i in external.mark_lost(now=later)] == [run_id]
+    assert Run.objects.get(pk=run_id).status == RunStatus.LOST
+    api.post_events(run_id, steps(1))
+    assert Run.objects.get(pk=run_id).status == RunStatus.RUNNING
+
+
+def test_the_reaper_never_requeues_an_external_run(api, settings):
+    from dashboard import lease
+
+    run_id = new_run(api)
+    later = timezone.now() + timedelta(seconds=settings.RUN_LEASE_TIMEOUT_SECONDS + 5)
+    assert lease.reap(now=later, enqueue=False) == []
+    assert Run.objects.get(pk=run_id).status == RunStatus.RUNNING
+
+
+def test_external_config_must_be_an_object_and_name_a_string(api):
+    r = api.post_json("/api/runs/external", {"name": "x", "config": [1]})
+    assert r.status_code == 400
+    r = api.post_json("/api/runs/external", {"name": "", "config": {}})
+    assert r.status_code == 400 and r.json()["errors"][0].startswith("name:")
+
+
+def test_an_external_config_of_any_shape_renders_on_the_pages(api, owner_client):
+    weird = {"algorithm": "grpo", "env": ["x"], "model": 5, "steps": "many"}
+    run_id = new_run(api, config=weird)
+    api.post_events(run_id, steps(1))
+    assert owner_client.get(f"/runs/{run_id}/").status_code == 200
+    assert owner_client.get("/runs/").status_code == 200
+    assert owner_client.get("/").status_code == 200
+
+
+def test_the_event_schema_is_served_without_login():
+    r = Client().get("/api/events/schema.json")
+    assert r.status_code == 200
+    assert {m["$ref"].rsplit("/", 1)[-1] for m in r.json()["oneOf"]} >= {
+        "StepEvent",
+        "TrajectoryEvent",
+    }
+
+
+# --- detectors on the server ----------------------------------------------------------
+def _entropy_steps(values):
+    return [
+        {"type": "step", "step": i + 1, "metrics": {"entropy": v, "reward": 0.5}}
+        for i, v in enumerate(values)
+    ]
+
+
+def test_detectors_run_on_external_events_and_fire_once(api, published, commit):
+    run_id = new_run(api)
+    collapse = _entropy_steps([2.0] * 6 + [0.01] * 6)
+    api.post_events(run_id, collapse[:6])
+    assert Alert.objects.count() == 0
+    with commit():
+        api.post_events(run_id, collapse[6:])
+    alerts = list(Alert.objects.filter(run_id=run_id))
+    assert [a.detector for a in alerts] == ["entropy_collapse"]
+    assert alerts[0].evidence["source"] == "server"
+    assert any(f["alerts"] for f in published)
+    api.post_events(run_id, collapse)  # a replay fires nothing new
+    assert Alert.objects.filter(run_id=run_id).count() == 1
+
+
+def test_our_own_trainer_streaming_keeps_its_own_alerts_only(api):
+    run_id = new_run(api, framework="agentic-rl")
+    api.post_events(run_id, _entropy_steps([2.0] * 6 + [0.01] * 6))
+    assert Alert.objects.count() == 0
+
+
+# --- every API error is JSON ------------------------------------------------------------
+def test_an_oversized_json_body_is_a_json_413(owner_client, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    r = owner_client.post(
+        "/api/runs",
+        json.dumps({"config": {"name": "x" * 5000}}),
+        content_type="application/json",
+    )
+    assert r.status_code == 413 and r["Content-Type"].startswith("application/json")
+
+
+def test_an_unknown_api_path_is_a_json_404(owner_client):
+    r = owner_client.get("/api/no/such/thing")
+    assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
