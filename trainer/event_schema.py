@@ -200,7 +200,7 @@ def check_event(event: Any) -> None:
         # The path starts with the discriminator's tag, and a union's member names
         # ("float", "literal['NaN', ...]") are not fields: drop both.
         loc = [str(p) for p in err.get("loc", ())[1:] if str(p) not in _TYPE_LABELS]
-        loc = [p for p in loc if "[" not in p]
+        loc = [p or '""' for p in loc if "[" not in p]
         raise EventError(
             ".".join(loc) or "(event)", err.get("msg", "invalid")
         ) from None

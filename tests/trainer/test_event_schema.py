@@ -1,0 +1,95 @@
+"""The typed event schema (``trainer.event_schema``) accepts every event the trainer
+writes, and names the bad field of a bad one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainer import TrainConfig
+from trainer.event_schema import EventError, check_event, events_json_schema
+from trainer.events import JsonlSink
+from trainer.runner import run_from_config
+
+
+@pytest.mark.parametrize("env", ["calc", "search", "swarm"])
+def test_every_event_of_a_real_run_passes_the_schema(env, tmp_path):
+    cfg = TrainConfig.model_validate(
+        {
+            "env": {"name": env},
+            "steps": 2,
+            "seed": 1,
+            "model": {"size": "tiny", "device": "cpu"},
+            "rollout": {"tasks_per_step": 2, "group_size": 2, "max_turns": 3},
+            "checkpoint": {"every": 2},
+        }
+    )
+    path = tmp_path / "events.jsonl"
+    sink = JsonlSink(path)
+    run_from_config(cfg, sink, checkpoint_dir=tmp_path / "ckpt")
+    sink.close()
+    lines = path.read_text().splitlines()
+    kinds = set()
+    for line in lines:  # as the HTTP ingest sees them: parsed back from JSON
+        event = json.loads(line)
+        check_event(event)
+        kinds.add(event["type"])
+    assert {"run_started", "step", "trajectory", "checkpoint", "run_finished"} <= kinds
+
+
+@pytest.mark.parametrize(
+    "event, field",
+    [
+        ({"type": "step", "step": "3", "metrics": {}}, "step"),
+        ({"type": "step", "step": 3, "metrics": {"kl": "big"}}, "metrics.kl"),
+        ({"type": "step", "step": 3, "metrics": {"": 1.0}}, 'metrics.""'),
+        ({"type": "trajectory", "step": 1, "group": 0, "index": -1}, "index"),
+        (
+            {
+                "type": "trajectory",
+                "step": 1,
+                "group": 0,
+                "index": 0,
+                "segments": [{"kind": "action", "token_ids": [1, 2.5]}],
+            },
+            "segments.0.token_ids.1",
+        ),
+        ({"type": "judgement", "step": 1, "group": 0, "index": 0}, "judge"),
+        ({"type": "run_finished", "status": "exploded"}, "status"),
+        ({"type": "rollout"}, "type"),
+        ({"step": 1}, "type"),
+        ("step", "(line)"),
+    ],
+)
+def test_a_bad_event_names_its_field(event, field):
+    with pytest.raises(EventError) as info:
+        check_event(event)
+    assert info.value.field == field
+
+
+def test_non_finite_numbers_and_nulls_are_valid_where_the_trainer_writes_them():
+    check_event(
+        {
+            "type": "step",
+            "step": 0,
+            "metrics": {"kl": "NaN", "a": "Infinity", "b": "-Infinity", "c": None},
+        }
+    )
+    check_event(
+        {
+            "type": "trajectory",
+            "step": 1,
+            "group": 0,
+            "index": 0,
+            "future_field": [1, 2],  # unknown keys are ignored
+            "segments": [{"kind": "prompt", "logprob": [None, -1.5, "NaN"]}],
+        }
+    )
+
+
+def test_the_json_schema_lists_every_event_type():
+    schema = events_json_schema()
+    text = json.dumps(schema)
+    for kind in ("run_started", "trajectory", "judgement", "critical_path", "alert"):
+        assert f'"{kind}"' in text
