@@ -248,7 +248,8 @@ def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
             frames.summarise(alert, parts)
         parts.status = run.status
         parts.last_step = run.last_step
-        transaction.on_commit(lambda: frames.send(run.pk, parts))
+        if duplicates < len(events) or "status" in fields:
+            transaction.on_commit(lambda: frames.send(run.pk, parts))
     return {
         "accepted": len(events) - duplicates,
         "duplicates": duplicates,

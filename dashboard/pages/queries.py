@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import (
+    Case,
     Count,
     F,
     FloatField,
@@ -24,6 +25,7 @@ from django.db.models import (
     Q,
     QuerySet,
     Subquery,
+    When,
 )
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -80,8 +82,16 @@ def filter_runs(runs: QuerySet[Run], params: Any) -> QuerySet[Run]:
         runs = runs.filter(config__env__name=env)
     runs = runs.annotate(
         last_reward=_latest(OuterRef("pk"), "reward"),
-        progress=Cast(F("last_step"), FloatField())
-        / Cast(F("config__steps"), FloatField()),
+        # An external run's config is any JSON: only ours is known to hold an int.
+        progress=Case(
+            When(
+                external=False,
+                then=Cast(F("last_step"), FloatField())
+                / Cast(F("config__steps"), FloatField()),
+            ),
+            default=None,
+            output_field=FloatField(),
+        ),
     )
     sort = params.get("sort") or "new"
     return runs.order_by(*SORTS.get(sort, SORTS["new"]))
