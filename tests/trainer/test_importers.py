@@ -183,3 +183,19 @@ def test_follow_picks_up_a_step_file_written_after_it_started(dash, tmp_path):
     worker.join(timeout=120)
     assert codes == [0]
     assert dash.only_run()["status"] == "succeeded"
+
+
+def test_a_spool_kept_after_a_refused_token_imports_later_in_order(dash, tmp_path):
+    from trainer.httpsink import HttpSink
+
+    refused = HttpSink(dash.url, "revoked", spool_dir=tmp_path / "kept")
+    events = [
+        {"type": "step", "step": s, "metrics": {"reward": 1.0}} for s in (1, 2, 3)
+    ]
+    for event in events:
+        refused.emit(event)
+    refused.close(timeout=30)
+    assert refused.error is not None and dash.store.runs == {}
+    args = ["import", str(tmp_path / "kept"), "--report-to", dash.url, "--name", "k"]
+    assert main([*args, "--spool", str(tmp_path / "spool")]) == 0
+    assert dash.events() == events and dash.only_run()["name"] == "k"
