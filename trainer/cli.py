@@ -1,11 +1,15 @@
 """``python -m trainer``: run a config file, or list the algorithm presets.
 
     python -m trainer run CONFIG.yaml|json [--steps N] [--out DIR] [--no-resume]
+                                           [--report-to URL]
+    python -m trainer import events.jsonl|SPOOL_DIR --report-to URL [--name N]
+    python -m trainer import --from verl DIR --report-to URL [--follow]
     python -m trainer presets
 
 A bad config prints every bad field with the reason and exits with status 2. ``--out``
 receives ``events.jsonl`` and ``checkpoints/``; a second run with the same ``--out``
-resumes from the newest checkpoint.
+resumes from the newest checkpoint. ``--report-to URL`` also streams the run to a
+dashboard (:mod:`trainer.reporting`); ``import`` is :mod:`trainer.importers.command`.
 """
 
 from __future__ import annotations
@@ -61,6 +65,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out) if args.out else None
     sink = JsonlSink(out / "events.jsonl") if out else NullSink()
+    reporter = None
+    if args.report_to:
+        from trainer.events import TeeSink
+        from trainer.reporting import MissingToken, run_reporter, token_from_env
+
+        try:
+            token = token_from_env()
+        except MissingToken as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        reporter = run_reporter(
+            args.report_to,
+            token,
+            out=out,
+            name=cfg.name,
+            config=cfg.model_dump(mode="json"),
+        )
+        sink = TeeSink(sink, reporter)
     printer = _Printer(sink)
     try:
         result = run_from_config(
@@ -74,6 +96,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 1
     finally:
         sink.close()
+        if reporter is not None:
+            from trainer.reporting import report_outcome
+
+            if (line := report_outcome(reporter)) is not None:
+                print(line, file=sys.stderr)
     print(f"{result.status} after step {result.last_step}")
     return 0 if result.status == "succeeded" else 1
 
@@ -120,8 +147,21 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--no-resume", action="store_true", help="ignore existing checkpoints"
     )
+    run.add_argument(
+        "--report-to",
+        default=None,
+        metavar="URL",
+        help="also stream the run to this dashboard (token from $DASHBOARD_TOKEN)",
+    )
     sub.add_parser("presets", help="list the algorithm presets and the fields they set")
+    from trainer.importers.command import add_import_parser
+
+    add_import_parser(sub)
     args = parser.parse_args(argv)
     if args.cmd == "presets":
         return _cmd_presets()
+    if args.cmd == "import":
+        from trainer.importers.command import run_import
+
+        return run_import(args)
     return _cmd_run(args)

@@ -2,8 +2,9 @@
 
 The trainer calls ``sink.emit(event)`` with plain JSON-serialisable dicts; a sink never
 influences training. :class:`NullSink` drops everything (the default, like nanochat's
-DummyWandb); :class:`JsonlSink` writes one event per line. The platform's ``RunSink``
-(in ``dashboard``) persists and streams them.
+DummyWandb); :class:`JsonlSink` writes one event per line (:func:`encode_event`),
+:class:`TeeSink` fans out to several sinks, ``trainer.httpsink.HttpSink`` streams to a
+dashboard. The platform's ``RunSink`` (in ``dashboard``) persists and streams them.
 
 Event shapes (``type`` is always present; every ``step`` is the 1-based training step):
 
@@ -103,6 +104,37 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def encode_event(event: dict[str, Any]) -> str:
+    """One event as one JSON line (no newline), NaN/inf spelled as strings. The one
+    encoding of events: files, the HTTP sink and the importers all use it."""
+    try:  # the common case, all numbers finite: one pass of the C encoder
+        return json.dumps(event, allow_nan=False)
+    except ValueError:  # NaN or infinity somewhere: spell them as strings
+        return json.dumps(_json_safe(event), allow_nan=False)
+
+
+class TeeSink:
+    """Fans every event out to several sinks, in the order given (a file first, then
+    the dashboard: the file is complete even when a later sink misbehaves)."""
+
+    def __init__(self, *sinks: Sink) -> None:
+        self.sinks = list(sinks)
+
+    def emit(self, event: dict[str, Any]) -> None:
+        for sink in self.sinks:
+            sink.emit(event)
+
+    def close(self) -> None:
+        errors = []
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as exc:  # close the others before reporting
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
 class JsonlSink:
     """Appends one JSON object per line to ``path`` (flushed per event)."""
 
@@ -112,11 +144,7 @@ class JsonlSink:
         self._fh = self.path.open("a", encoding="utf-8")
 
     def emit(self, event: dict[str, Any]) -> None:
-        try:  # the common case, all numbers finite: one pass of the C encoder
-            line = json.dumps(event, allow_nan=False)
-        except ValueError:  # NaN or infinity somewhere: spell them as strings
-            line = json.dumps(_json_safe(event), allow_nan=False)
-        self._fh.write(line + "\n")
+        self._fh.write(encode_event(event) + "\n")
         self._fh.flush()
 
     def close(self) -> None:

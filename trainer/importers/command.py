@@ -1,0 +1,150 @@
+"""``python -m trainer import``: send a saved or foreign run to a dashboard.
+
+    python -m trainer import events.jsonl|SPOOL_DIR --report-to URL [--name N]
+                             [--run-id ID]
+    python -m trainer import --from verl ROLLOUT_DIR --report-to URL [--name N]
+                             [--metrics FILE] [--follow] [--poll-s S] [--idle-exit S]
+
+The token comes from ``DASHBOARD_TOKEN`` (exit 2 without it). ``--follow`` keeps
+reading a live verl run's files (new metric lines, new step files) until Ctrl-C or
+until nothing new arrived for ``--idle-exit`` seconds; an import that ends by itself
+(not by Ctrl-C) marks the run finished (``run_finished``, ``succeeded``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer.httpsink import HttpSink
+
+
+def add_import_parser(sub: Any) -> None:
+    imp = sub.add_parser("import", help="send a saved run or a verl run to a dashboard")
+    imp.add_argument("path", help="events.jsonl, a spool directory, or verl's dir")
+    imp.add_argument("--report-to", required=True, metavar="URL")
+    imp.add_argument(
+        "--from", dest="source", choices=("events", "verl"), default="events"
+    )
+    imp.add_argument("--name", default=None, help="the dashboard run's name")
+    imp.add_argument("--run-id", default=None, help="send into this existing run")
+    imp.add_argument("--metrics", default=None, help="verl file-logger .jsonl")
+    imp.add_argument("--follow", action="store_true", help="tail a live verl run")
+    imp.add_argument("--poll-s", type=float, default=2.0)
+    imp.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS")
+    imp.add_argument(
+        "--spool", default=None, help="spool directory (default: a temp dir)"
+    )
+    imp.add_argument("--close-timeout", type=float, default=120.0)
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from trainer.importers.jsonl import BadEventsFile
+    from trainer.reporting import MissingToken, token_from_env
+
+    try:
+        token = token_from_env()
+    except MissingToken as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    path = Path(args.path)
+    try:
+        if args.source == "verl":
+            sink, finished = _import_verl(args, path, token)
+        else:
+            sink, finished = _import_events(args, path, token), True
+    except (BadEventsFile, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    sink.close(timeout=args.close_timeout)
+    stats = sink.stats
+    print(
+        f"run {sink.run_id}: {stats['accepted']} events accepted, "
+        f"{stats['duplicates']} duplicates, {stats['rejected']} rejected"
+        + ("" if finished else " (stopped by Ctrl-C; the run is left open)")
+    )
+    if sink.error is not None:
+        print(f"error: {sink.error}; events kept in {sink.spool_dir}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _sink(args: argparse.Namespace, token: str, **kwargs: Any) -> HttpSink:
+    return HttpSink(args.report_to, token, args.run_id, spool_dir=args.spool, **kwargs)
+
+
+def _import_events(args: argparse.Namespace, path: Path, token: str) -> HttpSink:
+    from trainer.importers.jsonl import first_config, read_events
+
+    config = first_config(path)
+    name = args.name or config.get("name") or path.stem
+    sink = _sink(args, token, name=str(name), framework="import", config=config)
+    try:
+        for event in read_events(path):
+            sink.emit(event)
+    except Exception:
+        sink.close(timeout=args.close_timeout)
+        raise
+    return sink
+
+
+def _import_verl(
+    args: argparse.Namespace, path: Path, token: str
+) -> tuple[HttpSink, bool]:
+    from trainer.importers.verl import VerlReader
+
+    if not path.is_dir():
+        raise ValueError(f"{path}: verl's rollout_data_dir must be a directory")
+    reader = VerlReader(path, args.metrics)
+    config = {
+        "source": "verl",
+        "rollout_data_dir": str(path.resolve()),
+        "metrics_file": str(reader.metrics_file) if reader.metrics_file else None,
+    }
+    sink = _sink(
+        args, token, name=args.name or path.name, framework="verl", config=config
+    )
+    sink.emit(
+        {
+            "type": "run_started",
+            "config": config,
+            "start_step": 0,
+            "num_params": 0,
+            "device": "unknown",
+        }
+    )
+    finished = follow(reader, sink, args) if args.follow else True
+    for event in reader.poll() + reader.flush():  # all of it, or a last sweep
+        sink.emit(event)
+    if finished:
+        sink.emit(
+            {
+                "type": "run_finished",
+                "status": "succeeded",
+                "step": reader.last_step,
+                "error": None,
+            }
+        )
+    return sink, finished
+
+
+def follow(reader: Any, sink: HttpSink, args: argparse.Namespace) -> bool:
+    """Polls until Ctrl-C (returns False) or ``--idle-exit`` seconds without anything
+    new (True)."""
+    last_new = time.monotonic()
+    try:
+        while True:
+            events = reader.poll(settle=True)
+            for event in events:
+                sink.emit(event)
+            now = time.monotonic()
+            if events:
+                last_new = now
+            elif args.idle_exit is not None and now - last_new >= args.idle_exit:
+                return True
+            time.sleep(args.poll_s)
+    except KeyboardInterrupt:
+        return False
