@@ -109,8 +109,8 @@ class Procs:
         ]
         return self.start(args, service_env(**env), "worker")
 
-    def daphne(self, **env: str) -> str:
-        port = free_port()
+    def daphne(self, port: int | None = None, **env: str) -> str:
+        port = port or free_port()
         self.start(
             [
                 PY,

@@ -1,0 +1,232 @@
+"""Ingest over HTTP: metric points/s and trajectories/s through ``POST
+/api/runs/{id}/events`` on Daphne + PostgreSQL, with concurrent senders.
+
+    DATABASE_URL=postgres://... REDIS_URL=redis://... SECRET_KEY=... \
+        python bench/http_ingest_bench.py [--senders 4] [--steps 4000] [--keys 50] \
+        [--trajectories 1024] [--tokens 256] [--servers 1]
+
+Each sender is a thread with its own external run and token-authenticated HTTP client,
+posting gzip NDJSON batches the way ``trainer.httpsink.HttpSink`` does. Printed side
+by side: the same events written in-process through ``dashboard.ingest.store`` (the
+write path both share), so the ratio is what HTTP, gzip, JSON parsing and the schema
+check cost. Goal: at least 50k metric points/s on 2 cores. Prints, never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from _django import ROOT, setup
+from ingest_bench import trajectory_events
+
+
+def metric_batches(steps: int, keys: int, per_batch: int, offset: int = 0):
+    names = [f"metric/{i}" for i in range(keys)]
+    batch = []
+    for step in range(1, steps + 1):
+        batch.append(
+            {
+                "type": "step",
+                "step": step,
+                "metrics": {
+                    k: math.sin(step + i + offset) for i, k in enumerate(names)
+                },
+            }
+        )
+        if len(batch) == per_batch:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def chunks(events, per_batch: int):
+    batch = []
+    for ev in events:
+        batch.append(ev)
+        if len(batch) == per_batch:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def encode(batch) -> bytes:
+    return gzip.compress(
+        "".join(json.dumps(e) + "\n" for e in batch).encode(), compresslevel=1
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_servers(n: int) -> tuple[list[subprocess.Popen], list[str]]:
+    env = dict(os.environ)
+    env.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
+    env["SECURE_SSL_REDIRECT"] = "0"  # plain HTTP on loopback
+    env["LOG_LEVEL"] = "WARNING"
+    procs, urls = [], []
+    for _ in range(n):
+        port = free_port()
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                 "dashboard.asgi:application"],
+                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+        )  # fmt: skip
+        urls.append(f"http://127.0.0.1:{port}")
+    for url in urls:
+        port = int(url.rsplit(":", 1)[1])
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+    return procs, urls
+
+
+def send_all(urls, token, payloads_per_sender, name) -> float:
+    """Create one run per sender, post every payload; returns the wall time."""
+    import httpx
+
+    errors: list[str] = []
+
+    def sender(i: int, payloads: list[bytes]) -> None:
+        try:
+            _send(i, payloads)
+        except Exception as exc:
+            errors.append(repr(exc))
+            barrier.abort()
+
+    def _send(i: int, payloads: list[bytes]) -> None:
+        with httpx.Client(
+            base_url=urls[i % len(urls)],
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=120,
+        ) as http:
+            r = http.post(
+                "/api/runs/external", json={"name": f"{name}-{i}", "framework": "bench"}
+            )
+            if r.status_code != 201:
+                raise RuntimeError(f"create: {r.status_code} {r.text[:200]}")
+            run_id = r.json()["id"]
+            barrier.wait()
+            for body in payloads:
+                r = http.post(
+                    f"/api/runs/{run_id}/events",
+                    content=body,
+                    headers={
+                        "Content-Type": "application/x-ndjson",
+                        "Content-Encoding": "gzip",
+                    },
+                )
+                if r.status_code != 200:
+                    errors.append(f"{r.status_code} {r.text[:200]}")
+                    return
+
+    barrier = threading.Barrier(len(payloads_per_sender) + 1)
+    threads = [
+        threading.Thread(target=sender, args=(i, p))
+        for i, p in enumerate(payloads_per_sender)
+    ]
+    for t in threads:
+        t.start()
+    with contextlib.suppress(threading.BrokenBarrierError):
+        barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        sys.exit(f"{name}: {errors[0]}")
+    return wall
+
+
+def in_process(user, batches) -> float:
+    from django.db import transaction
+
+    from dashboard import ingest
+    from dashboard.external import do_create_external_run
+
+    run = do_create_external_run(user, name="inproc", framework="bench")
+    t0 = time.perf_counter()
+    for batch in batches:
+        with transaction.atomic():
+            ingest.store(run.pk, batch, supersede_on_start=False)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--senders", type=int, default=4)
+    ap.add_argument("--servers", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=4000, help="steps per sender")
+    ap.add_argument("--keys", type=int, default=50)
+    ap.add_argument("--steps-per-batch", type=int, default=100)
+    ap.add_argument("--trajectories", type=int, default=1024, help="per sender")
+    ap.add_argument("--tokens", type=int, default=256)
+    args = ap.parse_args()
+    user = setup()
+    from dashboard import tokens
+
+    token = tokens.do_create_token(user, "bench")[1]
+    procs, urls = start_servers(args.servers)
+    try:
+        per_sender = [
+            [encode(b) for b in metric_batches(args.steps, args.keys, args.steps_per_batch, i)]
+            for i in range(args.senders)
+        ]  # fmt: skip
+        points = args.senders * args.steps * args.keys
+        send_all(urls, token, [p[:2] for p in per_sender], "warmup")
+        wall = send_all(urls, token, per_sender, "metrics")
+        batches = list(metric_batches(args.steps, args.keys, args.steps_per_batch))
+        direct = in_process(user, batches)
+        http_rate = points / wall
+        direct_rate = args.steps * args.keys / direct
+        print(
+            f"metrics: {args.senders} senders x {args.steps} steps x {args.keys} keys "
+            f"({args.steps_per_batch} steps a request), {args.servers} Daphne process(es)"
+        )
+        print(f"  HTTP      {http_rate:10,.0f} points/s  ({wall:.2f} s)")
+        print(f"  in-process {direct_rate:9,.0f} points/s  (ingest.store, one writer)")
+        print(f"  HTTP / in-process = {http_rate / direct_rate:.2f}")
+
+        trajs = [
+            [encode(b) for b in chunks(trajectory_events(args.trajectories, args.tokens), 64)]
+            for _ in range(args.senders)
+        ]  # fmt: skip
+        wall = send_all(urls, token, trajs, "trajectories")
+        direct = in_process(
+            user, list(chunks(trajectory_events(args.trajectories, args.tokens), 64))
+        )
+        http_rate = args.senders * args.trajectories / wall
+        direct_rate = args.trajectories / direct
+        print(f"trajectories: {args.tokens} tokens each, 64 a request")
+        print(f"  HTTP      {http_rate:10,.0f} trajectories/s  ({wall:.2f} s)")
+        print(f"  in-process {direct_rate:9,.0f} trajectories/s")
+        print(f"  HTTP / in-process = {http_rate / direct_rate:.2f}")
+    finally:
+        for p in procs:
+            p.terminate()
+        from dashboard.models import Run
+
+        Run.objects.filter(owner=user).delete()
+
+
+if __name__ == "__main__":
+    main()
