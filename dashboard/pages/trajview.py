@@ -88,6 +88,19 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= TOLERANCE * max(1.0, abs(a), abs(b))
 
 
+def _per_step(
+    per_step: dict[str, Any], comps: dict[str, Any], name: str, n_steps: int
+) -> list[Any]:
+    """A component's reward per agent step. One reported without per-step values (an
+    outcome reward from TRL, verl or an import) is paid on the last step."""
+    values = per_step.get(name)
+    if isinstance(values, list) and values:
+        return values
+    if name in comps and n_steps:
+        return [0.0] * (n_steps - 1) + [comps[name]]
+    return []
+
+
 def build(
     t: Trajectory, judgements: list[Judgement], order: list[str] | None = None
 ) -> TrajectoryView:
@@ -130,15 +143,16 @@ def build(
             prompt.append(seg)
         else:
             steps[seg.turn].segments.append(seg)
+    per_step = {name: _per_step(per_step, comps, name, n_steps) for name in names}
     for name in names:
-        values = per_step.get(name) if isinstance(per_step.get(name), list) else []
+        values = per_step[name]
         for i, block in enumerate(steps):
             v = _f(values[i]) if i < len(values) else 0.0
             block.rewards.append((name, v))
             block.total += v
     checks = []
     for name in names:
-        values = per_step.get(name) if isinstance(per_step.get(name), list) else []
+        values = per_step[name]
         step_sum = math.fsum(_f(v) for v in values)
         total = _f(comps.get(name, step_sum))
         checks.append(ComponentCheck(name, total, step_sum, _close(total, step_sum)))

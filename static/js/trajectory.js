@@ -12,9 +12,11 @@ const scaleText = document.querySelector("[data-heat-scale]");
 const status = document.querySelector("[data-heat-status]");
 const plain = document.querySelector("[data-plain-text]");
 
+// A segment recorded as text only (an imported or TRL run) has no tokens to colour:
+// its text stays shown.
 function showHeat(on) {
-  for (const box of boxes.values()) box.hidden = !on;
-  for (const t of document.querySelectorAll("[data-seg-text]")) t.hidden = on;
+  for (const box of boxes.values()) box.hidden = !on || !box.childElementCount;
+  for (const t of document.querySelectorAll("[data-seg-text]")) t.hidden = on && Number(t.dataset.n) > 0;
 }
 
 const t0 = performance.now();
