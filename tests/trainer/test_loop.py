@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from trainer.algorithms import PRESETS
 from trainer.config import TrainConfig
 from trainer.envs.base import make_env
 from trainer.events import ListSink
@@ -44,7 +45,7 @@ def _same(a, b) -> bool:
     return True
 
 
-@pytest.mark.parametrize("preset", ["ppo", "grpo", "dr_grpo", "dapo", "cispo"])
+@pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_it_trains_every_preset_and_emits_the_events(preset, reward_fn):
     cfg = _config(algorithm={"preset": preset})
     sink = ListSink()
