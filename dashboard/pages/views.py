@@ -35,6 +35,7 @@ def run_info(run: Run) -> dict[str, Any]:
     return {
         "preset": preset,
         "preset_label": catalog.PRESET_LABELS.get(preset, preset),
+        "kl": catalog.kl_summary(algo),
         "env": (cfg.get("env") or {}).get("name", ""),
         "steps": int(cfg.get("steps") or 0),
         "model": (cfg.get("model") or {}).get("path")
