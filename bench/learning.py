@@ -1,8 +1,10 @@
 """Learning, not only running: each environment's demo config, trained from scratch.
 
-    python bench/learning.py [calc search swarm] [--minutes 10] [--threads 2]
+    python bench/learning.py [calc search swarm calc_gspo calc_dapo] [--minutes 10]
+        [--threads 2]
 
-For every demo config in ``bench/configs/<env>.yaml`` this trains the default model on
+For every demo config named (``bench/configs/<name>.yaml``; ``calc_gspo`` and
+``calc_dapo`` are calc with the gspo and dapo presets) this trains the default model on
 the CPU (warm start included in the time budget) and prints the mean reward of the
 first 20 and the last 20 RL steps, the reward's range (worked out from the config's
 components, see RANGES), and whether the gain reaches a quarter of that range. A run
@@ -55,24 +57,27 @@ class Recorder:
         pass
 
 
-def run_one(env: str, minutes: float) -> dict:
+def run_one(name: str, minutes: float) -> dict:
     from trainer.cli import load_config_file
     from trainer.runner import run_from_config
 
-    cfg = load_config_file(str(ROOT / "bench" / "configs" / f"{env}.yaml"))
+    cfg = load_config_file(str(ROOT / "bench" / "configs" / f"{name}.yaml"))
+    env = cfg.env.name
     rec = Recorder(minutes * 60)
     print(
-        f"{env}: {cfg.steps} steps max, preset {cfg.algorithm.preset}, "
+        f"{name}: {cfg.steps} steps max, preset {cfg.algorithm.preset}, "
         f"warm start {cfg.model.warmstart_steps} steps",
         flush=True,
     )
     run_from_config(cfg, rec, should_stop=rec.should_stop)
     r = rec.rewards
+    # Ranges are the environment's task reward; dapo's overlong penalty ([-1, 0]) is
+    # left out of the range, so its gain is judged on the same scale as grpo's.
     first, last = sum(r[:20]) / 20, sum(r[-20:]) / 20
     lo, hi = RANGES[env]
     gain = last - first
     return {
-        "env": env,
+        "env": name,
         "steps": len(r),
         "seconds": round(time.perf_counter() - rec.start, 1),
         "first20": round(first, 3),

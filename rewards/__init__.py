@@ -23,7 +23,13 @@ from rewards.detectors import DETECTORS
 from rewards.judges import JUDGE_BACKENDS, EndpointSpec
 from rewards.monitor import build_monitor
 from rewards.parl import critical_path, critical_steps, stages_from_facts
-from rewards.presets import default_reward_config, demo_config, demo_configs, demo_names
+from rewards.presets import (
+    default_reward_config,
+    demo_config,
+    demo_configs,
+    demo_names,
+    with_overlong_penalty,
+)
 from rewards.search import fbeta
 
 __all__ = [
@@ -48,4 +54,5 @@ __all__ = [
     "demo_names",
     "fbeta",
     "stages_from_facts",
+    "with_overlong_penalty",
 ]

@@ -21,6 +21,7 @@ from rewards.params import (
     FormatParams,
     JudgeParams,
     OutcomeParams,
+    OverlongParams,
     Params,
     ProcessParams,
 )
@@ -174,3 +175,44 @@ def judge(ep: Episode, p: JudgeParams, ctx: Context = NO_CONTEXT) -> PerStep:
         at = at if 0 <= at <= last else last
         parts[at] = parts.get(at, 0.0) + c * s
     return on_steps(ep, parts)
+
+
+def overlong_value(length: int, max_len: int, cache: int) -> float:
+    """DAPO's soft overlong punishment (arXiv 2503.14476 eq. 13) of a length."""
+    if length <= max_len - cache:
+        return 0.0
+    if length <= max_len:
+        return (max_len - cache - length) / cache
+    return -1.0
+
+
+@register_component("overlong_penalty", OverlongParams)
+def overlong_penalty(
+    ep: Episode, p: OverlongParams, ctx: Context = NO_CONTEXT
+) -> PerStep:
+    """DAPO's overlong reward shaping: 0 up to ``max_len - cache`` generated tokens,
+    then linearly down to -1 at ``max_len``, -1 beyond. It lands on the step that
+    made the trajectory long: the first whose tokens took the running total past
+    ``max_len - cache``. Lengths come from the ``action_tokens`` fact (tokens the
+    policy generated per step), which the trainer's rollout records.
+
+    >>> from rewards.synthetic import episode
+    >>> ep = episode("calc", [{}, {}, {}], action_tokens=[3, 7, 1])
+    >>> overlong_penalty(ep, OverlongParams(max_len=13, cache=4))
+    (0.0, -0.5, 0.0)
+    """
+    counts = ep.facts.get("action_tokens")
+    if not isinstance(counts, list | tuple) or not counts:
+        return on_last(ep, 0.0)
+    lengths = [max(0, int(as_float(c))) for c in counts]
+    total = sum(lengths)
+    value = overlong_value(total, p.max_len, p.cache)
+    if value == 0.0:
+        return on_last(ep, 0.0)
+    running, at = 0, len(lengths) - 1
+    for i, n in enumerate(lengths):
+        running += n
+        if running > p.max_len - p.cache:
+            at = i
+            break
+    return on_steps(ep, {at: value})

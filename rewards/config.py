@@ -29,6 +29,7 @@ from rewards.params import (
     FormatParams,
     JudgeParams,
     OutcomeParams,
+    OverlongParams,
     ParallelParams,
     PerfParams,
     ProcessParams,
@@ -131,6 +132,11 @@ class FinishComponent(_ComponentBase):
     params: FinishParams = Field(default_factory=FinishParams)
 
 
+class OverlongComponent(_ComponentBase):
+    name: Literal["overlong_penalty"] = "overlong_penalty"
+    params: OverlongParams = Field(default_factory=OverlongParams)
+
+
 class JudgeComponent(_ComponentBase):
     name: Literal["judge"] = "judge"
     params: JudgeParams = Field(default_factory=JudgeParams)
@@ -147,6 +153,7 @@ ComponentConfig = Annotated[
     | PerfComponent
     | ParallelComponent
     | FinishComponent
+    | OverlongComponent
     | JudgeComponent,
     Field(discriminator="name"),
 ]
@@ -163,6 +170,7 @@ COMPONENT_NAMES: tuple[str, ...] = (
     "r_perf",
     "r_parallel",
     "r_finish",
+    "overlong_penalty",
     "judge",
 )
 

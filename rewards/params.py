@@ -7,7 +7,7 @@ functions receive the validated model. Pure pydantic: nothing here computes a re
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Params(BaseModel):
@@ -118,3 +118,26 @@ class JudgeParams(Params):
         description="Names of the configured judges this component aggregates; "
         "None: all of them.",
     )
+
+
+class OverlongParams(Params):
+    max_len: int = Field(
+        512,
+        ge=1,
+        le=1_000_000,
+        description="Generated tokens at which the penalty reaches -1 (DAPO: the "
+        "generation budget).",
+    )
+    cache: int = Field(
+        128,
+        ge=0,
+        le=1_000_000,
+        description="Width of the soft zone before max_len where the penalty falls "
+        "linearly from 0 to -1 (DAPO: 4096 of 20480).",
+    )
+
+    @model_validator(mode="after")
+    def _cache_fits(self) -> OverlongParams:
+        if self.cache > self.max_len:
+            raise ValueError("cache: must not exceed max_len")
+        return self

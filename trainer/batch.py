@@ -7,12 +7,13 @@ prompt, tool and sub-agent tokens are context, never trained on.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from rewards.types import RewardResult
+from rewards.types import RewardBreakdown, RewardResult
 from trainer.algorithms import (
     ResolvedAlgorithm,
     gae_advantages,
@@ -30,6 +31,9 @@ class Batch:
     loss_mask: torch.Tensor  # (B, T-1) float, 1 = trained token
     step_of: torch.Tensor  # (B, T-1) agent step of each target token, -1 for prompt/pad
     prefixes: Prefixes | None = None  # None: no row shares its prompt with another
+    # (B, T-1) the sampler's log-prob of each target token, NaN where it gave none
+    # (context tokens, scripted actions); None: no rollout carried any.
+    sampler_logprobs: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -53,6 +57,9 @@ class Batch:
                 )
             ),
             prefixes=None if self.prefixes is None else self.prefixes.select(idx),
+            sampler_logprobs=None
+            if self.sampler_logprobs is None
+            else self.sampler_logprobs[idx],
         )
 
 
@@ -63,6 +70,8 @@ def collate(rollouts: Sequence[Rollout], pad_id: int, device: torch.device) -> B
     attn = torch.zeros((B, width), dtype=torch.long)
     train = torch.zeros((B, width), dtype=torch.float32)
     step = torch.full((B, width), -1, dtype=torch.long)
+    sampled = torch.full((B, width), math.nan, dtype=torch.float32)
+    any_sampled = False
     for b, ro in enumerate(rollouts):
         pos = 0
         for seg in ro.segments:
@@ -73,6 +82,9 @@ def collate(rollouts: Sequence[Rollout], pad_id: int, device: torch.device) -> B
                 train[b, pos : pos + n] = 1.0
             if seg.kind != "prompt":
                 step[b, pos : pos + n] = seg.turn
+            if seg.logprobs is not None and len(seg.logprobs) == n:
+                sampled[b, pos : pos + n] = torch.tensor(seg.logprobs)
+                any_sampled = True
             pos += n
     return Batch(
         input_ids=ids.to(device),
@@ -80,6 +92,7 @@ def collate(rollouts: Sequence[Rollout], pad_id: int, device: torch.device) -> B
         loss_mask=train[:, 1:].to(device),
         step_of=step[:, 1:].to(device),
         prefixes=_prefixes(rollouts, pad_id, device),
+        sampler_logprobs=sampled[:, 1:].to(device) if any_sampled else None,
     )
 
 
@@ -198,3 +211,28 @@ def _gae(
     var = (((adv - mean) * m) ** 2).sum() / n
     adv = (adv - mean) / (var.sqrt() + algo.eps)
     return adv * m, ret
+
+
+def with_kl_penalty(
+    results: Sequence[RewardResult], kl: torch.Tensor, batch: Batch, coef: float
+) -> list[RewardResult]:
+    """Results with a ``kl_penalty`` component of ``-coef * KL`` (verl's
+    ``use_kl_in_reward``): each step pays for the KL of its own tokens, so outcome,
+    process and GAE credit all see it. ``kl`` is (B, T-1), 0 on untrained tokens."""
+    out = []
+    sums = kl.detach().double().cpu()
+    steps = batch.step_of.cpu()
+    for b, res in enumerate(results):
+        n = max(1, len(next(iter(res.breakdown.per_step.values()), (0.0,))))
+        per_step = [0.0] * n
+        for s in steps[b].unique().tolist():
+            if s >= 0:
+                per_step[min(s, n - 1)] -= coef * float(sums[b][steps[b] == s].sum())
+        penalty = sum(per_step)
+        breakdown = RewardBreakdown(
+            total=res.breakdown.total + penalty,
+            components={**res.breakdown.components, "kl_penalty": penalty},
+            per_step={**res.breakdown.per_step, "kl_penalty": tuple(per_step)},
+        )
+        out.append(replace(res, breakdown=breakdown))
+    return out

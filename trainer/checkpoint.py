@@ -31,6 +31,7 @@ class TrainState:
     step: int
     task_rng: random.Random
     sample_gen: torch.Generator
+    kl_coef: float | None = None  # the adaptive KL coefficient; None: not adapted yet
 
 
 def _fsync_dir(path: Path) -> None:
@@ -80,7 +81,9 @@ def save_checkpoint(
         },
         tmp / "state.pt",
     )
-    (tmp / "meta.json").write_text(json.dumps({"step": state.step, **meta}, indent=2))
+    (tmp / "meta.json").write_text(
+        json.dumps({"step": state.step, "kl_coef": state.kl_coef, **meta}, indent=2)
+    )
     _fsync_tree(tmp)
     if final.exists():  # a re-run of the same step after a resume: replace it
         shutil.rmtree(final)
@@ -132,7 +135,12 @@ def load_checkpoint(
     if blob["cuda_rng"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(blob["cuda_rng"])
     meta = json.loads((path / "meta.json").read_text())
-    return TrainState(step=int(meta["step"]), task_rng=task_rng, sample_gen=gen)
+    return TrainState(
+        step=int(meta["step"]),
+        task_rng=task_rng,
+        sample_gen=gen,
+        kl_coef=meta.get("kl_coef"),
+    )
 
 
 def _as_rng_state(raw: Any) -> tuple:

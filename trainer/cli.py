@@ -38,9 +38,9 @@ def load_config_file(path: str, overrides: dict[str, Any] | None = None) -> Trai
 
 
 def _cmd_presets() -> int:
-    from trainer.algorithms import PRESET_LABELS, describe_preset
+    from trainer.algorithms import PRESET_LABELS, PRESETS, describe_preset
 
-    for name in ("ppo", "grpo", "dr_grpo", "dapo", "cispo"):
+    for name in PRESETS:
         fields = describe_preset(name)
         print(f"{name:8s} {PRESET_LABELS.get(name, '')}")
         for key, value in fields.items():

@@ -8,11 +8,14 @@ Algorithm presets are data (:data:`trainer.algorithms.presets.PRESETS`); a field
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from rewards.config import RewardConfig
+from trainer.algorithms import LOSSES, PRESETS
+from trainer.algorithms.kl import KL_KINDS
 from trainer.envs.calc import CalcParams
 from trainer.envs.search import SearchParams
 from trainer.envs.swarm import SwarmParams
@@ -109,13 +112,29 @@ class RolloutConfig(_Strict):
     top_p: float = Field(1.0, gt=0, le=1)
 
 
+# The registries are the single source of names: a new preset or loss appears here.
+PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
+LossName = Literal[tuple(LOSSES.names())]  # type: ignore[valid-type]
+KlKind = Literal[KL_KINDS]  # type: ignore[valid-type]
+
+
+class RolloutCorrectionConfig(_Strict):
+    """Truncated importance weights of the learner against the sampler's log-probs
+    (TIS; verl's ``tis_imp_ratio_cap``)."""
+
+    kind: Literal["token", "sequence"] = Field(
+        description="token: one weight per token; sequence: one per trajectory."
+    )
+    cap: float = Field(2.0, ge=1, le=1000, description="Upper bound of a weight.")
+
+
 class AlgorithmConfig(_Strict):
     """Algorithm preset plus overrides. ``None`` means: take the preset's value."""
 
-    preset: Literal["ppo", "grpo", "dr_grpo", "dapo", "cispo"] = "grpo"
+    preset: PresetName = "grpo"
     advantage: Literal["group", "gae"] | None = None
     std_scaling: Literal["group", "batch", "none"] | None = None
-    loss: Literal["ppo_clip", "cispo"] | None = None
+    loss: LossName | None = None
     agg: (
         Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] | None
     ) = None
@@ -129,8 +148,64 @@ class AlgorithmConfig(_Strict):
         description="DAPO dynamic sampling: extra sampling rounds at most.",
     )
     credit: Literal["outcome", "process", "gae"] | None = None
+    value_clip: float | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        description="PPO critic: clip the value update to +-this around the "
+        "rollout-time value; 0: unclipped.",
+    )
+    overlong_shaping: bool | None = Field(
+        None,
+        description="DAPO: add the overlong_penalty reward component (max_len: the "
+        "generation budget, cache: a fifth of it) unless the reward has one.",
+    )
+    dual_clip: float | None = Field(
+        None,
+        gt=1,
+        le=1000,
+        description="Dual-clip PPO: cap a negative-advantage token's loss at "
+        "-c * A (verl's clip_ratio_c, typically 3). Empty: off.",
+    )
     kl_beta: float = Field(
-        0.0, ge=0, le=100, description="k3 KL to the frozen reference."
+        0.0, ge=0, le=100, description="KL to the frozen reference: its coefficient."
+    )
+    kl_kind: KlKind = Field(
+        "k3",
+        description="KL estimator: k1 log-ratio, k2 half squared log-ratio, k3 "
+        "exp(-d) + d - 1 (GRPO).",
+    )
+    kl_clamp: float | None = Field(
+        10.0,
+        gt=0,
+        le=1e6,
+        description="Clamp each token's KL to [-clamp, clamp] (verl); empty: off.",
+    )
+    kl_in_reward: bool = Field(
+        False,
+        description="Subtract kl_beta * KL from the reward (verl's use_kl_in_reward) "
+        "instead of adding it to the loss.",
+    )
+    kl_target: float | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="Adaptive KL coefficient steered towards this KL per token "
+        "(Ziegler et al. 2019); empty: fixed kl_beta.",
+    )
+    kl_horizon: int = Field(
+        10_000,
+        ge=1,
+        le=10_000_000,
+        description="Adaptive KL: the controller's horizon.",
+    )
+    mask_truncated: bool = Field(
+        False,
+        description="Truncated rollouts get no gradient (DAPO's overlong filtering).",
+    )
+    rollout_correction: RolloutCorrectionConfig | None = Field(
+        None,
+        description="Weight tokens by min(pi_learner / pi_sampler, cap); empty: off.",
     )
     entropy_coef: float = Field(0.0, ge=-1, le=1)
     gamma: float = Field(1.0, ge=0, le=1)
@@ -179,6 +254,20 @@ class TrainConfig(_Strict):
         None,
         description="Reward components and judges; None: the environment's default.",
     )
+
+    @model_validator(mode="after")
+    def _algorithm_resolves(self) -> TrainConfig:
+        from trainer.algorithms import resolve_algorithm
+
+        try:
+            resolve_algorithm(self.algorithm)
+        except ValueError as exc:
+            # One "field: message" line per field the conflict names, so that the
+            # API's error list and the form file it under each of them.
+            msg = str(exc)
+            names = dict.fromkeys(re.findall(r"algorithm\.[a-z_]+", msg))
+            raise ValueError("\n".join(f"{n}: {msg}" for n in names) or msg) from None
+        return self
 
     @model_validator(mode="after")
     def _reward_fits_env(self) -> TrainConfig:

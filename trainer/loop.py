@@ -22,10 +22,13 @@ import torch
 from rewards.types import Monitor, RewardFn, RewardResult
 from trainer.algorithms import (
     ResolvedAlgorithm,
+    adaptive_kl_coef,
+    masked_mean,
+    mismatch_metrics,
     resolve_algorithm,
     zero_variance_groups,
 )
-from trainer.batch import collate, token_advantages
+from trainer.batch import Batch, collate, token_advantages, with_kl_penalty
 from trainer.checkpoint import (
     TrainState,
     latest_checkpoint,
@@ -44,7 +47,7 @@ from trainer.records import (
     trajectory_event,
 )
 from trainer.rollout import Rollout, play
-from trainer.update import on_policy, optimise, score
+from trainer.update import Scores, on_policy, optimise, score, token_kl
 from trainer.warmstart import warmstart
 
 
@@ -298,8 +301,13 @@ def _train_step(
     per_traj_adv = [0.0] * len(sampled.rollouts)
     if kept:
         batch = collate(kept, policy.pad_id, policy.device)
+        if algo.mask_truncated:  # DAPO's overlong filtering: no gradient from them
+            batch.loss_mask[[j for j, ro in enumerate(kept) if ro.truncated]] = 0.0
         scores = score(
             policy, ref, batch, policy_pass=not on_policy(algo, config.optim)
+        )
+        kl_reward, kept_results = _kl_in_reward(
+            algo, state, batch, scores, kept_results
         )
         adv, returns, traj_adv = token_advantages(
             algo, batch, kept_results, config.rollout.group_size, scores.values
@@ -317,6 +325,13 @@ def _train_step(
             generator=state.sample_gen,
         )
         upd.update(_token_summaries(batch.loss_mask, adv, scores.entropy))
+        upd.update(_kl_step(algo, state, scores, upd.get("kl", kl_reward)))
+        if batch.sampler_logprobs is not None:
+            upd.update(
+                mismatch_metrics(
+                    scores.old_logprobs, batch.sampler_logprobs, batch.loss_mask
+                )
+            )
         for j, i in enumerate(kept_idx):
             per_traj_adv[i] = float(traj_adv[j])
     else:  # every group dropped: no update, but the policy's entropy is still news
@@ -357,6 +372,38 @@ def _train_step(
         ):
             sink.emit(alert_event(alert))
     return metrics
+
+
+def _kl_in_reward(
+    algo: ResolvedAlgorithm,
+    state: TrainState,
+    batch: Batch,
+    scores: Scores,
+    results: list[RewardResult],
+) -> tuple[float | None, list[RewardResult]]:
+    """Set this step's KL coefficient on ``scores``; with ``kl_in_reward`` subtract
+    coef * KL from the rewards (the advantages see it, the logged reward does not).
+    Returns the mean per-token KL when it was measured here, and the results."""
+    scores.kl_beta = algo.kl_beta if state.kl_coef is None else state.kl_coef
+    if not algo.kl_in_reward or scores.ref_logprobs is None:
+        return None, results
+    kl = token_kl(algo, scores.old_logprobs, scores.ref_logprobs, batch.loss_mask)
+    mean = float(masked_mean(kl, batch.loss_mask))
+    return mean, with_kl_penalty(results, kl, batch, scores.kl_beta)
+
+
+def _kl_step(
+    algo: ResolvedAlgorithm, state: TrainState, scores: Scores, kl: float | None
+) -> dict[str, float]:
+    """The KL metrics, and the adaptive coefficient's move towards its target."""
+    if scores.ref_logprobs is None or kl is None:
+        return {}
+    out = {"kl": kl, "kl/coef": scores.kl_beta}
+    if algo.kl_target > 0:
+        state.kl_coef = adaptive_kl_coef(
+            scores.kl_beta, kl, target=algo.kl_target, horizon=algo.kl_horizon
+        )
+    return out
 
 
 def _token_summaries(

@@ -200,11 +200,15 @@ class Policy(nn.Module):
         temperature: float = 1.0,
         top_p: float = 1.0,
         generator: torch.Generator | None = None,
+        logprobs_out: list[list[float]] | None = None,
     ) -> list[list[int]]:
         """Sample continuations until the end-of-action token (kept) or the budget.
 
         Contexts are left-padded into one batch; a KV cache makes each new token one
         forward of length 1. ``max_new_tokens`` may differ per row (token budgets).
+        ``logprobs_out``, if given, receives one list per row: the sampler's
+        log-prob of each produced token under the untempered model (the quantity the
+        learner computes, so the two can be compared token for token).
         """
         if not contexts:
             return []
@@ -239,13 +243,23 @@ class Policy(nn.Module):
             logits, mask, positions = logits[rows], mask[rows], positions[rows]
         next_pos = positions[:, -1:] + 1
         produced: list[list[int]] = [[] for _ in contexts]
+        lps: list[list[float]] = [[] for _ in contexts]
+        if logprobs_out is not None:
+            logprobs_out[:] = lps
         done = torch.tensor([b <= 0 for b in budgets], device=dev)
         limit = torch.tensor(budgets, device=dev)
         for t in range(max(budgets)):
             tok = _sample(logits, temperature, top_p, generator)
             tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
-            for i in (~done).nonzero().flatten().tolist():
+            live = (~done).nonzero().flatten().tolist()
+            for i in live:
                 produced[i].append(int(tok[i]))
+            if logprobs_out is not None:
+                lf = logits.float()
+                chosen = lf.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+                step_lp = (chosen - torch.logsumexp(lf, -1)).tolist()
+                for i in live:
+                    lps[i].append(step_lp[i])
             done = done | (tok == self.eoa_id) | (limit <= t + 1)
             if bool(done.all()):
                 break

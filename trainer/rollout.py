@@ -15,7 +15,7 @@ the policy's own action tokens (trained on), ``"prompt"``, ``"tool"`` or
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -27,12 +27,14 @@ from trainer.policy import Policy
 
 @dataclass
 class Segment:
-    """A run of tokens of one kind within one turn. ``mask`` None: trained on."""
+    """A run of tokens of one kind within one turn. ``mask`` None: trained on.
+    ``logprobs``: the sampler's log-prob of each token (sampled actions only)."""
 
     turn: int
     kind: str  # "prompt" | "action" | "tool" | "subagent"
     token_ids: list[int]
     mask: str | None
+    logprobs: list[float] | None = None
 
 
 @dataclass
@@ -111,16 +113,18 @@ def play(
         active = [i for i, _ in pairs]
         if not active:
             break
+        sampler_lp: list[list[float]] = []
         actions = policy.generate(
             [contexts[i] for i in active],
             max_new_tokens=[b for _, b in pairs],
             temperature=cfg.temperature,
             top_p=cfg.top_p,
             generator=generator,
+            logprobs_out=sampler_lp,
         )
         still: list[int] = []
-        for i, ids in zip(active, actions, strict=True):
-            rollouts[i].segments.append(Segment(turn, "action", ids, None))
+        for i, ids, lps in zip(active, actions, sampler_lp, strict=True):
+            rollouts[i].segments.append(Segment(turn, "action", ids, None, lps))
             contexts[i].extend(ids)
             text = policy.decode([t for t in ids if t != policy.eoa_id])
             result = sessions[i].step(text)
@@ -138,8 +142,15 @@ def play(
     for i in active:  # out of turns without finishing
         rollouts[i].truncated = True
     for ro, sess in zip(rollouts, sessions, strict=True):
-        ro.episode = sess.episode(truncated=ro.truncated)
+        ro.episode = _with_action_tokens(sess.episode(truncated=ro.truncated), ro)
     return rollouts
+
+
+def _with_action_tokens(ep: Episode, ro: Rollout) -> Episode:
+    """The episode with ``facts["action_tokens"]``: tokens the policy generated at
+    each step (what length-based rewards such as ``overlong_penalty`` read)."""
+    counts = [len(s.token_ids) for s in ro.segments if s.kind == "action"]
+    return replace(ep, facts={**ep.facts, "action_tokens": counts})
 
 
 def scripted_rollouts(

@@ -17,14 +17,22 @@ from trainer.loop import TrainResult, train
 
 
 def reward_config_for(config: TrainConfig):
-    """The run's reward config, or the environment's default when none is given."""
-    from rewards import default_reward_config
+    """The run's reward config, or the environment's default when none is given;
+    with overlong shaping (the ``dapo`` preset) plus ``overlong_penalty`` sized to
+    the generation budget (turns x tokens per action, at most the whole budget)."""
+    from rewards import default_reward_config, with_overlong_penalty
+    from trainer.algorithms import resolve_algorithm
 
-    return (
+    rcfg = (
         config.reward
         if config.reward is not None
         else default_reward_config(config.env.name)
     )
+    if resolve_algorithm(config.algorithm).overlong_shaping:
+        r = config.rollout
+        budget = min(r.max_turns * r.max_action_tokens, r.max_total_tokens)
+        rcfg = with_overlong_penalty(rcfg, budget)
+    return rcfg
 
 
 def run_from_config(

@@ -19,8 +19,9 @@ import torch
 from trainer.algorithms import (
     ResolvedAlgorithm,
     agg_loss,
-    kl_k3,
+    kl_penalty,
     policy_loss,
+    rollout_weights,
     value_loss,
 )
 from trainer.batch import Batch
@@ -34,6 +35,7 @@ class Scores:
     entropy: torch.Tensor | None  # (B, T-1)
     values: torch.Tensor | None  # (B, T-1)
     ref_logprobs: torch.Tensor | None  # (B, T-1)
+    kl_beta: float = 0.0  # this step's KL coefficient in the loss (adaptive or fixed)
 
 
 def _chunks(n: int, size: int) -> list[slice]:
@@ -41,8 +43,32 @@ def _chunks(n: int, size: int) -> list[slice]:
 
 
 def on_policy(algo: ResolvedAlgorithm, optim: OptimConfig) -> bool:
-    """True when the update's first forward sees exactly the sampling policy."""
-    return optim.epochs == 1 and optim.minibatches == 1 and not algo.needs_value_head
+    """True when the update's first forward sees exactly the sampling policy (and
+    nothing needs the policy's log-probs before it: a KL in the reward does)."""
+    return (
+        optim.epochs == 1
+        and optim.minibatches == 1
+        and not algo.needs_value_head
+        and not algo.kl_in_reward
+    )
+
+
+def token_kl(
+    algo: ResolvedAlgorithm,
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """(B, T-1) per-token KL of the configured kind, 0 on untrained tokens."""
+    keep = mask > 0
+    zeros = torch.zeros_like(logprobs)
+    kl = kl_penalty(
+        torch.where(keep, logprobs, zeros),
+        torch.where(keep, ref_logprobs, zeros),
+        kind=algo.kl_kind,
+        clamp=algo.kl_clamp or None,
+    )
+    return torch.where(keep, kl, zeros)
 
 
 @torch.no_grad()
@@ -161,6 +187,15 @@ def _minibatch_step(
     if fill:  # on-policy: this forward is the sampling policy's view
         scores.old_logprobs[idx] = st.logprobs.detach()
         scores.entropy[idx] = st.entropy.detach()
+    weights, corr = None, {}
+    if algo.rollout_correction != "off" and mb.sampler_logprobs is not None:
+        weights, corr = rollout_weights(
+            scores.old_logprobs[idx],
+            mb.sampler_logprobs,
+            mask,
+            kind=algo.rollout_correction,
+            cap=algo.rollout_correction_cap,
+        )
     loss, metrics = policy_loss(
         algo.loss,
         st.logprobs,
@@ -171,19 +206,30 @@ def _minibatch_step(
         clip_low=algo.clip_low,
         clip_high=algo.clip_high,
         max_len=max_len,
+        dual_clip=algo.dual_clip or None,
+        weights=weights,
     )
-    metrics = dict(metrics)
-    if scores.ref_logprobs is not None and algo.kl_beta > 0:
+    metrics = {**metrics, **corr}
+    if scores.ref_logprobs is not None and not algo.kl_in_reward:
         kl = agg_loss(
-            kl_k3(st.logprobs, scores.ref_logprobs[idx], mask),
+            token_kl(algo, st.logprobs, scores.ref_logprobs[idx], mask),
             mask,
             algo.agg,
             max_len=max_len,
         )
-        loss = loss + algo.kl_beta * kl
+        loss = loss + scores.kl_beta * kl
         metrics["kl"] = float(kl.detach())
     if returns is not None and st.values is not None:
-        vl = value_loss(st.values, returns, mask, agg="token_mean")
+        # PPO's clipped critic (CleanRL, verl): the rollout-time values anchor it.
+        clip = algo.value_clip if scores.values is not None else 0.0
+        vl = value_loss(
+            st.values,
+            returns,
+            mask,
+            agg="token_mean",
+            old_values=None if not clip else scores.values[idx],
+            clip=clip or None,
+        )
         loss = loss + algo.value_coef * vl
         metrics["value_loss"] = float(vl.detach())
     if algo.entropy_coef != 0 and st.entropy is not None:

@@ -27,7 +27,7 @@ ENV_LABELS = {
     "search": "search: multi-hop retrieval (F-beta recall)",
     "swarm": "swarm: orchestrator with parallel sub-agents (PARL)",
 }
-PRESET_ORDER = ("ppo", "grpo", "dr_grpo", "dapo", "cispo")
+PRESET_ORDER: tuple[str, ...] = tuple(PRESETS)  # the registry's order, no hand list
 PRESET_FIELDS: tuple[str, ...] = tuple(describe_preset("grpo"))
 DETECTOR_CHOICES = tuple((n, n.replace("_", " ")) for n in DETECTOR_NAMES)
 
@@ -83,3 +83,22 @@ def presets_data() -> dict[str, Any]:
 
 def preset_choices() -> tuple[tuple[str, str], ...]:
     return tuple((n, PRESET_LABELS.get(n, n)) for n in PRESET_ORDER if n in PRESETS)
+
+
+def kl_summary(algorithm: dict[str, Any]) -> str:
+    """How a run's config uses the KL term, in words, for the run page."""
+    from trainer.algorithms import resolve_algorithm
+    from trainer.config import AlgorithmConfig
+
+    try:
+        algo = resolve_algorithm(AlgorithmConfig.model_validate(algorithm))
+    except (ValueError, KeyError):
+        return ""
+    if algo.kl_beta <= 0:
+        return "no KL term"
+    clamp = f", clamped to ±{algo.kl_clamp:g}" if algo.kl_clamp else ", unclamped"
+    where = "subtracted from the reward" if algo.kl_in_reward else "in the loss"
+    coef = f"β {algo.kl_beta:g}"
+    if algo.kl_target:
+        coef += f" adapting towards KL {algo.kl_target:g}"
+    return f"KL {algo.kl_kind}{clamp}, {where}, {coef}"

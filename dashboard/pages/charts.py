@@ -16,7 +16,7 @@ STANDARD: list[tuple[str, str, list[str]]] = [
         "Advantage mean / min / max",
         ["advantages/mean", "advantages/min", "advantages/max"],
     ),
-    ("kl", "KL to reference", ["kl"]),
+    ("kl", "KL to reference", ["kl", "kl/coef"]),
     ("entropy", "Entropy", ["entropy"]),
     (
         "clip",
@@ -30,6 +30,16 @@ STANDARD: list[tuple[str, str, list[str]]] = [
         ["critical_steps/mean", "total_steps/mean", "parallelism/mean"],
     ),
     ("dropped", "Groups dropped", ["groups_dropped", "frac_reward_zero_std"]),
+    (
+        "sampler",
+        "Sampler vs learner log-probs",
+        [
+            "rollout/logprob_diff",
+            "rollout/ratio_mean",
+            "rollout/ratio_min",
+            "rollout/ratio_max",
+        ],
+    ),
     ("throughput", "Throughput (tokens/s)", ["perf/tokens_per_s"]),
     ("loss", "Policy loss and grad norm", ["policy_loss", "grad_norm"]),
 ]

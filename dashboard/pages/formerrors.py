@@ -85,7 +85,11 @@ class ErrorMap:
 
     def add_validation_error(self, exc: ValidationError) -> None:
         for err in exc.errors(include_url=False):
-            self.add([str(p) for p in err["loc"]], str(err["msg"]))
+            loc, msg = [str(p) for p in err["loc"]], clean_error_message(err["msg"])
+            # A whole-config check names one field per line (format_errors splits
+            # them the same way): each line goes under its own field.
+            for line in msg.splitlines() if not loc else [msg]:
+                self.add(loc, line)
 
     def add_line(self, line: str, prefix: str = "") -> None:
         """A ``field.path: message`` line (``format_errors`` / ``check_*`` style)."""

@@ -30,6 +30,7 @@ from trainer.config import (
     ModelConfig,
     OptimConfig,
     RolloutConfig,
+    RolloutCorrectionConfig,
     TrainConfig,
 )
 
@@ -54,9 +55,13 @@ _CREDIT_HELP = (
     "outcome: one advantage per trajectory; process: step rewards normalised in the "
     "group, summed from each step on; gae: a critic."
 )
+_ON_OFF = (("true", "on"), ("false", "off"))
 OVERRIDES = [
     replace(s, label="Credit assignment", help=_CREDIT_HELP)
     if s.name == "credit"
+    # A checkbox cannot say "the preset's value": an on/off choice with a blank can.
+    else replace(s, kind="choice", choices=_ON_OFF)
+    if s.kind == "bool"
     else s
     for s in (sc.field_spec(AlgorithmConfig, n, "algorithm") for n in PRESET_FIELDS)
 ]
@@ -64,6 +69,10 @@ ALGORITHM = [
     s
     for s in sc.model_specs(AlgorithmConfig, "algorithm")
     if s.name not in PRESET_FIELDS and s.name != "preset"
+] + [
+    # A nested option: both inputs blank means off (None), so neither has a default.
+    replace(s, optional=True, default=None, label=f"Rollout correction {s.name}")
+    for s in sc.model_specs(RolloutCorrectionConfig, "algorithm.rollout_correction")
 ]
 OPTIM = sc.model_specs(OptimConfig, "optim")
 CHECKPOINT = sc.model_specs(CheckpointConfig, "checkpoint")

@@ -15,12 +15,13 @@ from trainer.cli import load_config_file, main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_it_lists_the_five_presets_with_the_fields_they_set(capsys):
+def test_it_lists_every_registered_preset_with_the_fields_it_sets(capsys):
     assert main(["presets"]) == 0
     out = capsys.readouterr().out
-    for name in ("ppo", "grpo", "dr_grpo", "dapo", "cispo"):
+    for name in ("ppo", "grpo", "dr_grpo", "dapo", "cispo", "gspo"):
         assert f"\n{name}" in "\n" + out
     assert "seq_mean_token_sum_norm" in out and "cispo" in out
+    assert "overlong_shaping" in out and "value_clip" in out
 
 
 def test_it_prints_every_bad_field_and_exits_2(tmp_path, capsys):

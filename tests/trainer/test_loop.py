@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from trainer.algorithms import PRESETS
 from trainer.config import TrainConfig
 from trainer.envs.base import make_env
 from trainer.events import ListSink
@@ -44,7 +45,7 @@ def _same(a, b) -> bool:
     return True
 
 
-@pytest.mark.parametrize("preset", ["ppo", "grpo", "dr_grpo", "dapo", "cispo"])
+@pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_it_trains_every_preset_and_emits_the_events(preset, reward_fn):
     cfg = _config(algorithm={"preset": preset})
     sink = ListSink()
@@ -230,3 +231,35 @@ def test_the_first_update_sees_the_sampling_policy(preset, optim, reward_fn):
                     assert lp == old
     if not optim:
         assert m["ratio/mean"] == 1.0 and m["clip_ratio/region_mean"] == 0.0
+
+
+def test_the_sampler_logprobs_match_the_learner_on_todays_sampler(reward_fn):
+    # One process samples and learns with the same weights: the ratio is 1 up to
+    # float rounding, and the metric says so every step (with the correction on).
+    cfg = _config(algorithm={"rollout_correction": {"kind": "token", "cap": 2.0}})
+    sink = ListSink()
+    train(cfg, make_env("calc", seed=0), reward_fn, sink)
+    for _, m in _metrics(sink):
+        assert m["rollout/logprob_diff"] < 1e-4
+        assert abs(m["rollout/ratio_mean"] - 1.0) < 1e-4
+        assert m["rollout_correction/capped_frac"] == 0.0
+
+
+def test_kl_in_the_reward_adapts_its_coefficient(reward_fn):
+    cfg = _config(
+        algorithm={
+            "kl_beta": 0.1,
+            "kl_kind": "k1",
+            "kl_in_reward": True,
+            "kl_target": 1.0,
+            "kl_horizon": 1,
+        },
+    )
+    sink = ListSink()
+    train(cfg, make_env("calc", seed=0), reward_fn, sink)
+    coefs = [m["kl/coef"] for s, m in _metrics(sink) if s > 0 and "kl/coef" in m]
+    # KL far below its target: the coefficient shrinks by 20% a step (horizon 1).
+    assert coefs and coefs[0] == pytest.approx(0.1)
+    assert all(
+        b == pytest.approx(a * 0.8) for a, b in zip(coefs, coefs[1:], strict=False)
+    )

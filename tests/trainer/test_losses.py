@@ -111,7 +111,7 @@ def test_per_token_advantages_are_accepted():
 
 def test_an_unknown_loss_name_is_a_key_error_listing_known_ones():
     logp, old = logprobs_with_ratios(RATIOS)
-    with pytest.raises(KeyError, match="cispo, ppo_clip"):
+    with pytest.raises(KeyError, match="cispo, gspo, ppo_clip"):
         policy_loss(
             "reinforce",
             logp,
@@ -130,6 +130,119 @@ def test_mismatched_shapes_are_rejected():
         ppo(logp, old, adv=torch.ones(3))
     with pytest.raises(ValueError, match="mask"):
         ppo(logp, old, mask=torch.ones(2, 2))
+
+
+def test_dual_clip_caps_a_negative_advantage_token_with_a_large_ratio():
+    # clip [.8, 1.2], c = 3. Row 0 (A = -1): r 10 -> PPO 10, capped to 3; r 2 -> 2
+    # (under the cap). Row 1 (A = +1): r 10 and r 2 -> clipped to -1.2 (untouched by
+    # the dual clip). token_mean (3 + 2 - 1.2 - 1.2) / 4 = .65; without it 2.4.
+    ratios = [[10.0, 2.0], [10.0, 2.0]]
+    adv = torch.tensor([-1.0, 1.0], dtype=torch.float64)
+    logp, old = logprobs_with_ratios(ratios)
+    loss, m = ppo(logp, old, adv=adv, mask=torch.ones(2, 2), dual_clip=3.0)
+    close(loss, 0.65)
+    close(m["clip_ratio/dual_mean"], 0.25)
+    plain, _ = ppo(logp, old, adv=adv, mask=torch.ones(2, 2))
+    close(plain, 2.4)
+    # Gradient: the capped token gets none; r 2 with A -1 gets d(-r A)/dlogp / 4 = .5.
+    loss.backward()
+    close(logp.grad, [[0.0, 0.5], [0.0, 0.0]])
+
+
+def test_dual_clip_must_exceed_one_and_is_refused_by_cispo():
+    logp, old = logprobs_with_ratios(RATIOS)
+    with pytest.raises(ValueError, match="dual_clip must be > 1"):
+        ppo(logp, old, dual_clip=1.0)
+    with pytest.raises(ValueError, match="cispo"):
+        policy_loss(
+            "cispo",
+            logp,
+            old,
+            ADV,
+            ONES,
+            agg="token_mean",
+            clip_low=1.0,
+            clip_high=4.0,
+            dual_clip=3.0,
+        )
+
+
+def test_weights_multiply_each_tokens_loss_without_a_gradient():
+    # r = 1, A = +1: per-token loss -1; weights [2, .5] -> token_mean -(2 + .5) / 2
+    # = -1.25 and gradient -w / 2 = [-1, -.25]; the weights get none.
+    logp, old = logprobs_with_ratios([[1.0, 1.0]])
+    w = torch.tensor([[2.0, 0.5]], dtype=torch.float64, requires_grad=True)
+    loss, _ = ppo(logp, old, torch.tensor([1.0]), torch.ones(1, 2), weights=w)
+    close(loss, -1.25)
+    loss.backward()
+    close(logp.grad, [[-1.0, -0.25]])
+    assert w.grad is None
+
+
+# --- gspo -------------------------------------------------------------------------
+
+
+def gspo(logp, old, adv, mask, agg="token_mean", **kw):
+    kw.setdefault("clip_low", 0.2)
+    kw.setdefault("clip_high", 0.2)
+    return policy_loss("gspo", logp, old, adv, mask, agg=agg, **kw)
+
+
+def test_gspo_uses_the_sequence_ratio_on_every_token():
+    # Token log-ratios [.2, 0]: s = exp(mean) = exp(.1) = 1.105171, inside [.8, 1.2].
+    # A = +1: each token -s; token_mean -1.105171 (PPO's token ratios would give
+    # -(exp(.2) + 1) / 2 = -1.110701).
+    logp, old = logprobs_with_ratios([[math.exp(0.2), 1.0]])
+    loss, m = gspo(logp, old, torch.tensor([1.0]), torch.ones(1, 2))
+    s = math.exp(0.1)
+    close(loss, -s)
+    close(m["ratio/mean"], s)
+    close(m["ratio/max"], s)
+
+
+def test_gspo_gradient_is_the_sequence_ratio_times_the_token_score():
+    # d(-s_i,t A)/dlogp_t = -s A (the sg() keeps s constant): the same -s / 2 on both
+    # tokens, whatever their own ratio (PPO: -exp(.2) / 2 and -1 / 2).
+    logp, old = logprobs_with_ratios([[math.exp(0.2), 1.0]])
+    loss, _ = gspo(logp, old, torch.tensor([1.0]), torch.ones(1, 2))
+    loss.backward()
+    s = math.exp(0.1)
+    close(logp.grad, [[-s / 2, -s / 2]])
+    assert old.grad is None
+
+
+def test_gspo_clips_the_whole_sequence():
+    # Log-ratios [.4, .2]: s = exp(.3) = 1.349859 > 1.2. A = +1: every token -1.2,
+    # no gradient; A = -1: -min(-s, -1.2) = s, gradient +s / 4 per token (4 tokens).
+    logp, old = logprobs_with_ratios([[math.exp(0.4), math.exp(0.2)]] * 2)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    loss, m = gspo(logp, old, adv, torch.ones(2, 2))
+    s = math.exp(0.3)
+    close(loss, (-2.4 + 2 * s) / 4)
+    close(m["clip_ratio/high_mean"], 0.5)
+    loss.backward()
+    close(logp.grad, [[0.0, 0.0], [s / 4, s / 4]])
+
+
+def test_gspo_sequence_ratio_ignores_masked_tokens():
+    # A masked third token with log-ratio 5 (or NaN) must not enter the mean: s is
+    # still exp(.1).
+    logp, old = logprobs_with_ratios([[math.exp(0.2), 1.0, math.exp(5.0)]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    loss, _ = gspo(logp, old, torch.tensor([1.0]), mask)
+    close(loss, -math.exp(0.1))
+
+
+def test_gspo_accepts_per_token_advantages():
+    # A = [+1, -1] per token, s = exp(.1): losses [-s, s], mean 0; gradient
+    # [-s / 2, s / 2].
+    logp, old = logprobs_with_ratios([[math.exp(0.2), 1.0]])
+    adv = torch.tensor([[1.0, -1.0]], dtype=torch.float64)
+    loss, _ = gspo(logp, old, adv, torch.ones(1, 2))
+    close(loss, 0.0)
+    loss.backward()
+    s = math.exp(0.1)
+    close(logp.grad, [[-s / 2, s / 2]])
 
 
 # --- cispo ------------------------------------------------------------------------
@@ -253,7 +366,7 @@ def test_an_empty_mask_gives_zero_loss_with_the_graph_intact(agg):
 # --- masking ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["ppo_clip", "cispo"])
+@pytest.mark.parametrize("name", ["ppo_clip", "cispo", "gspo"])
 @pytest.mark.parametrize(
     "agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
 )
@@ -335,6 +448,19 @@ def test_value_loss_takes_the_larger_of_plain_and_clipped_error():
     old = torch.tensor([[1.5, 2.0]])
     loss = value_loss(values, returns, torch.ones(1, 2), old_values=old, clip=0.2)
     close(loss, 0.4225)
+
+
+def test_value_loss_clip_sends_no_gradient_where_the_clipped_error_wins():
+    # token 0: V 1, old 1.5, R 0 -> clipped error 1.69 wins, and V_clip = old - .2 is
+    #   flat in V: gradient 0. token 1: V 1, old 1.5, R 3 -> plain (1 - 3)^2 = 4 beats
+    #   (1.3 - 3)^2 = 2.89. Loss .5 * (1.69 + 4) / 2 = 1.4225; d/dV1 = (V - R) / 2 = -1.
+    values = torch.tensor([[1.0, 1.0]], dtype=torch.float64, requires_grad=True)
+    returns = torch.tensor([[0.0, 3.0]], dtype=torch.float64)
+    old = torch.tensor([[1.5, 1.5]], dtype=torch.float64)
+    loss = value_loss(values, returns, torch.ones(1, 2), old_values=old, clip=0.2)
+    close(loss, 1.4225)
+    loss.backward()
+    close(values.grad, [[0.0, -1.0]])
 
 
 def test_value_loss_clip_needs_old_values():

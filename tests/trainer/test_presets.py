@@ -51,6 +51,16 @@ TABLE = {
         "outcome",
     ),
     "cispo": ("group", "group", "cispo", 1.0, 4.0, "token_mean", "off", "outcome"),
+    "gspo": (
+        "group",
+        "group",
+        "gspo",
+        3e-4,
+        4e-4,
+        "seq_mean_token_mean",
+        "off",
+        "outcome",
+    ),
 }
 FIELDS = (
     "advantage",
@@ -121,7 +131,18 @@ def test_fields_set_on_the_config_override_the_preset():
         group_filter="off",
         max_resample_rounds=2,
         credit="process",
+        value_clip=0.0,
+        overlong_shaping=True,
         kl_beta=0.04,
+        kl_kind="k3",
+        kl_clamp=10.0,
+        kl_in_reward=False,
+        kl_target=0.0,
+        kl_horizon=10_000,
+        dual_clip=0.0,
+        mask_truncated=False,
+        rollout_correction="off",
+        rollout_correction_cap=2.0,
         entropy_coef=0.0,
         gamma=1.0,
         lam=0.95,
@@ -157,7 +178,7 @@ def test_gae_advantage_without_gae_credit_is_rejected_naming_the_fields(cfg):
 
 def test_only_gae_needs_a_value_head():
     assert resolve_algorithm(AlgorithmConfig(preset="ppo")).needs_value_head
-    for name in ("grpo", "dr_grpo", "dapo", "cispo"):
+    for name in ("grpo", "dr_grpo", "dapo", "cispo", "gspo"):
         assert not resolve_algorithm(AlgorithmConfig(preset=name)).needs_value_head
 
 
@@ -171,9 +192,90 @@ def test_describe_preset_lists_the_fields_it_sets():
         "agg": "token_mean",
         "group_filter": "drop_zero_variance",
         "credit": "outcome",
+        "value_clip": 0.0,
+        "overlong_shaping": True,
     }
 
 
 def test_describe_preset_rejects_an_unknown_name_listing_known_ones():
-    with pytest.raises(KeyError, match="cispo, dapo, dr_grpo, grpo, ppo"):
+    with pytest.raises(KeyError, match="cispo, dapo, dr_grpo, grpo, gspo, ppo"):
         describe_preset("a2c")
+
+
+def test_ppo_clips_its_critic_and_dapo_shapes_overlong_rewards():
+    ppo = resolve_algorithm(AlgorithmConfig(preset="ppo"))
+    assert ppo.value_clip == 0.2
+    assert (
+        resolve_algorithm(AlgorithmConfig(preset="ppo", value_clip=0)).value_clip == 0
+    )
+    assert resolve_algorithm(AlgorithmConfig(preset="dapo")).overlong_shaping
+    assert not resolve_algorithm(AlgorithmConfig(preset="grpo")).overlong_shaping
+
+
+def test_the_new_options_resolve_to_concrete_values():
+    cfg = AlgorithmConfig(
+        preset="grpo",
+        dual_clip=3.0,
+        kl_beta=0.1,
+        kl_kind="k2",
+        kl_clamp=None,
+        kl_in_reward=True,
+        kl_target=0.05,
+        mask_truncated=True,
+        rollout_correction={"kind": "sequence", "cap": 5.0},
+    )
+    algo = resolve_algorithm(cfg)
+    assert (algo.dual_clip, algo.kl_kind, algo.kl_clamp, algo.kl_target) == (
+        3.0,
+        "k2",
+        0.0,
+        0.05,
+    )
+    assert algo.kl_in_reward and algo.mask_truncated
+    assert (algo.rollout_correction, algo.rollout_correction_cap) == ("sequence", 5.0)
+
+
+@pytest.mark.parametrize(
+    "cfg, fields",
+    [
+        ({"preset": "cispo", "dual_clip": 3.0}, ("dual_clip", "loss")),
+        ({"kl_in_reward": True}, ("kl_in_reward", "kl_beta")),
+        ({"kl_target": 0.1}, ("kl_target", "kl_beta")),
+        ({"value_clip": 0.2}, ("value_clip", "credit")),
+    ],
+)
+def test_conflicting_options_are_a_validation_error_naming_the_fields(cfg, fields):
+    from pydantic import ValidationError
+
+    from trainer.config import TrainConfig, format_errors
+
+    with pytest.raises(ValidationError) as info:
+        TrainConfig.model_validate({"algorithm": cfg})
+    lines = format_errors(info.value)
+    for f in fields:
+        assert any(line.startswith(f"algorithm.{f}: ") for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    "cfg, field",
+    [
+        ({"dual_clip": 1.0}, "algorithm.dual_clip"),
+        ({"kl_kind": "k4"}, "algorithm.kl_kind"),
+        (
+            {"rollout_correction": {"kind": "batch"}},
+            "algorithm.rollout_correction.kind",
+        ),
+        (
+            {"rollout_correction": {"kind": "token", "cap": 0.5}},
+            "algorithm.rollout_correction.cap",
+        ),
+    ],
+)
+def test_bad_values_of_the_new_options_name_the_field(cfg, field):
+    from pydantic import ValidationError
+
+    from trainer.config import TrainConfig, format_errors
+
+    with pytest.raises(ValidationError) as info:
+        TrainConfig.model_validate({"algorithm": cfg})
+    assert any(line.startswith(f"{field}: ") for line in format_errors(info.value))

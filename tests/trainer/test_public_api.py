@@ -41,6 +41,28 @@ SIGNATURES = {
         ("clip_low", KW, REQUIRED),
         ("clip_high", KW, REQUIRED),
         ("max_len", KW, None),
+        ("dual_clip", KW, None),
+        ("weights", KW, None),
+    ],
+    "kl_penalty": [
+        ("logprobs", POS, REQUIRED),
+        ("ref_logprobs", POS, REQUIRED),
+        ("kind", KW, REQUIRED),
+        ("clamp", KW, 10.0),
+    ],
+    "rollout_weights": [
+        ("old_logprobs", POS, REQUIRED),
+        ("sampler_logprobs", POS, REQUIRED),
+        ("mask", POS, REQUIRED),
+        ("kind", KW, REQUIRED),
+        ("cap", KW, REQUIRED),
+    ],
+    "adaptive_kl_coef": [
+        ("coef", POS, REQUIRED),
+        ("kl", POS, REQUIRED),
+        ("target", KW, REQUIRED),
+        ("horizon", KW, REQUIRED),
+        ("n_steps", KW, 1),
     ],
     "process_advantages": [
         ("step_rewards", POS, REQUIRED),
@@ -74,6 +96,10 @@ def test_the_package_exports_the_trainer_names():
         "policy_loss",
         "process_advantages",
         "kl_k3",
+        "kl_penalty",
+        "adaptive_kl_coef",
+        "rollout_weights",
+        "mismatch_metrics",
         "value_loss",
         "agg_loss",
         "masked_mean",
@@ -88,4 +114,4 @@ def test_the_package_exports_the_trainer_names():
 
 
 def test_the_loss_registry_holds_the_documented_losses():
-    assert algorithms.LOSSES.names() == ["cispo", "ppo_clip"]
+    assert algorithms.LOSSES.names() == ["cispo", "gspo", "ppo_clip"]

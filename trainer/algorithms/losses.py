@@ -2,12 +2,13 @@
 
 * :data:`LOSSES`: a registry of per-token policy losses (``@LOSSES.register``):
   ``ppo_clip`` (PPO, arXiv 1707.06347; asymmetric clip bounds as DAPO's clip-higher,
-  arXiv 2503.14476) and ``cispo`` (MiniMax-M1, arXiv 2506.13585).
+  arXiv 2503.14476; optional dual clip, arXiv 1912.09729), ``cispo`` (MiniMax-M1,
+  arXiv 2506.13585) and ``gspo`` (sequence-level ratios, arXiv 2507.18071).
 * :func:`agg_loss`: the one function that turns a (B, T) loss matrix into a scalar;
   every loss here goes through it, so the aggregation choice (the main difference
   between GRPO, DAPO and Dr. GRPO) lives in one place.
 * :func:`policy_loss`: the public entry point, with TRL-named clip metrics.
-* :func:`kl_k3` and :func:`value_loss`: the KL penalty and the critic's loss.
+* :func:`value_loss`: the critic's loss (KL estimators live in :mod:`.kl`).
 
 Masking contract: ``mask`` is (B, T), non-zero / True marks a trained token. Masked
 tokens contribute neither loss nor gradient, even when their log-probs are NaN or inf
@@ -19,6 +20,7 @@ This module knows nothing of presets, models or rewards.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import torch
@@ -31,7 +33,8 @@ _MAX_LOG_RATIO = 20.0
 
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 
-# A per-token policy loss: (logprobs, old_logprobs, advantages) all (B, T) -> (B, T).
+# A per-token policy loss: (logprobs, old_logprobs, advantages) all (B, T), keywords
+# clip_low, clip_high, mask (B, T) bool or None, dual_clip where supported -> (B, T).
 PolicyLossFn = Callable[..., Tensor]
 LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
 
@@ -109,6 +112,8 @@ def ppo_clip_loss(
     *,
     clip_low: float,
     clip_high: float,
+    mask: Tensor | None = None,
+    dual_clip: float | None = None,
 ) -> Tensor:
     """PPO's clipped surrogate, per token: -min(r A, clip(r, 1-lo, 1+hi) A).
 
@@ -116,11 +121,28 @@ def ppo_clip_loss(
     in the direction the advantage rewards, the token stops pushing (zero gradient).
     ``clip_high > clip_low`` is DAPO's clip-higher, which leaves room for unlikely
     tokens to grow and so slows entropy collapse (arXiv 2503.14476 §3.1).
-    All tensors (B, T); returns (B, T).
+    ``dual_clip`` = c > 1 caps the loss of a negative-advantage token at -c A (dual-
+    clip PPO, arXiv 1912.09729; verl's ``clip_ratio_c``): without it a token whose
+    ratio has exploded (r >> 1, A < 0) contributes an unbounded -r A.
+    All tensors (B, T); ``mask`` is unused (per-token loss). Returns (B, T).
     """
     ratio = torch.exp((logprobs - old_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    return _clipped_surrogate(ratio, advantages, clip_low, clip_high, dual_clip)
+
+
+def _clipped_surrogate(
+    ratio: Tensor,
+    advantages: Tensor,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None,
+) -> Tensor:
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    return -torch.minimum(ratio * advantages, clipped * advantages)
+    loss = -torch.minimum(ratio * advantages, clipped * advantages)
+    if dual_clip is None:
+        return loss
+    capped = torch.minimum(loss, -dual_clip * advantages)
+    return torch.where(advantages < 0, capped, loss)
 
 
 @LOSSES.register("cispo")
@@ -131,6 +153,7 @@ def cispo_loss(
     *,
     clip_low: float,
     clip_high: float,
+    mask: Tensor | None = None,
 ) -> Tensor:
     """CISPO, per token: -sg(clip(r, 1-lo, 1+hi)) A log pi (MiniMax-M1, 2506.13585).
 
@@ -146,6 +169,59 @@ def cispo_loss(
     return -weight * advantages * logprobs
 
 
+def _sequence_log_ratio(
+    logprobs: Tensor, old_logprobs: Tensor, mask: Tensor | None
+) -> Tensor:
+    """(B, 1): the mean over each sequence's trained tokens of logp - old_logp,
+    detached (0 for a sequence with none)."""
+    log_ratio = (logprobs - old_logprobs).detach()
+    keep = torch.ones_like(log_ratio, dtype=torch.bool) if mask is None else mask
+    return masked_mean(log_ratio, keep, dim=1).unsqueeze(1)
+
+
+@LOSSES.register("gspo")
+def gspo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    mask: Tensor | None = None,
+    dual_clip: float | None = None,
+) -> Tensor:
+    """GSPO (arXiv 2507.18071, eq. 7 and §4.3), per token, in the token-level form.
+
+    The importance ratio is the sequence's length-normalised likelihood ratio
+    ``s_i = exp(mean_t (logp_t - old_logp_t))`` over its trained tokens (``mask``;
+    None: all). Each token carries ``s_i,t = sg(s_i) * exp(logp_t - sg(logp_t))``:
+    equal to ``s_i`` in value, with gradient ``s_i * grad logp_t``, so per-token
+    advantages work too and a sequence-constant advantage gives the paper's gradient.
+    The clip is PPO's on ``s_i,t`` (the paper's bounds are tiny: 3e-4 / 4e-4, since a
+    sequence ratio moves far less than a token one). All tensors (B, T); returns
+    (B, T). Token-level noise no longer decides what is clipped, which is what makes it
+    stable for MoE models (Qwen3).
+    """
+    seq = _sequence_log_ratio(logprobs, old_logprobs, mask)
+    log_ratio = seq + logprobs - logprobs.detach()
+    # verl clamps the sequence log-ratio at 10 before exp (exp(10) is already absurd).
+    ratio = torch.exp(log_ratio.clamp(max=10.0))
+    return _clipped_surrogate(ratio, advantages, clip_low, clip_high, dual_clip)
+
+
+# The ratio the clip acts on, per loss (token ratio unless listed): for the metrics.
+def _token_ratio(logp: Tensor, old: Tensor, keep: Tensor) -> Tensor:
+    return (logp - old).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp()
+
+
+def _gspo_ratio(logp: Tensor, old: Tensor, keep: Tensor) -> Tensor:
+    seq = _sequence_log_ratio(logp, old, keep).clamp(max=10.0).exp()
+    return seq.expand_as(logp)
+
+
+_METRIC_RATIO = {"gspo": _gspo_ratio}
+
+
 def _broadcast_advantages(advantages: Tensor, shape: torch.Size) -> Tensor:
     if advantages.shape == shape:
         return advantages
@@ -158,14 +234,20 @@ def _broadcast_advantages(advantages: Tensor, shape: torch.Size) -> Tensor:
 
 
 def _clip_metrics(
-    ratio: Tensor, advantages: Tensor, keep: Tensor, clip_low: float, clip_high: float
+    ratio: Tensor,
+    advantages: Tensor,
+    keep: Tensor,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None,
 ) -> dict[str, float]:
     """TRL GRPOTrainer's clip metrics: the fraction of trained tokens whose clip is
-    active, i.e. the ratio is past a bound in the direction the advantage pushes."""
+    active, i.e. the ratio is past a bound in the direction the advantage pushes;
+    with a dual clip, ``clip_ratio/dual_mean`` the fraction whose loss it capped."""
     low = (ratio < 1.0 - clip_low) & (advantages < 0)
     high = (ratio > 1.0 + clip_high) & (advantages > 0)
     has_tokens = bool(keep.any())
-    return {
+    out = {
         "clip_ratio/low_mean": float(masked_mean(low.float(), keep)),
         "clip_ratio/high_mean": float(masked_mean(high.float(), keep)),
         "clip_ratio/region_mean": float(masked_mean((low | high).float(), keep)),
@@ -173,6 +255,10 @@ def _clip_metrics(
         "ratio/mean": float(masked_mean(ratio, keep)) if has_tokens else 1.0,
         "ratio/max": float(ratio[keep].max()) if has_tokens else 1.0,
     }
+    if dual_clip is not None:
+        dual = (ratio.clamp(min=1.0 - clip_low) > dual_clip) & (advantages < 0)
+        out["clip_ratio/dual_mean"] = float(masked_mean(dual.float(), keep))
+    return out
 
 
 def policy_loss(
@@ -186,22 +272,30 @@ def policy_loss(
     clip_low: float,
     clip_high: float,
     max_len: int | None = None,
+    dual_clip: float | None = None,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """The policy-gradient loss of one minibatch.
 
     Args:
-        name: a registered loss (``"ppo_clip"`` or ``"cispo"``); unknown: KeyError.
+        name: a registered loss (``"ppo_clip"``, ``"cispo"`` or ``"gspo"``); unknown:
+            KeyError.
         logprobs: (B, T) log pi_theta of the sampled tokens (differentiable).
         old_logprobs: (B, T) log-probs under the sampling policy (not differentiated).
         advantages: (B,) broadcast over T, or (B, T) per token (not differentiated).
         mask: (B, T) float or bool, non-zero = trained token.
         agg, max_len: see :func:`agg_loss`.
         clip_low, clip_high: the ratio is clipped to [1 - clip_low, 1 + clip_high].
+        dual_clip: c > 1 caps a negative-advantage token's loss at -c A (``ppo_clip``
+            and ``gspo``; another loss with it is a ValueError). None: off.
+        weights: (B, T) or (B, 1) per-token factors on the loss, not differentiated:
+            the truncated importance weights of :func:`rollout_weights`. None: 1.
 
     Returns:
         ``(loss, metrics)``: a scalar tensor, and python floats named as TRL does
         (``clip_ratio/low_mean|high_mean|region_mean``, ``ratio/mean``, ``ratio/max``,
-        ``policy_loss``).
+        ``policy_loss``; ``clip_ratio/dual_mean`` with a dual clip). For ``gspo`` the
+        ratio in the metrics is the sequence ratio.
     """
     loss_fn = LOSSES.get(name)
     if old_logprobs.shape != logprobs.shape or mask.shape != logprobs.shape:
@@ -209,6 +303,13 @@ def policy_loss(
             f"logprobs, old_logprobs and mask must share a (B, T) shape, got "
             f"{tuple(logprobs.shape)}, {tuple(old_logprobs.shape)}, {tuple(mask.shape)}"
         )
+    extra: dict[str, float] = {}
+    if dual_clip is not None:
+        if "dual_clip" not in inspect.signature(loss_fn).parameters:
+            raise ValueError(f"dual_clip does not apply to the {name!r} loss")
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+        extra["dual_clip"] = dual_clip
     keep = _bool_mask(mask)
     adv = _broadcast_advantages(advantages.detach(), logprobs.shape)
     # Sanitise masked positions before any arithmetic: torch.where's backward would
@@ -218,34 +319,18 @@ def policy_loss(
     old = torch.where(keep, old_logprobs.detach(), zeros)
     adv = torch.where(keep, adv.to(logprobs.dtype), zeros)
 
-    loss_mat = loss_fn(logp, old, adv, clip_low=clip_low, clip_high=clip_high)
+    loss_mat = loss_fn(
+        logp, old, adv, clip_low=clip_low, clip_high=clip_high, mask=keep, **extra
+    )
+    if weights is not None:
+        loss_mat = loss_mat * weights.detach().to(loss_mat.dtype)
     loss = agg_loss(loss_mat, keep, agg, max_len=max_len)
 
     with torch.no_grad():
-        log_ratio = (logp - old).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-        metrics = _clip_metrics(log_ratio.exp(), adv, keep, clip_low, clip_high)
+        ratio = _METRIC_RATIO.get(name, _token_ratio)(logp, old, keep)
+        metrics = _clip_metrics(ratio, adv, keep, clip_low, clip_high, dual_clip)
     metrics["policy_loss"] = float(loss.detach())
     return loss, metrics
-
-
-def kl_k3(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor | None = None) -> Tensor:
-    """Schulman's k3 estimator of KL(pi || pi_ref), per token.
-
-    ``exp(ref - logp) - (ref - logp) - 1``: unbiased for the KL under samples from
-    pi, and never negative, unlike the plain log-ratio (Schulman, "Approximating KL
-    divergence", 2020; used by GRPO, arXiv 2402.03300 eq. 4).
-
-    Args:
-        logprobs, ref_logprobs: (B, T); the reference is not differentiated.
-        mask: optional (B, T); masked positions give exactly 0 (and no NaN gradient
-            when their log-probs are NaN). Returns (B, T), >= 0.
-    """
-    diff = ref_logprobs.detach() - logprobs
-    if mask is not None:
-        diff = torch.where(_bool_mask(mask), diff, torch.zeros_like(diff))
-    diff = diff.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-    # exp(d) >= 1 + d exactly, but rounding can dip a hair below zero.
-    return (torch.exp(diff) - diff - 1.0).clamp(min=0.0)
 
 
 def value_loss(

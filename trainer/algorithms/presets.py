@@ -1,8 +1,9 @@
 """Algorithm presets as data, and their resolution against a run's overrides.
 
 A preset is a handful of choices (advantage estimator, std scaling, loss, clip
-bounds, aggregation, group filter, credit assignment), not a subclass: PPO, GRPO,
-Dr. GRPO, DAPO and CISPO differ only in these. :func:`resolve_algorithm` merges a
+bounds, aggregation, group filter, credit assignment, value clip, overlong reward
+shaping), not a subclass: PPO, GRPO, Dr. GRPO, DAPO, CISPO and GSPO differ only in
+these. :func:`resolve_algorithm` merges a
 :class:`trainer.config.AlgorithmConfig` (``None`` = take the preset's value) into a
 :class:`ResolvedAlgorithm` where every field is concrete, and rejects combinations
 that cannot train. The trainer loop reads only the resolved object.
@@ -31,6 +32,10 @@ class Preset:
     group_filter: ``"off"`` or ``"drop_zero_variance"`` (DAPO dynamic sampling).
     credit: ``"outcome"`` one advantage per trajectory, ``"process"`` per-step
         rewards normalised in the group, ``"gae"`` a critic.
+    value_clip: the critic's update is clipped to +-value_clip around its
+        rollout-time value (CleanRL, verl ``cliprange_value``); 0: unclipped.
+    overlong_shaping: the run's reward gets DAPO's ``overlong_penalty`` component
+        (arXiv 2503.14476 §3.4) sized to the generation budget.
     """
 
     advantage: str
@@ -41,6 +46,8 @@ class Preset:
     agg: str
     group_filter: str
     credit: str
+    value_clip: float = 0.0
+    overlong_shaping: bool = False
 
 
 PRESETS: dict[str, Preset] = {
@@ -54,6 +61,7 @@ PRESETS: dict[str, Preset] = {
         agg="token_mean",
         group_filter="off",
         credit="gae",
+        value_clip=0.2,
     ),
     # GRPO: group-relative advantage scaled by the group std, per-sequence mean
     # (arXiv 2402.03300).
@@ -79,7 +87,8 @@ PRESETS: dict[str, Preset] = {
         group_filter="off",
         credit="outcome",
     ),
-    # DAPO: clip-higher, token-level loss, dynamic sampling (arXiv 2503.14476).
+    # DAPO: clip-higher, token-level loss, dynamic sampling, overlong reward shaping
+    # (arXiv 2503.14476).
     "dapo": Preset(
         advantage="group",
         std_scaling="group",
@@ -89,6 +98,7 @@ PRESETS: dict[str, Preset] = {
         agg="token_mean",
         group_filter="drop_zero_variance",
         credit="outcome",
+        overlong_shaping=True,
     ),
     # CISPO: clipped, stop-gradient importance weights (MiniMax-M1, arXiv
     # 2506.13585); the group filter is optional, off by default.
@@ -102,6 +112,18 @@ PRESETS: dict[str, Preset] = {
         group_filter="off",
         credit="outcome",
     ),
+    # GSPO: sequence-level, length-normalised ratios clipped to tiny bounds (arXiv
+    # 2507.18071; Qwen3's choice for MoE stability), GRPO's advantage and aggregation.
+    "gspo": Preset(
+        advantage="group",
+        std_scaling="group",
+        loss="gspo",
+        clip_low=3e-4,
+        clip_high=4e-4,
+        agg="seq_mean_token_mean",
+        group_filter="off",
+        credit="outcome",
+    ),
 }
 
 PRESET_LABELS: dict[str, str] = {
@@ -110,6 +132,7 @@ PRESET_LABELS: dict[str, str] = {
     "dr_grpo": "Dr. GRPO (the 'Cursor' variant)",
     "dapo": "DAPO (clip-higher, dynamic sampling)",
     "cispo": "CISPO (MiniMax-M1)",
+    "gspo": "GSPO (sequence-level ratios, Qwen3)",
 }
 
 
@@ -127,7 +150,18 @@ class ResolvedAlgorithm:
     group_filter: str
     max_resample_rounds: int
     credit: str
+    value_clip: float
+    overlong_shaping: bool
     kl_beta: float
+    kl_kind: str
+    kl_clamp: float  # 0: unclamped
+    kl_in_reward: bool
+    kl_target: float  # 0: fixed coefficient
+    kl_horizon: int
+    dual_clip: float  # 0: off
+    mask_truncated: bool
+    rollout_correction: str  # "off" | "token" | "sequence"
+    rollout_correction_cap: float
     entropy_coef: float
     gamma: float
     lam: float
@@ -180,10 +214,21 @@ def resolve_algorithm(cfg: AlgorithmConfig) -> ResolvedAlgorithm:
             f"(got credit={chosen['credit']!r}); set both, or pick a group advantage"
         )
 
+    _check_options(cfg, chosen)
+    correction = cfg.rollout_correction
     return ResolvedAlgorithm(
         preset=cfg.preset,
         max_resample_rounds=cfg.max_resample_rounds,
         kl_beta=cfg.kl_beta,
+        kl_kind=cfg.kl_kind,
+        kl_clamp=cfg.kl_clamp or 0.0,
+        kl_in_reward=cfg.kl_in_reward,
+        kl_target=cfg.kl_target or 0.0,
+        kl_horizon=cfg.kl_horizon,
+        dual_clip=cfg.dual_clip or 0.0,
+        mask_truncated=cfg.mask_truncated,
+        rollout_correction="off" if correction is None else correction.kind,
+        rollout_correction_cap=2.0 if correction is None else correction.cap,
         entropy_coef=cfg.entropy_coef,
         gamma=cfg.gamma,
         lam=cfg.lam,
@@ -191,3 +236,27 @@ def resolve_algorithm(cfg: AlgorithmConfig) -> ResolvedAlgorithm:
         eps=cfg.eps,
         **chosen,
     )
+
+
+def _check_options(cfg: AlgorithmConfig, chosen: dict[str, Any]) -> None:
+    """Options that cannot work together: a ValueError naming the fields."""
+    if cfg.dual_clip is not None and chosen["loss"] == "cispo":
+        raise ValueError(
+            "algorithm.dual_clip applies to the ppo_clip and gspo losses, not to "
+            "algorithm.loss='cispo' (its weights are clipped already)"
+        )
+    if cfg.kl_in_reward and cfg.kl_beta <= 0:
+        raise ValueError(
+            "algorithm.kl_in_reward needs algorithm.kl_beta > 0 (the KL's coefficient)"
+        )
+    if cfg.kl_target is not None and cfg.kl_beta <= 0:
+        raise ValueError(
+            "algorithm.kl_target needs algorithm.kl_beta > 0 (the adaptive "
+            "coefficient starts there and scales multiplicatively)"
+        )
+    critic = chosen["advantage"] == "gae" or chosen["credit"] == "gae"
+    if cfg.value_clip is not None and cfg.value_clip > 0 and not critic:
+        raise ValueError(
+            "algorithm.value_clip needs a critic: set algorithm.credit='gae' or pick "
+            "the ppo preset"
+        )
