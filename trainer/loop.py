@@ -90,6 +90,7 @@ def train(
         env.vocabulary(),
         with_value_head=algo.needs_value_head,
         max_positions=max(2048, config.rollout.max_total_tokens + 8),
+        temperature=config.rollout.temperature,
     )
     optimizer = torch.optim.AdamW(
         policy.parameters(),

@@ -105,9 +105,14 @@ class Policy(nn.Module):
         tokenizer: PreTrainedTokenizerBase,
         *,
         with_value_head: bool = False,
+        temperature: float = 1.0,
     ) -> None:
         super().__init__()
         self.model = model
+        # The distribution the policy samples from is softmax(logits / temperature);
+        # log-probs, ratios, KL and entropy are all taken of that same distribution,
+        # or a run at T != 1 would train on ratios of a policy it never sampled from.
+        self.temperature = float(temperature)
         self.tokenizer = tokenizer
         hidden = model.config.hidden_size
         self.value_head = nn.Linear(hidden, 1) if with_value_head else None
@@ -129,6 +134,7 @@ class Policy(nn.Module):
         *,
         with_value_head: bool = False,
         max_positions: int = 2048,
+        temperature: float = 1.0,
     ) -> Policy:
         """The default model from a config, or a local model directory."""
         device = resolve_device(cfg.device)
@@ -152,7 +158,9 @@ class Policy(nn.Module):
                 eos_token_id=tokenizer.eos_token_id,
             )
             model = LlamaForCausalLM(config)
-        policy = cls(model, tokenizer, with_value_head=with_value_head)
+        policy = cls(
+            model, tokenizer, with_value_head=with_value_head, temperature=temperature
+        )
         return policy.to(device=device, dtype=dtype)
 
     def frozen_copy(self) -> Policy:
@@ -197,7 +205,7 @@ class Policy(nn.Module):
         contexts: list[list[int]],
         *,
         max_new_tokens: list[int] | int,
-        temperature: float = 1.0,
+        temperature: float | None = None,
         top_p: float = 1.0,
         generator: torch.Generator | None = None,
     ) -> list[list[int]]:
@@ -208,6 +216,7 @@ class Policy(nn.Module):
         """
         if not contexts:
             return []
+        temperature = self.temperature if temperature is None else temperature
         dev = self.device
         budgets = (
             [max_new_tokens] * len(contexts)
@@ -273,7 +282,8 @@ class Policy(nn.Module):
         entropy_grad: bool = False,
         prefixes: Prefixes | None = None,
     ) -> TokenStats:
-        """Log-probs of ``input_ids[:, 1:]`` under the model, (B, T-1); right padding.
+        """Log-probs of ``input_ids[:, 1:]`` under the sampling distribution
+        ``softmax(logits / self.temperature)``, (B, T-1); right padding.
 
         Only targets a loss can use are scored: from index ``start`` on, or with
         ``prefixes`` from each row's last prompt token on (the language-model head
@@ -333,6 +343,8 @@ class Policy(nn.Module):
         """Per-position numbers from (B, K, V) logits predicting (B, K) targets;
         ``place`` puts a (B, K) result where it belongs in the (B, T-1) layout."""
         logits = logits.float()
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
         lse = torch.logsumexp(logits, dim=-1)
         logprobs = place(logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse)
         entropy = None
