@@ -24,15 +24,19 @@ from pydantic import (
 )
 
 from rewards.params import (
+    ContainsParams,
+    ExactMatchParams,
     FBetaParams,
     FinishParams,
     FormatParams,
     JudgeParams,
+    NumericMatchParams,
     OutcomeParams,
     ParallelParams,
     PerfParams,
     ProcessParams,
     PrunePenaltyParams,
+    RegexMatchParams,
     SingleSearchExitParams,
     TrajectoryRecallParams,
 )
@@ -136,6 +140,26 @@ class JudgeComponent(_ComponentBase):
     params: JudgeParams = Field(default_factory=JudgeParams)
 
 
+class ExactMatchComponent(_ComponentBase):
+    name: Literal["exact_match"] = "exact_match"
+    params: ExactMatchParams = Field(default_factory=ExactMatchParams)
+
+
+class NumericMatchComponent(_ComponentBase):
+    name: Literal["numeric_match"] = "numeric_match"
+    params: NumericMatchParams = Field(default_factory=NumericMatchParams)
+
+
+class RegexMatchComponent(_ComponentBase):
+    name: Literal["regex_match"] = "regex_match"
+    params: RegexMatchParams = Field(default_factory=RegexMatchParams)
+
+
+class ContainsComponent(_ComponentBase):
+    name: Literal["contains"] = "contains"
+    params: ContainsParams = Field(default_factory=ContainsParams)
+
+
 ComponentConfig = Annotated[
     OutcomeComponent
     | ProcessComponent
@@ -147,7 +171,11 @@ ComponentConfig = Annotated[
     | PerfComponent
     | ParallelComponent
     | FinishComponent
-    | JudgeComponent,
+    | JudgeComponent
+    | ExactMatchComponent
+    | NumericMatchComponent
+    | RegexMatchComponent
+    | ContainsComponent,
     Field(discriminator="name"),
 ]
 """One weighted component: ``{"name", "weight", "params", "schedule", "label"}``."""
@@ -164,6 +192,10 @@ COMPONENT_NAMES: tuple[str, ...] = (
     "r_parallel",
     "r_finish",
     "judge",
+    "exact_match",
+    "numeric_match",
+    "regex_match",
+    "contains",
 )
 
 
