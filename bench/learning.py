@@ -27,7 +27,13 @@ sys.path.insert(0, str(ROOT))
 # search: fbeta [0, 1] + 0.2 * trajectory_recall [0, 1] + single_search_exit_penalty
 #   [-0.2, 0] + format [0, 0.05].
 # swarm: r_perf [0, 1] + format [0, 0.05].
-RANGES = {"calc": (0.0, 1.1), "search": (-0.2, 1.25), "swarm": (0.0, 1.05)}
+# dataset_arith: numeric_match [0, 1] + format [0, 0.1].
+RANGES = {
+    "calc": (0.0, 1.1),
+    "search": (-0.2, 1.25),
+    "swarm": (0.0, 1.05),
+    "dataset": (0.0, 1.1),
+}
 
 
 class Recorder:
@@ -61,6 +67,10 @@ def run_one(name: str, minutes: float) -> dict:
     from trainer.cli import load_config_file
     from trainer.runner import run_from_config
 
+    if name == "dataset_arith" and not (ROOT / "var/data/arith.jsonl").exists():
+        from bench.make_arith_dataset import main as make_arith
+
+        make_arith(["--out", str(ROOT / "var/data/arith.jsonl")])
     cfg = load_config_file(str(ROOT / "bench" / "configs" / f"{name}.yaml"))
     env = cfg.env.name
     rec = Recorder(minutes * 60)

@@ -24,16 +24,20 @@ from pydantic import (
 )
 
 from rewards.params import (
+    ContainsParams,
+    ExactMatchParams,
     FBetaParams,
     FinishParams,
     FormatParams,
     JudgeParams,
+    NumericMatchParams,
     OutcomeParams,
     OverlongParams,
     ParallelParams,
     PerfParams,
     ProcessParams,
     PrunePenaltyParams,
+    RegexMatchParams,
     SingleSearchExitParams,
     TrajectoryRecallParams,
 )
@@ -142,6 +146,26 @@ class JudgeComponent(_ComponentBase):
     params: JudgeParams = Field(default_factory=JudgeParams)
 
 
+class ExactMatchComponent(_ComponentBase):
+    name: Literal["exact_match"] = "exact_match"
+    params: ExactMatchParams = Field(default_factory=ExactMatchParams)
+
+
+class NumericMatchComponent(_ComponentBase):
+    name: Literal["numeric_match"] = "numeric_match"
+    params: NumericMatchParams = Field(default_factory=NumericMatchParams)
+
+
+class RegexMatchComponent(_ComponentBase):
+    name: Literal["regex_match"] = "regex_match"
+    params: RegexMatchParams = Field(default_factory=RegexMatchParams)
+
+
+class ContainsComponent(_ComponentBase):
+    name: Literal["contains"] = "contains"
+    params: ContainsParams = Field(default_factory=ContainsParams)
+
+
 ComponentConfig = Annotated[
     OutcomeComponent
     | ProcessComponent
@@ -154,7 +178,11 @@ ComponentConfig = Annotated[
     | ParallelComponent
     | FinishComponent
     | OverlongComponent
-    | JudgeComponent,
+    | JudgeComponent
+    | ExactMatchComponent
+    | NumericMatchComponent
+    | RegexMatchComponent
+    | ContainsComponent,
     Field(discriminator="name"),
 ]
 """One weighted component: ``{"name", "weight", "params", "schedule", "label"}``."""
@@ -172,6 +200,10 @@ COMPONENT_NAMES: tuple[str, ...] = (
     "r_finish",
     "overlong_penalty",
     "judge",
+    "exact_match",
+    "numeric_match",
+    "regex_match",
+    "contains",
 )
 
 

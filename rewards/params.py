@@ -7,7 +7,9 @@ functions receive the validated model. Pure pydantic: nothing here computes a re
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Params(BaseModel):
@@ -141,3 +143,46 @@ class OverlongParams(Params):
         if self.cache > self.max_len:
             raise ValueError("cache: must not exceed max_len")
         return self
+
+
+class ExactMatchParams(Params):
+    normalise: bool = Field(
+        True,
+        description="Compare lower-cased, with single spaces and no surrounding "
+        "punctuation or quotes.",
+    )
+
+
+class NumericMatchParams(Params):
+    abs_tol: float = Field(
+        1e-6, ge=0, le=1e12, description="Largest absolute difference that matches."
+    )
+    rel_tol: float = Field(
+        0.0, ge=0, le=1, description="Largest relative difference that matches."
+    )
+
+
+class RegexMatchParams(Params):
+    pattern: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="Pattern the answer must match; None: the reference answer is "
+        "the pattern.",
+    )
+    full: bool = Field(False, description="The whole answer must match.")
+    ignore_case: bool = Field(False)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression ({exc})") from None
+        return v
+
+
+class ContainsParams(Params):
+    ignore_case: bool = Field(True)

@@ -80,6 +80,15 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
+# dataset: the answer against the reference, normalised; a user picks numeric_match,
+# regex_match or contains for other kinds of answers.
+_DEFAULTS["dataset"] = {
+    "components": [
+        {"name": "exact_match", "weight": 1.0},
+        {"name": "format", "weight": 0.05},
+    ],
+}
+
 _DEMOS: dict[str, dict[str, Any]] = {
     # No r_parallel, and no latency discount in r_perf: nothing favours fanning out.
     "swarm_serial_collapse": {

@@ -1,5 +1,8 @@
 """Checkpoints: weights (safetensors), optimizer, RNG states and step, written atomically.
 
+A LoRA policy's checkpoint holds its adapter (``adapter/``, peft's format) and only its
+trained weights; ``python -m trainer export-model`` merges the adapter into the base.
+
 A checkpoint is a directory ``step-000010`` inside the run's checkpoint directory. It is
 written under a temporary name, fsync'd, then renamed, so a crash (even ``kill -9``)
 leaves either the whole checkpoint or none of it. Restoring every RNG the trainer draws
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_model, save_file, save_model
 
 _NAME = re.compile(r"^step-(\d{6,})$")
 
@@ -67,8 +70,18 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    # save_model (not save_file) handles tied embeddings, which share storage.
-    save_model(policy, str(tmp / "policy.safetensors"))
+    if getattr(policy, "lora", False):
+        # LoRA: the adapter as peft writes it (what export-model merges), and the
+        # trained weights alone (adapters, value head) for a resume; the base model
+        # stays where model.path says.
+        policy.model.save_pretrained(tmp / "adapter")
+        save_file(
+            {n: p.detach().contiguous() for n, p in _trainable(policy).items()},
+            str(tmp / "policy.safetensors"),
+        )
+    else:
+        # save_model (not save_file) handles tied embeddings, which share storage.
+        save_model(policy, str(tmp / "policy.safetensors"))
     torch.save(
         {
             "optimizer": optimizer.state_dict(),
@@ -121,6 +134,8 @@ def load_checkpoint(
     missing, unexpected = load_model(
         policy, str(path / "policy.safetensors"), strict=False
     )
+    if getattr(policy, "lora", False):  # only the trained weights were saved
+        missing = [m for m in missing if m in _trainable(policy)]
     if unexpected or [m for m in missing if "lm_head" not in m]:
         raise ValueError(
             f"checkpoint {path} does not match the model: {missing} {unexpected}"
@@ -141,6 +156,10 @@ def load_checkpoint(
         sample_gen=gen,
         kl_coef=meta.get("kl_coef"),
     )
+
+
+def _trainable(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p for n, p in policy.named_parameters() if p.requires_grad}
 
 
 def _as_rng_state(raw: Any) -> tuple:

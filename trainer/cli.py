@@ -5,6 +5,7 @@
     python -m trainer import events.jsonl|SPOOL_DIR --report-to URL [--name N]
     python -m trainer import --from verl DIR --report-to URL [--follow]
     python -m trainer presets
+    python -m trainer export-model CHECKPOINT_OR_RUN_DIR OUT_DIR
 
 A bad config prints every bad field with the reason and exits with status 2. ``--out``
 receives ``events.jsonl`` and ``checkpoints/``; a second run with the same ``--out``
@@ -135,6 +136,18 @@ class _Printer:
         self.inner.close()
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from trainer.export import ExportError, export_model
+
+    try:
+        out = export_model(args.source, args.out)
+    except (ExportError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"exported {args.source} to {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -157,7 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.importers.command import add_import_parser
 
     add_import_parser(sub)
+    export = sub.add_parser(
+        "export-model", help="a checkpoint (LoRA merged) -> a plain model directory"
+    )
+    export.add_argument("source", help="a checkpoint, or a run or checkpoints dir")
+    export.add_argument("out", help="the model directory to write")
     args = parser.parse_args(argv)
+    if args.cmd == "export-model":
+        return _cmd_export(args)
     if args.cmd == "presets":
         return _cmd_presets()
     if args.cmd == "import":

@@ -9,20 +9,42 @@ Algorithm presets are data (:data:`trainer.algorithms.presets.PRESETS`); a field
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    create_model,
+    model_validator,
+)
 
 from rewards.config import RewardConfig
 from trainer.algorithms import LOSSES, PRESETS
 from trainer.algorithms.kl import KL_KINDS
-from trainer.envs.calc import CalcParams
-from trainer.envs.search import SearchParams
-from trainer.envs.swarm import SwarmParams
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class LoraConfig(_Strict):
+    """LoRA adapters (through ``peft``) on a pretrained model: only they are trained;
+    the KL reference is the same model with the adapters disabled."""
+
+    r: int = Field(8, ge=1, le=1024, description="Adapter rank.")
+    alpha: float = Field(16.0, gt=0, le=4096, description="Scaling: alpha / r.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter input.")
+    target_modules: list[
+        Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.]+$")]
+    ] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        min_length=1,
+        max_length=64,
+        description="Names of the linear modules that get adapters.",
+    )
 
 
 class ModelConfig(_Strict):
@@ -56,6 +78,17 @@ class ModelConfig(_Strict):
     warmstart_batch: int = Field(
         32, ge=1, le=1024, description="Scripted episodes per warm-start step."
     )
+    lora: LoraConfig | None = Field(
+        None, description="Train LoRA adapters instead of every weight (needs path)."
+    )
+
+    @model_validator(mode="after")
+    def _lora_needs_path(self) -> ModelConfig:
+        if self.lora is not None and not self.path:
+            raise ValueError(
+                "lora: LoRA adapters need a pretrained model directory (model.path)"
+            )
+        return self
 
 
 def _env_tag(value: Any) -> str:
@@ -64,36 +97,36 @@ def _env_tag(value: Any) -> str:
     return str(getattr(value, "name", "calc"))
 
 
-class CalcEnvConfig(_Strict):
-    """Arithmetic word problems with a calculator tool (outcome reward)."""
+def _env_config_models() -> dict[str, type[BaseModel]]:
+    """One ``{name, params}`` model per registered environment, its ``params`` typed
+    by the environment's own ``Params`` (required when that model has a required
+    field): adding an environment touches its own module only."""
+    import trainer.envs  # noqa: F401  (registers the built-in environments)
+    from trainer.envs.base import ENVIRONMENTS
 
-    name: Literal["calc"] = "calc"
-    params: CalcParams = Field(default_factory=CalcParams)
+    out: dict[str, type[BaseModel]] = {}
+    for name in ENVIRONMENTS.names():
+        params = ENVIRONMENTS.get(name).Params
+        required = any(f.is_required() for f in params.model_fields.values())
+        out[name] = create_model(
+            f"{name.title().replace('_', '')}EnvConfig",
+            __base__=_Strict,
+            __doc__=(ENVIRONMENTS.get(name).__doc__ or name).strip(),
+            name=(Literal[name], name),
+            params=(params, ... if required else Field(default_factory=params)),
+        )
+    return out
 
 
-class SearchEnvConfig(_Strict):
-    """Context-1 style retrieval agent: search, read, prune, answer."""
-
-    name: Literal["search"] = "search"
-    params: SearchParams = Field(default_factory=SearchParams)
-
-
-class SwarmEnvConfig(_Strict):
-    """PARL style orchestrator: spawn parallel sub-agents, solve, finish."""
-
-    name: Literal["swarm"] = "swarm"
-    params: SwarmParams = Field(default_factory=SwarmParams)
-
-
+ENV_CONFIGS = _env_config_models()
+ENV_NAMES: tuple[str, ...] = tuple(ENV_CONFIGS)
+CalcEnvConfig = ENV_CONFIGS["calc"]
 # Tagged by name, so an error names the environment and field:
 # ``env.search.params.context_budget: Input should be greater than or equal to 1``.
 EnvConfig = Annotated[
-    Annotated[CalcEnvConfig, Tag("calc")]
-    | Annotated[SearchEnvConfig, Tag("search")]
-    | Annotated[SwarmEnvConfig, Tag("swarm")],
+    Union[tuple(Annotated[m, Tag(n)] for n, m in ENV_CONFIGS.items())],  # noqa: UP007
     Discriminator(_env_tag),
 ]
-ENV_NAMES = ("calc", "search", "swarm")
 
 
 class RolloutConfig(_Strict):

@@ -23,7 +23,8 @@ Event shapes (``type`` is always present; every ``step`` is the 1-based training
   "reward": float, "advantage": float, "rewards": {"total", "components": {name: v},
   "per_step": {name: [v per agent step]}}, "num_turns": int, "length": int,
   "truncated": bool, "facts": {...}, "segments": [segment, ...]}`` where a segment is
-  ``{"turn": int, "kind": "prompt"|"action"|"tool"|"subagent", "text": str,
+  ``{"turn": int, "kind": "prompt"|"action"|"tool"|"subagent", "role":
+  "user"|"assistant"|"tool" (the chat role of the kind), "text": str,
   "token_ids": [int], "tokens": [str], "logprob": [float|None], "old_logprob": [...],
   "ratio": [...], "entropy": [...], "advantage": [...], "mask": str|None}``;
   ``mask`` is the loss-mask reason (None: trained on). Token arrays of masked

@@ -39,7 +39,7 @@ from trainer.config import TrainConfig
 from trainer.envs.base import Environment
 from trainer.events import NullSink, Sink
 from trainer.metrics import step_metrics
-from trainer.policy import Policy
+from trainer.policy import AdaptersOff, Policy
 from trainer.records import (
     alert_event,
     critical_path_event,
@@ -93,9 +93,10 @@ def train(
         env.vocabulary(),
         with_value_head=algo.needs_value_head,
         max_positions=max(2048, config.rollout.max_total_tokens + 8),
+        temperature=config.rollout.temperature,
     )
     optimizer = torch.optim.AdamW(
-        policy.parameters(),
+        [p for p in policy.parameters() if p.requires_grad],  # LoRA: adapters only
         lr=config.optim.lr,
         betas=(config.optim.beta1, config.optim.beta2),
         weight_decay=config.optim.weight_decay,
@@ -207,11 +208,13 @@ def _freeze_long_lived() -> bool:
 
 def _reference(
     policy: Policy, algo: ResolvedAlgorithm, checkpoint_dir: str | Path | None
-) -> Policy | None:
+) -> Policy | AdaptersOff | None:
     """The frozen KL reference is the policy as RL began (after any warm start); it is
     saved once beside the checkpoints so a resumed run compares against the same one."""
     if algo.kl_beta <= 0:
         return None
+    if policy.lora:  # the base model, adapters off: no copy, nothing to save
+        return policy.adapters_off()
     from safetensors.torch import load_model, save_model
 
     ref = policy.frozen_copy()

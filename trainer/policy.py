@@ -27,6 +27,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from trainer.chat import make_renderer
 from trainer.config import ModelConfig
 from trainer.tokenizer import EOA, OBS, build_word_tokenizer
 
@@ -105,14 +106,24 @@ class Policy(nn.Module):
         tokenizer: PreTrainedTokenizerBase,
         *,
         with_value_head: bool = False,
+        temperature: float = 1.0,
     ) -> None:
         super().__init__()
         self.model = model
+        # The distribution the policy samples from is softmax(logits / temperature);
+        # log-probs, ratios, KL and entropy are all taken of that same distribution,
+        # or a run at T != 1 would train on ratios of a policy it never sampled from.
+        self.temperature = float(temperature)
+        self.lora = False  # set by build: only LoRA adapters are trained
         self.tokenizer = tokenizer
         hidden = model.config.hidden_size
         self.value_head = nn.Linear(hidden, 1) if with_value_head else None
-        self.eoa_id = tokenizer.convert_tokens_to_ids(EOA)
-        self.obs_id = tokenizer.convert_tokens_to_ids(OBS)
+        self.renderer = make_renderer(tokenizer, _generation_eos(model))
+        # eoa_id: the token that ends an action (<eoa>, or the chat template's
+        # end-of-turn token); generation stops at any of ``stop_ids``.
+        self.eoa_id = self.renderer.end_id
+        self.obs_id = self.renderer.obs_id
+        self.stop_ids = self.renderer.stop_ids
         self.pad_id = tokenizer.pad_token_id
         self.bos_id = tokenizer.bos_token_id
         # id -> token string, looked up per token when events are recorded.
@@ -129,6 +140,7 @@ class Policy(nn.Module):
         *,
         with_value_head: bool = False,
         max_positions: int = 2048,
+        temperature: float = 1.0,
     ) -> Policy:
         """The default model from a config, or a local model directory."""
         device = resolve_device(cfg.device)
@@ -152,8 +164,18 @@ class Policy(nn.Module):
                 eos_token_id=tokenizer.eos_token_id,
             )
             model = LlamaForCausalLM(config)
-        policy = cls(model, tokenizer, with_value_head=with_value_head)
+        if cfg.lora is not None:
+            model = _with_lora(model, cfg)
+        policy = cls(
+            model, tokenizer, with_value_head=with_value_head, temperature=temperature
+        )
+        policy.lora = cfg.lora is not None
         return policy.to(device=device, dtype=dtype)
+
+    def adapters_off(self) -> AdaptersOff:
+        """The KL reference of a LoRA policy: this model with its adapters disabled
+        (the frozen base), so no second copy of the weights is kept."""
+        return AdaptersOff(self)
 
     def frozen_copy(self) -> Policy:
         """A reference policy for the KL term: same weights, no gradients."""
@@ -197,21 +219,22 @@ class Policy(nn.Module):
         contexts: list[list[int]],
         *,
         max_new_tokens: list[int] | int,
-        temperature: float = 1.0,
+        temperature: float | None = None,
         top_p: float = 1.0,
         generator: torch.Generator | None = None,
         logprobs_out: list[list[float]] | None = None,
     ) -> list[list[int]]:
-        """Sample continuations until the end-of-action token (kept) or the budget.
+        """Sample continuations until a stop token (kept) or the budget.
 
         Contexts are left-padded into one batch; a KV cache makes each new token one
         forward of length 1. ``max_new_tokens`` may differ per row (token budgets).
         ``logprobs_out``, if given, receives one list per row: the sampler's
-        log-prob of each produced token under the untempered model (the quantity the
+        log-prob of each produced token at the policy's temperature (the quantity the
         learner computes, so the two can be compared token for token).
         """
         if not contexts:
             return []
+        temperature = self.temperature if temperature is None else temperature
         dev = self.device
         budgets = (
             [max_new_tokens] * len(contexts)
@@ -248,6 +271,7 @@ class Policy(nn.Module):
             logprobs_out[:] = lps
         done = torch.tensor([b <= 0 for b in budgets], device=dev)
         limit = torch.tensor(budgets, device=dev)
+        stop = torch.tensor(self.stop_ids, device=dev)
         for t in range(max(budgets)):
             tok = _sample(logits, temperature, top_p, generator)
             tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
@@ -255,12 +279,13 @@ class Policy(nn.Module):
             for i in live:
                 produced[i].append(int(tok[i]))
             if logprobs_out is not None:
-                lf = logits.float()
+                # Scored at the policy's temperature, as the learner scores them.
+                lf = logits.float() / self.temperature
                 chosen = lf.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
                 step_lp = (chosen - torch.logsumexp(lf, -1)).tolist()
                 for i in live:
                     lps[i].append(step_lp[i])
-            done = done | (tok == self.eoa_id) | (limit <= t + 1)
+            done = done | torch.isin(tok, stop) | (limit <= t + 1)
             if bool(done.all()):
                 break
             mask = torch.cat([mask, (~done).long().unsqueeze(1)], dim=1)
@@ -287,7 +312,8 @@ class Policy(nn.Module):
         entropy_grad: bool = False,
         prefixes: Prefixes | None = None,
     ) -> TokenStats:
-        """Log-probs of ``input_ids[:, 1:]`` under the model, (B, T-1); right padding.
+        """Log-probs of ``input_ids[:, 1:]`` under the sampling distribution
+        ``softmax(logits / self.temperature)``, (B, T-1); right padding.
 
         Only targets a loss can use are scored: from index ``start`` on, or with
         ``prefixes`` from each row's last prompt token on (the language-model head
@@ -347,6 +373,8 @@ class Policy(nn.Module):
         """Per-position numbers from (B, K, V) logits predicting (B, K) targets;
         ``place`` puts a (B, K) result where it belongs in the (B, T-1) layout."""
         logits = logits.float()
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
         lse = torch.logsumexp(logits, dim=-1)
         logprobs = place(logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse)
         entropy = None
@@ -431,6 +459,39 @@ class Policy(nn.Module):
         return logits, s_ids, hidden, place
 
 
+class AdaptersOff:
+    """A policy's base model seen through its LoRA wrapper with the adapters off;
+    scores like :meth:`Policy.token_stats` (same temperature)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    def token_stats(self, *args, **kwargs) -> TokenStats:
+        with self.policy.model.disable_adapter():
+            return self.policy.token_stats(*args, **kwargs)
+
+
+def _with_lora(model: nn.Module, cfg: ModelConfig) -> nn.Module:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:  # pinned in requirements.txt
+        raise PolicyError("model.lora: the peft package is not installed") from exc
+    lora = cfg.lora
+    try:
+        return get_peft_model(
+            model,
+            LoraConfig(
+                r=lora.r,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=list(lora.target_modules),
+                task_type="CAUSAL_LM",
+            ),
+        )
+    except ValueError as exc:  # e.g. a target module the model does not have
+        raise PolicyError(f"model.lora.target_modules: {exc}") from exc
+
+
 def _sample(
     logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator | None
 ) -> torch.Tensor:
@@ -446,6 +507,15 @@ def _sample(
     return (
         torch.multinomial(probs.cpu(), 1, generator=gen).squeeze(-1).to(logits.device)
     )
+
+
+def _generation_eos(model: nn.Module) -> list[int]:
+    """The model's own end-of-sequence ids (``generation_config.json``), if any."""
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None)
+    if eos is None:
+        return []
+    return [int(e) for e in (eos if isinstance(eos, list | tuple) else [eos])]
 
 
 def _load_local(path: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
@@ -465,9 +535,11 @@ def _load_local(path: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
         )
     except Exception as exc:  # transformers raises many types; name the field
         raise PolicyError(f"model.path: could not load {path!r}: {exc}") from exc
-    added = []
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or EOA
+    if tokenizer.chat_template:  # turns and their ends come from the template
+        return model, tokenizer
+    added = []
     for special in (EOA, OBS):
         if special not in tokenizer.get_vocab():
             added.append(special)

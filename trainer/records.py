@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from rewards.types import RewardResult
+from trainer.chat import ROLE_OF_KIND
 from trainer.rollout import Rollout
 
 FLOAT_ARRAYS = ("logprob", "old_logprob", "ratio", "entropy", "advantage")
@@ -39,6 +40,7 @@ def trajectory_event(
         entry: dict[str, Any] = {
             "turn": seg.turn,
             "kind": seg.kind,
+            "role": ROLE_OF_KIND.get(seg.kind, seg.kind),
             "text": text,
             "token_ids": list(seg.token_ids),
             "tokens": tokens[pos : pos + n],

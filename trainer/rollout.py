@@ -70,12 +70,16 @@ class Rollout:
         ]
 
 
-def prompt_ids(policy: Policy, text: str) -> list[int]:
-    return [policy.bos_id, *policy.encode(text)]
+def prompt_ids(policy: Policy, task: Task) -> list[int]:
+    """The task's prompt as the policy's renderer writes it (word grammar or chat
+    template); ``task.messages``, when set, are the chat messages."""
+    return policy.renderer.prompt(task.prompt, task.messages)
 
 
-def observation_ids(policy: Policy, text: str) -> list[int]:
-    return [policy.obs_id, *policy.encode(text)]
+def observation_ids(policy: Policy, text: str, *, closed: bool = True) -> list[int]:
+    """An observation after an action; ``closed``: the action ended with a stop
+    token (not cut by its budget)."""
+    return policy.renderer.observation(text, closed=closed)
 
 
 def play(
@@ -95,7 +99,7 @@ def play(
         for i in range(cfg.group_size):
             sessions.append(env.start(task))
             ro = Rollout(task=task, group=first_group + g, index=i)
-            ids = prompt_ids(policy, task.prompt)
+            ids = prompt_ids(policy, task)
             ro.segments.append(Segment(0, "prompt", ids, "prompt"))
             rollouts.append(ro)
             contexts.append(list(ids))
@@ -126,11 +130,11 @@ def play(
         for i, ids, lps in zip(active, actions, sampler_lp, strict=True):
             rollouts[i].segments.append(Segment(turn, "action", ids, None, lps))
             contexts[i].extend(ids)
-            text = policy.decode([t for t in ids if t != policy.eoa_id])
-            result = sessions[i].step(text)
+            result = sessions[i].step(policy.renderer.action_text(ids))
             if result.done:
                 continue
-            obs = observation_ids(policy, result.observation)
+            closed = bool(ids) and ids[-1] in policy.stop_ids
+            obs = observation_ids(policy, result.observation, closed=closed)
             if len(contexts[i]) + len(obs) >= cfg.max_total_tokens:
                 rollouts[i].truncated = True
                 continue
@@ -168,16 +172,16 @@ def scripted_rollouts(
     for g, task in enumerate(tasks):
         sess = env.start(task)
         ro = Rollout(task=task, group=g, index=0)
-        ids = prompt_ids(policy, task.prompt)
+        ids = prompt_ids(policy, task)
         ro.segments.append(Segment(0, "prompt", ids, "prompt"))
         length = len(ids)
         for turn in range(max_turns):
-            act = [*policy.encode(sess.random_action(rng)), policy.eoa_id]
+            act = policy.renderer.action_ids(sess.random_action(rng))
             if length + len(act) > max_total_tokens:
                 break
             ro.segments.append(Segment(turn, "action", act, None))
             length += len(act)
-            result = sess.step(policy.decode(act[:-1]))
+            result = sess.step(policy.renderer.action_text(act))
             if result.done:
                 break
             obs = observation_ids(policy, result.observation)

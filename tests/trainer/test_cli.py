@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from trainer.cli import load_config_file, main
+from trainer.config import ENV_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,4 +92,4 @@ def test_it_trains_writes_events_and_resumes_from_its_output_dir(tmp_path):
 )
 def test_every_shipped_demo_config_is_valid(path):
     cfg = load_config_file(str(path))
-    assert cfg.steps > 0 and cfg.env.name in {"calc", "search", "swarm"}
+    assert cfg.steps > 0 and cfg.env.name in ENV_NAMES

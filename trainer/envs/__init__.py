@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainer.envs import calc, search, swarm  # noqa: F401  (registration side effects)
+from trainer.envs import calc, dataset, search, swarm  # noqa: F401  (registration side effects)
 from trainer.envs.base import ENVIRONMENTS, Environment, EnvSession, Task, make_env
 
 __all__ = ["ENVIRONMENTS", "EnvSession", "Environment", "Task", "make_env"]

@@ -36,11 +36,15 @@ class EnvParams(BaseModel):
 
 @dataclass(frozen=True)
 class Task:
-    """One problem. ``payload`` is environment-private (gold documents, the answer...)."""
+    """One problem. ``payload`` is environment-private (gold documents, the answer...).
+
+    ``messages``: the prompt as chat messages (``{"role", "content"}``, system and
+    user turns) for a chat-template model; empty: one user message, ``prompt``."""
 
     id: str
     prompt: str
     payload: Mapping[str, Any] = field(default_factory=dict)
+    messages: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
