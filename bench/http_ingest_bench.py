@@ -9,7 +9,12 @@ Each sender is a thread with its own external run and token-authenticated HTTP c
 posting gzip NDJSON batches the way ``trainer.httpsink.HttpSink`` does. Printed side
 by side: the same events written in-process through ``dashboard.ingest.store`` (the
 write path both share), so the ratio is what HTTP, gzip, JSON parsing and the schema
-check cost. Goal: at least 50k metric points/s on 2 cores. Prints, never asserts.
+check cost. Goal: at least 50k metric points/s on 2 cores.
+
+Then ``HttpSink``'s cost to a training run (``--sink-runs``): the tiny calc config
+trained with ``JsonlSink`` alone and with ``JsonlSink`` + ``HttpSink`` to the same
+server, alternated, whole-run wall times compared (medians), plus the time spent in
+the trainer thread's ``emit`` calls. Goal: under 1%. Prints, never asserts.
 """
 
 from __future__ import annotations
@@ -171,6 +176,66 @@ def in_process(user, batches) -> float:
     return time.perf_counter() - t0
 
 
+class TimedEmit:
+    """Counts the seconds the trainer thread spends handing events to ``inner``."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.seconds = inner, 0.0
+
+    def emit(self, event) -> None:
+        t0 = time.perf_counter()
+        self.inner.emit(event)
+        self.seconds += time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def sink_overhead(url: str, token: str, runs: int, steps: int, tmp: str) -> None:
+    import statistics
+
+    import torch
+
+    from trainer import TrainConfig
+    from trainer.events import JsonlSink, TeeSink
+    from trainer.httpsink import HttpSink
+    from trainer.runner import run_from_config
+
+    torch.set_num_threads(1)
+    cfg = TrainConfig.model_validate(
+        {"env": {"name": "calc"}, "steps": steps, "seed": 0,
+         "model": {"size": "tiny", "device": "cpu"},
+         "rollout": {"tasks_per_step": 8, "group_size": 8}}
+    )  # fmt: skip
+    walls: dict[str, list[float]] = {"jsonl": [], "jsonl+http": []}
+    emit_s: list[float] = []
+    for i in range(runs):
+        for kind in ("jsonl", "jsonl+http") if i % 2 == 0 else ("jsonl+http", "jsonl"):
+            sinks = [JsonlSink(f"{tmp}/{kind}-{i}.jsonl")]
+            if kind == "jsonl+http":
+                sinks.append(HttpSink(url, token, name=f"overhead-{i}",
+                                      spool_dir=f"{tmp}/spool-{i}"))  # fmt: skip
+            sink = TimedEmit(TeeSink(*sinks))
+            t0 = time.perf_counter()
+            run_from_config(cfg, sink)
+            walls[kind].append(time.perf_counter() - t0)  # close() is after the run
+            sink.close()
+            if kind == "jsonl+http":
+                emit_s.append(sink.seconds / walls[kind][-1])
+    a, b = statistics.median(walls["jsonl"]), statistics.median(walls["jsonl+http"])
+    print(
+        f"HttpSink on a training run ({steps} calc steps, 64 rollouts a step, {runs} runs each):"
+    )
+    print(
+        f"  JsonlSink           median {a:.2f} s  {sorted(round(w, 2) for w in walls['jsonl'])}"
+    )
+    print(
+        f"  JsonlSink+HttpSink  median {b:.2f} s  {sorted(round(w, 2) for w in walls['jsonl+http'])}"
+    )
+    print(f"  overhead {100 * (b / a - 1):+.1f}% of wall time; trainer thread in emit "
+          f"{100 * statistics.median(emit_s):.2f}% (both sinks)")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--senders", type=int, default=4)
@@ -180,6 +245,9 @@ def main() -> None:
     ap.add_argument("--steps-per-batch", type=int, default=100)
     ap.add_argument("--trajectories", type=int, default=1024, help="per sender")
     ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--sink-runs", type=int, default=4, help="0: skip")
+    ap.add_argument("--sink-steps", type=int, default=15)
+    ap.add_argument("--only-sink", action="store_true")
     args = ap.parse_args()
     user = setup()
     from dashboard import tokens
@@ -187,6 +255,13 @@ def main() -> None:
     token = tokens.do_create_token(user, "bench")[1]
     procs, urls = start_servers(args.servers)
     try:
+        if args.sink_runs:
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                sink_overhead(urls[0], token, args.sink_runs, args.sink_steps, tmp)
+        if args.only_sink:
+            return
         per_sender = [
             [encode(b) for b in metric_batches(args.steps, args.keys, args.steps_per_batch, i)]
             for i in range(args.senders)
