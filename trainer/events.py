@@ -6,6 +6,11 @@ DummyWandb); :class:`JsonlSink` writes one event per line (:func:`encode_event`)
 :class:`TeeSink` fans out to several sinks, ``trainer.httpsink.HttpSink`` streams to a
 dashboard. The platform's ``RunSink`` (in ``dashboard``) persists and streams them.
 
+The same lines are the format of ``events.jsonl``, of the worker's sink and of the
+dashboard's HTTP ingest; :mod:`trainer.event_schema` states them as a typed schema
+(served as JSON Schema at ``/api/events/schema.json``) that the dashboard checks every
+posted line against.
+
 Event shapes (``type`` is always present; every ``step`` is the 1-based training step):
 
 * ``{"type": "run_started", "config": {...}, "start_step": int, "num_params": int,
