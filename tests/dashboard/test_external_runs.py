@@ -338,3 +338,13 @@ def test_an_oversized_json_body_is_a_json_413(owner_client, settings):
 def test_an_unknown_api_path_is_a_json_404(owner_client):
     r = owner_client.get("/api/no/such/thing")
     assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
+
+
+def test_compare_shows_a_native_and_an_external_run_side_by_side(
+    api, owner_client, run
+):
+    external_id = new_run(api, config={"learning_rate": 1e-6, "beta": 0.04})
+    api.post_events(external_id, steps(1, 2, 3))
+    r = owner_client.get(f"/compare/?runs={run.pk},{external_id}")
+    assert r.status_code == 200
+    assert b"learning_rate" in r.content and b"trl run" in r.content
