@@ -97,6 +97,9 @@ def _env_tag(value: Any) -> str:
     return str(getattr(value, "name", "calc"))
 
 
+_ENV_MODELS: dict[str, type[BaseModel]] = {}
+
+
 def _env_config_models() -> dict[str, type[BaseModel]]:
     """One ``{name, params}`` model per registered environment, its ``params`` typed
     by the environment's own ``Params`` (required when that model has a required
@@ -104,18 +107,23 @@ def _env_config_models() -> dict[str, type[BaseModel]]:
     import trainer.envs  # noqa: F401  (registers the built-in environments)
     from trainer.envs.base import ENVIRONMENTS
 
-    out: dict[str, type[BaseModel]] = {}
     for name in ENVIRONMENTS.names():
+        if name in _ENV_MODELS:
+            continue
         params = ENVIRONMENTS.get(name).Params
         required = any(f.is_required() for f in params.model_fields.values())
-        out[name] = create_model(
+        _ENV_MODELS[name] = create_model(
             f"{name.title().replace('_', '')}EnvConfig",
             __base__=_Strict,
             __doc__=(ENVIRONMENTS.get(name).__doc__ or name).strip(),
             name=(Literal[name], name),
             params=(params, ... if required else Field(default_factory=params)),
         )
-    return out
+    return {n: _ENV_MODELS[n] for n in ENVIRONMENTS.names()}
+
+
+def _env_union(models: dict[str, type[BaseModel]]) -> Any:
+    return Union[tuple(Annotated[m, Tag(n)] for n, m in models.items())]  # noqa: UP007
 
 
 ENV_CONFIGS = _env_config_models()
@@ -123,10 +131,7 @@ ENV_NAMES: tuple[str, ...] = tuple(ENV_CONFIGS)
 CalcEnvConfig = ENV_CONFIGS["calc"]
 # Tagged by name, so an error names the environment and field:
 # ``env.search.params.context_budget: Input should be greater than or equal to 1``.
-EnvConfig = Annotated[
-    Union[tuple(Annotated[m, Tag(n)] for n, m in ENV_CONFIGS.items())],  # noqa: UP007
-    Discriminator(_env_tag),
-]
+EnvConfig = Annotated[_env_union(ENV_CONFIGS), Discriminator(_env_tag)]
 
 
 class RolloutConfig(_Strict):
@@ -313,6 +318,24 @@ class TrainConfig(_Strict):
                 # splits them back into separate errors.
                 raise ValueError("\n".join(f"reward.{p}" for p in problems))
         return self
+
+
+SCHEMA_VERSION = 0  # bumped by refresh_schema(); readers may cache per version
+
+
+def refresh_schema() -> None:
+    """Rebuild the run schema from the registries: environments, reward components,
+    judge backends. Called after plugins registered more (:mod:`trainer.plugins`);
+    the form and ``/api/config/schema`` read the rebuilt models."""
+    global ENV_CONFIGS, ENV_NAMES, SCHEMA_VERSION
+    from rewards import refresh_schema as refresh_rewards
+
+    refresh_rewards()
+    ENV_CONFIGS = _env_config_models()
+    ENV_NAMES = tuple(ENV_CONFIGS)
+    TrainConfig.model_fields["env"].annotation = _env_union(ENV_CONFIGS)
+    TrainConfig.model_rebuild(force=True)
+    SCHEMA_VERSION += 1
 
 
 def clean_error_message(msg: str) -> str:

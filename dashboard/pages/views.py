@@ -97,7 +97,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
             "query": query.urlencode(),
             "statuses": ["active", *RunStatus.values],
             "presets": catalog.preset_choices(),
-            "envs": catalog.ENV_NAMES,
+            "envs": catalog.env_names(),
             "sorts": [
                 ("new", "newest"),
                 ("old", "oldest"),

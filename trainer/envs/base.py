@@ -85,6 +85,7 @@ class Environment(ABC):
     """A registered, seeded task family with tools. Subclasses set ``name``/``Params``."""
 
     name: ClassVar[str]
+    label: ClassVar[str] = ""  # a few words for the form; default: the docstring's
     Params: ClassVar[type[EnvParams]] = EnvParams
 
     def __init__(

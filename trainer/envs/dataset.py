@@ -136,6 +136,7 @@ class DatasetEnv(Environment):
     """Rows of a file; success = the normalised answer equals the reference."""
 
     name = "dataset"
+    label = "your prompts and answers from a file"
     Params = DatasetParams
     params: DatasetParams
 
