@@ -101,8 +101,9 @@ def component_models() -> dict[str, type[_ComponentBase]]:
     from rewards.components import COMPONENTS
 
     for name in COMPONENTS.in_order():
-        if name not in _COMPONENT_MODELS:
-            spec = COMPONENTS.get(name)
+        spec = COMPONENTS.get(name)
+        old = _COMPONENT_MODELS.get(name)
+        if old is None or old.model_fields["params"].annotation is not spec.params:
             _COMPONENT_MODELS[name] = _component_model(name, spec.params, spec.doc)
     return {n: _COMPONENT_MODELS[n] for n in COMPONENTS.in_order()}
 

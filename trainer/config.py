@@ -108,9 +108,10 @@ def _env_config_models() -> dict[str, type[BaseModel]]:
     from trainer.envs.base import ENVIRONMENTS
 
     for name in ENVIRONMENTS.names():
-        if name in _ENV_MODELS:
-            continue
         params = ENVIRONMENTS.get(name).Params
+        old = _ENV_MODELS.get(name)
+        if old is not None and old.model_fields["params"].annotation is params:
+            continue
         required = any(f.is_required() for f in params.model_fields.values())
         _ENV_MODELS[name] = create_model(
             f"{name.title().replace('_', '')}EnvConfig",

@@ -80,9 +80,9 @@ def __getattr__(name: str) -> Any:
 
 
 def default_reward(env: str) -> dict[str, Any]:
-    from rewards import default_reward_config
+    from trainer.envs.base import default_reward_for
 
-    return default_reward_config(env).model_dump(mode="json")
+    return default_reward_for(env).model_dump(mode="json")
 
 
 def presets_data() -> dict[str, Any]:
