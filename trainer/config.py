@@ -276,6 +276,23 @@ class CheckpointConfig(_Strict):
     keep: int = Field(2, ge=1, le=1000, description="Checkpoints kept on disk.")
 
 
+class EvalConfig(_Strict):
+    """Evaluation on held-out tasks every ``every`` steps (the ``dataset`` environment's
+    held-out split; a generator's own seeded stream of tasks): metrics ``eval/reward``
+    and ``eval/pass@k`` (k = ``samples``) in that step's event."""
+
+    every: int = Field(
+        0, ge=0, le=1_000_000, description="Steps between evaluations; 0: off."
+    )
+    tasks: int = Field(8, ge=1, le=4096, description="Held-out tasks per evaluation.")
+    samples: int = Field(
+        1, ge=1, le=256, description="Rollouts per task: the k of pass@k."
+    )
+    greedy: bool = Field(
+        False, description="Greedy decoding; off: sample at rollout.temperature."
+    )
+
+
 class TrainConfig(_Strict):
     """A whole run. ``reward`` is built into a reward function by ``rewards``; the
     trainer itself only receives that function."""
@@ -289,6 +306,7 @@ class TrainConfig(_Strict):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
     reward: RewardConfig | None = Field(
         None,
         description="Reward components and judges; None: the environment's default.",

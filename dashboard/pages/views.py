@@ -217,6 +217,8 @@ def compare(request: HttpRequest) -> HttpResponse:
         ],
         "keys": keys,
         "default_key": "reward",
+        # Held-out evaluation overlaid too, when a run has it (trainer.evaluate).
+        "extra_keys": [k for k in ("eval/reward", "eval/pass@k") if k in keys],
     }
     return render(
         request,

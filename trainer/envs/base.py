@@ -114,6 +114,12 @@ class Environment(ABC):
     def start(self, task: Task) -> EnvSession:
         """Begin an episode of ``task``."""
 
+    def held_out_tasks(self, n: int, rng: random.Random) -> list[Task]:
+        """``n`` evaluation tasks. A generator of tasks draws them from its own
+        stream (the caller's ``rng``, seeded apart from training's); an environment
+        with a fixed set of tasks (``dataset``) draws from its held-out split."""
+        return self.sample_tasks(n, rng)
+
 
 def default_reward_for(name: str) -> RewardConfig:
     """The reward of a run on environment ``name`` whose config names none: the

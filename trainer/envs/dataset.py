@@ -190,6 +190,13 @@ class DatasetEnv(Environment):
         pool = self.splits[self.params.split]
         return [self.task(self.rows[rng.choice(pool)]) for _ in range(n)]
 
+    def held_out_tasks(self, n: int, rng: random.Random) -> list[Task]:
+        """From the split the run does not train on (``test`` unless the run trains
+        on it, then ``train``)."""
+        other = "train" if self.params.split == "test" else "test"
+        pool = self.splits[other] or self.splits[self.params.split]
+        return [self.task(self.rows[rng.choice(pool)]) for _ in range(n)]
+
     def task(self, row: Row) -> Task:
         messages = list(row.messages) or [{"role": "user", "content": row.prompt}]
         if self.system and not any(m["role"] == "system" for m in messages):
