@@ -27,6 +27,7 @@ from dashboard.pages.catalog import (
 from trainer.config import (
     AlgorithmConfig,
     CheckpointConfig,
+    EvalConfig,
     ModelConfig,
     OptimConfig,
     RolloutConfig,
@@ -76,6 +77,7 @@ ALGORITHM = [
 ]
 OPTIM = sc.model_specs(OptimConfig, "optim")
 CHECKPOINT = sc.model_specs(CheckpointConfig, "checkpoint")
+EVAL = sc.model_specs(EvalConfig, "eval")
 STATIC_SPECS = [
     *BASIC,
     *MODEL,
@@ -85,6 +87,7 @@ STATIC_SPECS = [
     *ALGORITHM,
     *OPTIM,
     *CHECKPOINT,
+    *EVAL,
 ]
 
 COMPONENT_ROW = [

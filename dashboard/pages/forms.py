@@ -165,6 +165,7 @@ class RunForm:
             "algorithm",
             "optim",
             "checkpoint",
+            "eval",
             "reward",
             "reward.components",
             "reward.judges",

@@ -250,3 +250,19 @@ def test_normalise_spells_out_the_defaults():
     cfg = normalise({"env": {"name": "calc", "params": {}}, "reward": None})
     assert cfg["env"]["params"]["max_operand"] == 9
     assert cfg["reward"]["components"][0]["name"] == "outcome"
+
+
+def test_held_out_evaluation_is_set_in_the_form_and_its_errors_filed_there():
+    form = RunForm(
+        post_for(**{"eval.every": "5", "eval.samples": "4", "eval.greedy": True})
+    )
+    assert form.is_valid(), form.errors
+    assert form.cleaned["eval"] == {
+        "every": 5,
+        "tasks": 8,
+        "samples": 4,
+        "greedy": True,
+    }
+    form = RunForm(post_for(**{"eval.samples": "0"}))
+    assert not form.is_valid()
+    assert form.errors_for("eval.samples")
