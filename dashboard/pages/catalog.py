@@ -7,6 +7,7 @@ page's JSON data agree on every name.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from dashboard.pages import schema as sc
@@ -77,6 +78,19 @@ def __getattr__(name: str) -> Any:
     if name in _LIVE:
         return _LIVE[name]()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def learning_config(env: str) -> dict[str, Any] | None:
+    """The config shown to learn on ``env`` (``bench/configs/<env>.yaml``, the one
+    ``bench/learning.py`` trains), or None when there is none: the form starts there."""
+    import yaml
+    from django.conf import settings
+
+    path = Path(settings.BASE_DIR) / "bench" / "configs" / f"{env}.yaml"
+    if env not in env_names() or not path.is_file():
+        return None
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else None
 
 
 def default_reward(env: str) -> dict[str, Any]:

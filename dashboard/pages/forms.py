@@ -19,6 +19,7 @@ from dashboard.pages.catalog import (
     default_reward,
     env_names,
     env_params,
+    learning_config,
 )
 from dashboard.pages.formerrors import ErrorMap
 from dashboard.pages.formfields import (
@@ -45,10 +46,20 @@ __all__ = ["RunForm", "default_config", "normalise", "values_from_config"]
 
 
 def default_config(env: str = "calc", preset: str = "grpo") -> dict[str, Any]:
+    """The form's starting point: the config shown to learn on ``env``
+    (``bench/configs``: environment params, warm start, batch, learning rate, steps)
+    with ``preset``, else the schema's defaults. The reward stays the environment's
+    default (the demos trim it to show one component being learned)."""
     env = env if env in env_names() else "calc"
-    cfg = TrainConfig.model_validate(
-        {"env": {"name": env}, "algorithm": {"preset": preset}}
-    )
+    base = learning_config(env) or {"env": {"name": env}}
+    base = {k: v for k, v in base.items() if k not in ("reward", "name")}
+    algorithm = {**(base.get("algorithm") or {}), "preset": preset}
+    try:
+        cfg = TrainConfig.model_validate({**base, "algorithm": algorithm})
+    except ValueError:  # a demo file the schema no longer accepts: plain defaults
+        cfg = TrainConfig.model_validate(
+            {"env": {"name": env}, "algorithm": {"preset": preset}}
+        )
     return normalise(cfg.model_dump(mode="json"))
 
 
@@ -100,6 +111,18 @@ class RunForm:
     def env(self) -> str:
         env = sc._text(_first(self.values.get("env.name", "calc")))
         return env if env in env_names() else "calc"
+
+    @property
+    def warmstart_hint(self) -> str:
+        """A from-scratch model with no warm start rarely finds its first reward."""
+        path = sc._text(_first(self.values.get("model.path", ""))).strip()
+        steps = sc._text(_first(self.values.get("model.warmstart_steps", "0"))).strip()
+        if path or steps not in ("", "0"):
+            return ""
+        return (
+            "A model built from scratch knows no action grammar: without warm-start "
+            "steps it seldom earns a first reward. The learning demos use 300-500."
+        )
 
     @property
     def preset(self) -> str:
