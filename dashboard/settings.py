@@ -202,6 +202,9 @@ CELERY_TASK_ALWAYS_EAGER = False
 # --- runs -----------------------------------------------------------------------------
 RUNS_DIR = Path(env_str("RUNS_DIR", str(VAR_DIR / "runs")))  # checkpoints, per run
 RUN_TRAINER = env_str("RUN_TRAINER", "trainer.runner.run_from_config")
+# Importable modules that register environments, reward components, tools and judges
+# (trainer.plugins), comma-separated; the agentic_rl.plugins entry points load too.
+PLUGINS = env_list("PLUGINS", [])
 RUN_HEARTBEAT_SECONDS = env_int("RUN_HEARTBEAT_SECONDS", 5, min_value=1, max_value=600)
 RUN_LEASE_TIMEOUT_SECONDS = env_int("RUN_LEASE_TIMEOUT_SECONDS", 60, min_value=2)
 # Queued runs nobody claimed for this long are sent to the broker again (lost messages).

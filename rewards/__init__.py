@@ -18,6 +18,7 @@ from rewards.config import (
     RewardConfig,
     RubricDimension,
     WeightSchedule,
+    refresh_schema,
 )
 from rewards.detectors import DETECTORS
 from rewards.judges import JUDGE_BACKENDS, EndpointSpec
@@ -31,6 +32,9 @@ from rewards.presets import (
     with_overlong_penalty,
 )
 from rewards.search import fbeta
+
+# Every built-in component and judge backend is registered by now: build the schema.
+refresh_schema()
 
 __all__ = [
     "COMPONENTS",
@@ -53,6 +57,7 @@ __all__ = [
     "demo_configs",
     "demo_names",
     "fbeta",
+    "refresh_schema",
     "stages_from_facts",
     "with_overlong_penalty",
 ]

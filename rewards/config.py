@@ -12,34 +12,16 @@ This module only describes; :func:`rewards.build_reward_fn` turns it into a func
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
-)
-
-from rewards.params import (
-    ContainsParams,
-    ExactMatchParams,
-    FBetaParams,
-    FinishParams,
-    FormatParams,
-    JudgeParams,
-    NumericMatchParams,
-    OutcomeParams,
-    OverlongParams,
-    ParallelParams,
-    PerfParams,
-    ProcessParams,
-    PrunePenaltyParams,
-    RegexMatchParams,
-    SingleSearchExitParams,
-    TrajectoryRecallParams,
 )
 
 _NAME = r"^[A-Za-z0-9_.-]+$"
@@ -86,125 +68,59 @@ class _ComponentBase(_Strict):
         return self.label or self.name
 
 
-class OutcomeComponent(_ComponentBase):
-    name: Literal["outcome"] = "outcome"
-    params: OutcomeParams = Field(default_factory=OutcomeParams)
+_COMPONENT_MODELS: dict[str, type[_ComponentBase]] = {}
 
 
-class ProcessComponent(_ComponentBase):
-    name: Literal["process"] = "process"
-    params: ProcessParams = Field(default_factory=ProcessParams)
+def _component_model(
+    name: str, params: type[BaseModel], doc: str
+) -> type[_ComponentBase]:
+    """``{name, weight, schedule, label, params}`` for one registered component, its
+    ``params`` typed by the model registered beside the function (``FBetaParams`` ->
+    ``FBetaComponent``)."""
+    cls_name = params.__name__.removesuffix("Params") or name.title()
+    if any(m.__name__ == f"{cls_name}Component" for m in _COMPONENT_MODELS.values()):
+        cls_name = "".join(p.title() for p in name.split("_"))  # params shared
+    required = any(f.is_required() for f in params.model_fields.values())
+    model = create_model(
+        f"{cls_name}Component",
+        __base__=_ComponentBase,
+        __doc__=(doc.strip().split("\n\n")[0] or name),
+        __module__=__name__,
+        name=(Literal[name], name),
+        params=(params, ... if required else Field(default_factory=params)),
+    )
+    return model
 
 
-class FormatComponent(_ComponentBase):
-    name: Literal["format"] = "format"
-    params: FormatParams = Field(default_factory=FormatParams)
+def component_models() -> dict[str, type[_ComponentBase]]:
+    """One config model per registered reward component, in registration order.
+
+    Built from :data:`rewards.components.COMPONENTS`; a model is made once per name,
+    so ``FBetaComponent`` stays the same class across :func:`refresh_schema` calls.
+    """
+    from rewards.components import COMPONENTS
+
+    for name in COMPONENTS.in_order():
+        spec = COMPONENTS.get(name)
+        old = _COMPONENT_MODELS.get(name)
+        if old is None or old.model_fields["params"].annotation is not spec.params:
+            _COMPONENT_MODELS[name] = _component_model(name, spec.params, spec.doc)
+    return {n: _COMPONENT_MODELS[n] for n in COMPONENTS.in_order()}
 
 
-class FBetaComponent(_ComponentBase):
-    name: Literal["fbeta"] = "fbeta"
-    params: FBetaParams = Field(default_factory=FBetaParams)
-
-
-class TrajectoryRecallComponent(_ComponentBase):
-    name: Literal["trajectory_recall"] = "trajectory_recall"
-    params: TrajectoryRecallParams = Field(default_factory=TrajectoryRecallParams)
-
-
-class PrunePenaltyComponent(_ComponentBase):
-    name: Literal["prune_penalty"] = "prune_penalty"
-    params: PrunePenaltyParams = Field(default_factory=PrunePenaltyParams)
-
-
-class SingleSearchExitComponent(_ComponentBase):
-    name: Literal["single_search_exit_penalty"] = "single_search_exit_penalty"
-    params: SingleSearchExitParams = Field(default_factory=SingleSearchExitParams)
-
-
-class PerfComponent(_ComponentBase):
-    name: Literal["r_perf"] = "r_perf"
-    params: PerfParams = Field(default_factory=PerfParams)
-
-
-class ParallelComponent(_ComponentBase):
-    name: Literal["r_parallel"] = "r_parallel"
-    params: ParallelParams = Field(default_factory=ParallelParams)
-
-
-class FinishComponent(_ComponentBase):
-    name: Literal["r_finish"] = "r_finish"
-    params: FinishParams = Field(default_factory=FinishParams)
-
-
-class OverlongComponent(_ComponentBase):
-    name: Literal["overlong_penalty"] = "overlong_penalty"
-    params: OverlongParams = Field(default_factory=OverlongParams)
-
-
-class JudgeComponent(_ComponentBase):
-    name: Literal["judge"] = "judge"
-    params: JudgeParams = Field(default_factory=JudgeParams)
-
-
-class ExactMatchComponent(_ComponentBase):
-    name: Literal["exact_match"] = "exact_match"
-    params: ExactMatchParams = Field(default_factory=ExactMatchParams)
-
-
-class NumericMatchComponent(_ComponentBase):
-    name: Literal["numeric_match"] = "numeric_match"
-    params: NumericMatchParams = Field(default_factory=NumericMatchParams)
-
-
-class RegexMatchComponent(_ComponentBase):
-    name: Literal["regex_match"] = "regex_match"
-    params: RegexMatchParams = Field(default_factory=RegexMatchParams)
-
-
-class ContainsComponent(_ComponentBase):
-    name: Literal["contains"] = "contains"
-    params: ContainsParams = Field(default_factory=ContainsParams)
-
-
-ComponentConfig = Annotated[
-    OutcomeComponent
-    | ProcessComponent
-    | FormatComponent
-    | FBetaComponent
-    | TrajectoryRecallComponent
-    | PrunePenaltyComponent
-    | SingleSearchExitComponent
-    | PerfComponent
-    | ParallelComponent
-    | FinishComponent
-    | OverlongComponent
-    | JudgeComponent
-    | ExactMatchComponent
-    | NumericMatchComponent
-    | RegexMatchComponent
-    | ContainsComponent,
-    Field(discriminator="name"),
-]
+# Filled from the registries by refresh_schema() (rewards/__init__ calls it once every
+# built-in component and judge backend is registered; trainer.plugins after plugins).
+ComponentConfig: Any = Any
 """One weighted component: ``{"name", "weight", "params", "schedule", "label"}``."""
+COMPONENT_NAMES: tuple[str, ...] = ()
 
-COMPONENT_NAMES: tuple[str, ...] = (
-    "outcome",
-    "process",
-    "format",
-    "fbeta",
-    "trajectory_recall",
-    "prune_penalty",
-    "single_search_exit_penalty",
-    "r_perf",
-    "r_parallel",
-    "r_finish",
-    "overlong_penalty",
-    "judge",
-    "exact_match",
-    "numeric_match",
-    "regex_match",
-    "contains",
-)
+
+def __getattr__(attr: str) -> Any:
+    # ``from rewards.config import FBetaComponent``: the models built from the registry.
+    for model in _COMPONENT_MODELS.values():
+        if model.__name__ == attr:
+            return model
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
 class RubricDimension(_Strict):
@@ -224,7 +140,9 @@ class JudgeConfig(_Strict):
     different rubrics make a single judge harder to game)."""
 
     name: str = Field(min_length=1, max_length=64, pattern=_NAME)
-    backend: Literal["rubric", "hf", "openai"] = "rubric"
+    backend: str = Field(
+        "rubric", description="A registered judge backend (rubric, hf, openai, ...)."
+    )
     rubric: list[RubricDimension] = Field(min_length=1, max_length=32)
     model_path: str | None = Field(
         None, max_length=1024, validate_default=True, description="hf: local model dir."
@@ -363,7 +281,7 @@ class RewardConfig(_Strict):
     report (judgements, ``judge/*`` metrics, the judge-vs-verifier detector).
     """
 
-    components: list[ComponentConfig] = Field(min_length=1, max_length=32)
+    components: list[Any] = Field(min_length=1, max_length=32)  # see refresh_schema
     judges: list[JudgeConfig] = Field(default_factory=list, max_length=16)
     judge_aggregate: Literal["mean", "min", "median"] = "mean"
     detectors: DetectorConfig = Field(default_factory=DetectorConfig)
@@ -393,3 +311,23 @@ class RewardConfig(_Strict):
                         f"components.{i}.judge.params.judges: no judge named {name!r}"
                     )
         return self
+
+
+def refresh_schema() -> None:
+    """Build the component union and the judge-backend enum from the registries and
+    rebuild the models that hold them. Call again after registering more (plugins);
+    models that nest :class:`RewardConfig` must be rebuilt after it."""
+    global ComponentConfig, COMPONENT_NAMES
+    from rewards.judges.base import JUDGE_BACKENDS
+
+    models = component_models()
+    ComponentConfig = Annotated[
+        Union[tuple(models.values())],  # noqa: UP007  (a runtime-built union)
+        Field(discriminator="name"),
+    ]
+    COMPONENT_NAMES = tuple(models)
+    backends = tuple(JUDGE_BACKENDS.in_order())
+    JudgeConfig.model_fields["backend"].annotation = Literal[backends]  # type: ignore[assignment]
+    RewardConfig.model_fields["components"].annotation = list[ComponentConfig]  # type: ignore[assignment]
+    JudgeConfig.model_rebuild(force=True)
+    RewardConfig.model_rebuild(force=True)

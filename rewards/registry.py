@@ -33,6 +33,10 @@ class Registry(Generic[T]):
             known = ", ".join(sorted(self._items)) or "none"
             raise KeyError(f"unknown {self.kind} {name!r} (known: {known})") from None
 
+    def in_order(self) -> list[str]:
+        """Names in registration order (built-ins first, then plugins)."""
+        return list(self._items)
+
     def names(self) -> list[str]:
         return sorted(self._items)
 

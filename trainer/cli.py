@@ -1,7 +1,7 @@
 """``python -m trainer``: run a config file, or list the algorithm presets.
 
     python -m trainer run CONFIG.yaml|json [--steps N] [--out DIR] [--no-resume]
-                                           [--report-to URL]
+                                           [--report-to URL] [--plugin MODULE ...]
     python -m trainer import events.jsonl|SPOOL_DIR --report-to URL [--name N]
     python -m trainer import --from verl DIR --report-to URL [--follow]
     python -m trainer presets
@@ -11,6 +11,8 @@ A bad config prints every bad field with the reason and exits with status 2. ``-
 receives ``events.jsonl`` and ``checkpoints/``; a second run with the same ``--out``
 resumes from the newest checkpoint. ``--report-to URL`` also streams the run to a
 dashboard (:mod:`trainer.reporting`); ``import`` is :mod:`trainer.importers.command`.
+``run`` loads the ``--plugin`` modules and the ``agentic_rl.plugins`` entry points
+first (:mod:`trainer.plugins`), so a config may name what they register.
 """
 
 from __future__ import annotations
@@ -51,8 +53,14 @@ def _cmd_presets() -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from trainer.events import JsonlSink, NullSink
+    from trainer.plugins import PluginError, load_plugins
     from trainer.runner import run_from_config
 
+    try:
+        load_plugins(args.plugin)
+    except PluginError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     overrides = {"steps": args.steps} if args.steps is not None else {}
     try:
         cfg = load_config_file(args.config, overrides)
@@ -165,6 +173,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="URL",
         help="also stream the run to this dashboard (token from $DASHBOARD_TOKEN)",
+    )
+    run.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import this plugin module first (repeatable)",
     )
     sub.add_parser("presets", help="list the algorithm presets and the fields they set")
     from trainer.importers.command import add_import_parser

@@ -97,6 +97,9 @@ def _env_tag(value: Any) -> str:
     return str(getattr(value, "name", "calc"))
 
 
+_ENV_MODELS: dict[str, type[BaseModel]] = {}
+
+
 def _env_config_models() -> dict[str, type[BaseModel]]:
     """One ``{name, params}`` model per registered environment, its ``params`` typed
     by the environment's own ``Params`` (required when that model has a required
@@ -104,18 +107,24 @@ def _env_config_models() -> dict[str, type[BaseModel]]:
     import trainer.envs  # noqa: F401  (registers the built-in environments)
     from trainer.envs.base import ENVIRONMENTS
 
-    out: dict[str, type[BaseModel]] = {}
     for name in ENVIRONMENTS.names():
         params = ENVIRONMENTS.get(name).Params
+        old = _ENV_MODELS.get(name)
+        if old is not None and old.model_fields["params"].annotation is params:
+            continue
         required = any(f.is_required() for f in params.model_fields.values())
-        out[name] = create_model(
+        _ENV_MODELS[name] = create_model(
             f"{name.title().replace('_', '')}EnvConfig",
             __base__=_Strict,
             __doc__=(ENVIRONMENTS.get(name).__doc__ or name).strip(),
             name=(Literal[name], name),
             params=(params, ... if required else Field(default_factory=params)),
         )
-    return out
+    return {n: _ENV_MODELS[n] for n in ENVIRONMENTS.names()}
+
+
+def _env_union(models: dict[str, type[BaseModel]]) -> Any:
+    return Union[tuple(Annotated[m, Tag(n)] for n, m in models.items())]  # noqa: UP007
 
 
 ENV_CONFIGS = _env_config_models()
@@ -123,10 +132,7 @@ ENV_NAMES: tuple[str, ...] = tuple(ENV_CONFIGS)
 CalcEnvConfig = ENV_CONFIGS["calc"]
 # Tagged by name, so an error names the environment and field:
 # ``env.search.params.context_budget: Input should be greater than or equal to 1``.
-EnvConfig = Annotated[
-    Union[tuple(Annotated[m, Tag(n)] for n, m in ENV_CONFIGS.items())],  # noqa: UP007
-    Discriminator(_env_tag),
-]
+EnvConfig = Annotated[_env_union(ENV_CONFIGS), Discriminator(_env_tag)]
 
 
 class RolloutConfig(_Strict):
@@ -270,6 +276,23 @@ class CheckpointConfig(_Strict):
     keep: int = Field(2, ge=1, le=1000, description="Checkpoints kept on disk.")
 
 
+class EvalConfig(_Strict):
+    """Evaluation on held-out tasks every ``every`` steps (the ``dataset`` environment's
+    held-out split; a generator's own seeded stream of tasks): metrics ``eval/reward``
+    and ``eval/pass@k`` (k = ``samples``) in that step's event."""
+
+    every: int = Field(
+        0, ge=0, le=1_000_000, description="Steps between evaluations; 0: off."
+    )
+    tasks: int = Field(8, ge=1, le=4096, description="Held-out tasks per evaluation.")
+    samples: int = Field(
+        1, ge=1, le=256, description="Rollouts per task: the k of pass@k."
+    )
+    greedy: bool = Field(
+        False, description="Greedy decoding; off: sample at rollout.temperature."
+    )
+
+
 class TrainConfig(_Strict):
     """A whole run. ``reward`` is built into a reward function by ``rewards``; the
     trainer itself only receives that function."""
@@ -283,6 +306,7 @@ class TrainConfig(_Strict):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
     reward: RewardConfig | None = Field(
         None,
         description="Reward components and judges; None: the environment's default.",
@@ -313,6 +337,24 @@ class TrainConfig(_Strict):
                 # splits them back into separate errors.
                 raise ValueError("\n".join(f"reward.{p}" for p in problems))
         return self
+
+
+SCHEMA_VERSION = 0  # bumped by refresh_schema(); readers may cache per version
+
+
+def refresh_schema() -> None:
+    """Rebuild the run schema from the registries: environments, reward components,
+    judge backends. Called after plugins registered more (:mod:`trainer.plugins`);
+    the form and ``/api/config/schema`` read the rebuilt models."""
+    global ENV_CONFIGS, ENV_NAMES, SCHEMA_VERSION
+    from rewards import refresh_schema as refresh_rewards
+
+    refresh_rewards()
+    ENV_CONFIGS = _env_config_models()
+    ENV_NAMES = tuple(ENV_CONFIGS)
+    TrainConfig.model_fields["env"].annotation = _env_union(ENV_CONFIGS)
+    TrainConfig.model_rebuild(force=True)
+    SCHEMA_VERSION += 1
 
 
 def clean_error_message(msg: str) -> str:

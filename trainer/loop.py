@@ -37,6 +37,8 @@ from trainer.checkpoint import (
 )
 from trainer.config import TrainConfig
 from trainer.envs.base import Environment
+from trainer.evaluate import due as evaluation_due
+from trainer.evaluate import evaluate
 from trainer.events import NullSink, Sink
 from trainer.metrics import step_metrics
 from trainer.policy import AdaptersOff, Policy
@@ -366,6 +368,8 @@ def _train_step(
         timing["records"] = time.perf_counter() - t_end
     metrics = step_metrics(config, sampled, upd, timing)
     metrics.update(extra or {})
+    if evaluation_due(config, step):  # the policy after this step's update
+        metrics.update(evaluate(policy, env, reward_fn, config, step))
     sink.emit({"type": "step", "step": step, "metrics": metrics})
     for event in records:
         sink.emit(event)

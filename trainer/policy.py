@@ -495,7 +495,10 @@ def _with_lora(model: nn.Module, cfg: ModelConfig) -> nn.Module:
 def _sample(
     logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator | None
 ) -> torch.Tensor:
-    """One token per row from softmax(logits / temperature), nucleus-filtered."""
+    """One token per row from softmax(logits / temperature), nucleus-filtered;
+    temperature 0: the most likely token (greedy decoding, for evaluation)."""
+    if temperature <= 0:
+        return logits.argmax(-1)
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     if top_p < 1.0:
         sorted_p, order = probs.sort(dim=-1, descending=True)

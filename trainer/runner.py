@@ -20,13 +20,14 @@ def reward_config_for(config: TrainConfig):
     """The run's reward config, or the environment's default when none is given;
     with overlong shaping (the ``dapo`` preset) plus ``overlong_penalty`` sized to
     the generation budget (turns x tokens per action, at most the whole budget)."""
-    from rewards import default_reward_config, with_overlong_penalty
+    from rewards import with_overlong_penalty
     from trainer.algorithms import resolve_algorithm
+    from trainer.envs.base import default_reward_for
 
     rcfg = (
         config.reward
         if config.reward is not None
-        else default_reward_config(config.env.name)
+        else default_reward_for(config.env.name)
     )
     if resolve_algorithm(config.algorithm).overlong_shaping:
         r = config.rollout

@@ -1,75 +1,102 @@
 """What the run form offers: environments, presets, reward components, detectors.
 
-Read from the registries and schemas of ``trainer`` and ``rewards`` once at import, so
-the form, its validation and the page's JSON data agree on every name.
+Read from the registries and schemas of ``trainer`` and ``rewards`` (environments and
+components on every call, so plugins count), so the form, its validation and the
+page's JSON data agree on every name.
 """
 
 from __future__ import annotations
 
-import typing
-from functools import cache
+from pathlib import Path
 from typing import Any
 
 from dashboard.pages import schema as sc
-from rewards.config import DETECTOR_NAMES, ComponentConfig
+from rewards.config import DETECTOR_NAMES
 from trainer.algorithms.presets import PRESET_LABELS, PRESETS, describe_preset
 from trainer.envs.base import ENVIRONMENTS
 
-try:
-    from trainer.config import ENV_NAMES as _ENV_NAMES
-except ImportError:  # an older schema: EnvConfig.name is a Literal
-    from trainer.config import EnvConfig
-
-    _ENV_NAMES = typing.get_args(EnvConfig.model_fields["name"].annotation)
-ENV_NAMES: tuple[str, ...] = tuple(_ENV_NAMES)
-ENV_LABELS = {
-    "calc": "calc: word problems with a calculator tool",
-    "search": "search: multi-hop retrieval (F-beta recall)",
-    "swarm": "swarm: orchestrator with parallel sub-agents (PARL)",
-}
 PRESET_ORDER: tuple[str, ...] = tuple(PRESETS)  # the registry's order, no hand list
 PRESET_FIELDS: tuple[str, ...] = tuple(describe_preset("grpo"))
 DETECTOR_CHOICES = tuple((n, n.replace("_", " ")) for n in DETECTOR_NAMES)
 
-_union = typing.get_args(ComponentConfig)[0]
-COMPONENT_CLASSES: dict[str, Any] = {
-    c.model_fields["name"].default: c for c in typing.get_args(_union)
-}
+
+# Environments and reward components are read from the registries on every call, so
+# the ones a plugin registers after start-up (trainer.plugins) show up too.
+def env_names() -> tuple[str, ...]:
+    import trainer.config as tc  # its ENV_NAMES follow trainer.config.refresh_schema
+
+    return tc.ENV_NAMES
 
 
-def _env_params() -> dict[str, list[sc.FieldSpec]]:
-    import trainer.envs  # noqa: F401  (registers the built-in environments)
+def env_labels() -> dict[str, str]:
+    """``name: label`` (the environment's ``label``, else its docstring's first
+    line)."""
+    out = {}
+    for env in env_names():
+        cls = ENVIRONMENTS.get(env)
+        text = cls.label or (cls.__doc__ or "").strip().split("\n")[0]
+        out[env] = f"{env}: {text}" if text else env
+    return out
 
+
+def env_params() -> dict[str, list[sc.FieldSpec]]:
     return {
         env: [
             s.at(f"envp.{env}")
             for s in sc.model_specs(ENVIRONMENTS.get(env).Params, "")
         ]
-        for env in ENV_NAMES
+        for env in env_names()
     }
 
 
-ENV_PARAMS = _env_params()
+def component_classes() -> dict[str, Any]:
+    """Component name -> its config model (``rewards.config.component_models``)."""
+    import rewards.config as rc
 
-
-@cache
-def _param_specs(name: str) -> tuple[sc.FieldSpec, ...]:
-    cls = COMPONENT_CLASSES.get(name)
-    if cls is None:
-        return ()
-    return tuple(sc.model_specs(cls.model_fields["params"].annotation, "params"))
+    return {n: rc.component_models()[n] for n in rc.COMPONENT_NAMES}
 
 
 def component_param_specs(name: str, prefix: str = "") -> list[sc.FieldSpec]:
     """The params inputs of component ``name`` under ``prefix`` (``...params``)."""
-    specs = _param_specs(name)
+    cls = component_classes().get(name)
+    if cls is None:
+        return []
+    specs = sc.model_specs(cls.model_fields["params"].annotation, "params")
     return [s.at(prefix) for s in specs] if prefix else list(specs)
 
 
-def default_reward(env: str) -> dict[str, Any]:
-    from rewards import default_reward_config
+_LIVE = {
+    "ENV_NAMES": env_names,
+    "ENV_LABELS": env_labels,
+    "ENV_PARAMS": env_params,
+    "COMPONENT_CLASSES": component_classes,
+}
 
-    return default_reward_config(env).model_dump(mode="json")
+
+def __getattr__(name: str) -> Any:
+    # The old constant names, read live (``catalog.ENV_NAMES``).
+    if name in _LIVE:
+        return _LIVE[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def learning_config(env: str) -> dict[str, Any] | None:
+    """The config shown to learn on ``env`` (``bench/configs/<env>.yaml``, the one
+    ``bench/learning.py`` trains), or None when there is none: the form starts there."""
+    import yaml
+    from django.conf import settings
+
+    path = Path(settings.BASE_DIR) / "bench" / "configs" / f"{env}.yaml"
+    if env not in env_names() or not path.is_file():
+        return None
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else None
+
+
+def default_reward(env: str) -> dict[str, Any]:
+    from trainer.envs.base import default_reward_for
+
+    return default_reward_for(env).model_dump(mode="json")
 
 
 def presets_data() -> dict[str, Any]:

@@ -78,6 +78,21 @@ def in_order(values: dict[str, Any], order: list[str]) -> list[tuple[str, Any]]:
     return sorted(values.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
 
 
+# Held-out evaluation (trainer.evaluate), on runs whose config has eval.every > 0.
+EVAL_CHART = {
+    "id": "eval",
+    "title": "Held-out evaluation (reward, pass@k, success)",
+    "keys": ["eval/reward", "eval/pass@k", "eval/success"],
+}
+
+
+def evaluates(config: dict[str, Any], metric_keys: list[str] | None = None) -> bool:
+    ev = config.get("eval") if isinstance(config, dict) else None
+    if isinstance(ev, dict) and (ev.get("every") or 0) > 0:
+        return True
+    return any(k.startswith("eval/") for k in metric_keys or [])
+
+
 MAX_EXTRA_CHARTS = 16
 KEYS_PER_EXTRA_CHART = 4
 
@@ -99,7 +114,8 @@ def run_charts(
             for k in metric_keys
             if k.startswith("rewards/") and k.endswith("/mean") and k not in components
         ]
-        charts += _extra_charts(metric_keys, charts, components)
+        drawn = [*charts, EVAL_CHART] if evaluates(config, metric_keys) else charts
+        charts += _extra_charts(metric_keys, drawn, components)
     if components:
         charts.insert(
             1,
@@ -109,6 +125,8 @@ def run_charts(
                 "keys": components,
             },
         )
+    if evaluates(config, metric_keys):  # beside the training reward it validates
+        charts.insert(2 if components else 1, dict(EVAL_CHART))
     return charts
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dashboard.pages.catalog import COMPONENT_CLASSES, ENV_NAMES
+from dashboard.pages import catalog
 from trainer.config import clean_error_message
 
 _PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*): (.+)$", re.S)
@@ -39,12 +39,12 @@ def normalise_loc(loc: Iterable[Any], env: str) -> list[str]:
     if (
         len(parts) > 3
         and parts[:2] == ["reward", "components"]
-        and parts[3] in COMPONENT_CLASSES
+        and parts[3] in catalog.component_classes()
     ):
         del parts[3]
     if parts[:1] == ["env"]:
         rest = parts[1:]
-        if rest[:1] and rest[0] in ENV_NAMES:  # the union's tag
+        if rest[:1] and rest[0] in catalog.env_names():  # the union's tag
             rest = rest[1:]
         if rest[:1] == ["params"]:
             rest = rest[1:]

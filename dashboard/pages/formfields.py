@@ -16,17 +16,18 @@ from typing import Any
 
 from dashboard.pages import schema as sc
 from dashboard.pages.catalog import (
-    COMPONENT_CLASSES,
     DETECTOR_CHOICES,
-    ENV_PARAMS,
     PRESET_FIELDS,
+    component_classes,
     component_param_specs,
     default_reward,
+    env_params,
     preset_choices,
 )
 from trainer.config import (
     AlgorithmConfig,
     CheckpointConfig,
+    EvalConfig,
     ModelConfig,
     OptimConfig,
     RolloutConfig,
@@ -76,6 +77,7 @@ ALGORITHM = [
 ]
 OPTIM = sc.model_specs(OptimConfig, "optim")
 CHECKPOINT = sc.model_specs(CheckpointConfig, "checkpoint")
+EVAL = sc.model_specs(EvalConfig, "eval")
 STATIC_SPECS = [
     *BASIC,
     *MODEL,
@@ -85,12 +87,11 @@ STATIC_SPECS = [
     *ALGORITHM,
     *OPTIM,
     *CHECKPOINT,
+    *EVAL,
 ]
 
 COMPONENT_ROW = [
-    sc.FieldSpec(
-        "name", "Component", "choice", choices=tuple((n, n) for n in COMPONENT_CLASSES)
-    ),
+    sc.FieldSpec("name", "Component", "choice"),  # choices: see component_row()
     sc.FieldSpec(
         "label",
         "Label",
@@ -100,6 +101,14 @@ COMPONENT_ROW = [
     ),
     sc.FieldSpec("weight", "Weight", "float", default=1.0, min=-1000, max=1000),
 ]
+
+
+def component_row() -> list[sc.FieldSpec]:
+    """COMPONENT_ROW with the registered components (plugins' too) as choices."""
+    names = tuple((n, n) for n in component_classes())
+    return [replace(COMPONENT_ROW[0], choices=names), *COMPONENT_ROW[1:]]
+
+
 SCHEDULE_ROW = [
     sc.FieldSpec(
         "kind",
@@ -118,12 +127,7 @@ JUDGE_ROW = [
         "Backend",
         "choice",
         default="rubric",
-        choices=(
-            ("rubric", "rubric (rule-based)"),
-            ("hf", "hf (local model)"),
-            ("openai", "openai (allow-listed endpoint)"),
-        ),
-    ),
+    ),  # choices: see judge_row()
     sc.FieldSpec(
         "model_path", "Model path", "text", optional=True, help="hf: local model dir."
     ),
@@ -136,6 +140,20 @@ JUDGE_ROW = [
     sc.FieldSpec("retries", "Retries", "int", default=2, min=0, max=10),
     sc.FieldSpec("max_tokens", "Max tokens", "int", default=256, min=1, max=8192),
 ]
+
+
+def judge_row() -> list[sc.FieldSpec]:
+    """JUDGE_ROW with the registered judge backends (plugins' too) as choices, each
+    labelled by its factory's docstring."""
+    from rewards.judges import JUDGE_BACKENDS
+
+    choices = []
+    for name in sorted(JUDGE_BACKENDS, key=lambda n: n != "rubric"):
+        doc = (JUDGE_BACKENDS.get(name).__doc__ or "").strip().split("\n")[0]
+        choices.append((name, f"{name} ({doc})" if doc else name))
+    return [JUDGE_ROW[0], replace(JUDGE_ROW[1], choices=tuple(choices)), *JUDGE_ROW[2:]]
+
+
 DIMENSION_ROW = [
     sc.FieldSpec("name", "Dimension", "text"),
     sc.FieldSpec("weight", "Weight", "float", default=1.0, min=0, max=1000),
@@ -288,7 +306,7 @@ def parse(data: Any) -> tuple[dict[str, Any], dict[str, str]]:
             _set(config, spec.path, holder[spec.name])
     env = str(data.get("env.name", "calc"))
     params: dict[str, Any] = {}
-    for spec in ENV_PARAMS.get(env, []):
+    for spec in env_params().get(env, []):
         _read(data, spec, f"envp.{env}.{spec.name}", params)
     config["env"] = {"name": env, "params": params}
 
@@ -303,7 +321,7 @@ def parse(data: Any) -> tuple[dict[str, Any], dict[str, str]]:
         prefix = f"reward.components.{i}"
         renames[f"reward.components.{j}"] = prefix
         comp: dict[str, Any] = {}
-        for spec in COMPONENT_ROW:
+        for spec in COMPONENT_ROW:  # the name choice is checked by the schema
             _read(data, spec, f"{prefix}.{spec.name}", comp)
         schedule: dict[str, Any] = {}
         for spec in SCHEDULE_ROW:

@@ -15,19 +15,18 @@ from pydantic import ValidationError
 
 from dashboard.pages import schema as sc
 from dashboard.pages.catalog import (
-    ENV_NAMES,
-    ENV_PARAMS,
     component_param_specs,
     default_reward,
+    env_names,
+    env_params,
+    learning_config,
 )
 from dashboard.pages.formerrors import ErrorMap
 from dashboard.pages.formfields import (
     _DIM,
     _ROW,
     _TRUE,
-    COMPONENT_ROW,
     DIMENSION_ROW,
-    JUDGE_ROW,
     REWARD_TOP,
     SCHEDULE_ROW,
     STATIC_SPECS,
@@ -35,6 +34,8 @@ from dashboard.pages.formfields import (
     JudgeRow,
     Row,
     _indices,
+    component_row,
+    judge_row,
     parse,
     row_specs,
     values_from_config,
@@ -45,10 +46,20 @@ __all__ = ["RunForm", "default_config", "normalise", "values_from_config"]
 
 
 def default_config(env: str = "calc", preset: str = "grpo") -> dict[str, Any]:
-    env = env if env in ENV_NAMES else "calc"
-    cfg = TrainConfig.model_validate(
-        {"env": {"name": env}, "algorithm": {"preset": preset}}
-    )
+    """The form's starting point: the config shown to learn on ``env``
+    (``bench/configs``: environment params, warm start, batch, learning rate, steps)
+    with ``preset``, else the schema's defaults. The reward stays the environment's
+    default (the demos trim it to show one component being learned)."""
+    env = env if env in env_names() else "calc"
+    base = learning_config(env) or {"env": {"name": env}}
+    base = {k: v for k, v in base.items() if k not in ("reward", "name")}
+    algorithm = {**(base.get("algorithm") or {}), "preset": preset}
+    try:
+        cfg = TrainConfig.model_validate({**base, "algorithm": algorithm})
+    except ValueError:  # a demo file the schema no longer accepts: plain defaults
+        cfg = TrainConfig.model_validate(
+            {"env": {"name": env}, "algorithm": {"preset": preset}}
+        )
     return normalise(cfg.model_dump(mode="json"))
 
 
@@ -99,7 +110,19 @@ class RunForm:
     @property
     def env(self) -> str:
         env = sc._text(_first(self.values.get("env.name", "calc")))
-        return env if env in ENV_NAMES else "calc"
+        return env if env in env_names() else "calc"
+
+    @property
+    def warmstart_hint(self) -> str:
+        """A from-scratch model with no warm start rarely finds its first reward."""
+        path = sc._text(_first(self.values.get("model.path", ""))).strip()
+        steps = sc._text(_first(self.values.get("model.warmstart_steps", "0"))).strip()
+        if path or steps not in ("", "0"):
+            return ""
+        return (
+            "A model built from scratch knows no action grammar: without warm-start "
+            "steps it seldom earns a first reward. The learning demos use 300-500."
+        )
 
     @property
     def preset(self) -> str:
@@ -119,7 +142,7 @@ class RunForm:
                     index=i,
                     prefix=prefix,
                     kind=kind,
-                    specs=row_specs(COMPONENT_ROW, prefix),
+                    specs=row_specs(component_row(), prefix),
                     schedule=row_specs(SCHEDULE_ROW, f"{prefix}.schedule"),
                     params=component_param_specs(kind, f"{prefix}.params"),
                 )
@@ -139,7 +162,7 @@ class RunForm:
                 JudgeRow(
                     index=i,
                     prefix=prefix,
-                    specs=row_specs(JUDGE_ROW, prefix),
+                    specs=row_specs(judge_row(), prefix),
                     dimensions=[
                         Row(
                             k,
@@ -165,13 +188,14 @@ class RunForm:
             "algorithm",
             "optim",
             "checkpoint",
+            "eval",
             "reward",
             "reward.components",
             "reward.judges",
             "reward.detectors",
         }
         known.update(s.path for s in STATIC_SPECS)
-        known.update(s.path for s in ENV_PARAMS.get(self.env, []))
+        known.update(s.path for s in env_params().get(self.env, []))
         known.update(s.path for s in REWARD_TOP)
         for row in self.components():
             known.update({row.prefix, f"{row.prefix}.schedule", f"{row.prefix}.params"})
@@ -246,6 +270,6 @@ def normalise(config: dict[str, Any]) -> dict[str, Any]:
     except (KeyError, ValueError):
         pass
     out["env"] = env
-    if out.get("reward") is None and env.get("name") in ENV_NAMES:
+    if out.get("reward") is None and env.get("name") in env_names():
         out["reward"] = default_reward(env["name"])
     return out

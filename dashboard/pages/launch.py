@@ -28,28 +28,28 @@ def _context(form: f.RunForm, parent: Run | None, diff: list[Any]) -> dict[str, 
         "parent": parent,
         "diff": diff,
         "f": ff,
-        "env_names": catalog.ENV_NAMES,
-        "env_labels": catalog.ENV_LABELS,
-        "env_params": catalog.ENV_PARAMS,
+        "env_names": catalog.env_names(),
+        "env_labels": catalog.env_labels(),
+        "env_params": catalog.env_params(),
         "preset_choices": catalog.preset_choices(),
         "presets": catalog.presets_data(),
-        "component_names": list(catalog.COMPONENT_CLASSES),
+        "component_names": list(catalog.component_classes()),
         "component_params": {
             name: catalog.component_param_specs(name, "reward.components.__i__.params")
-            for name in catalog.COMPONENT_CLASSES
+            for name in catalog.component_classes()
         },
         "component_proto": ff.ComponentRow(
             index="__i__",  # type: ignore[arg-type]  (the browser fills it in)
             prefix="reward.components.__i__",
             kind="outcome",
-            specs=ff.row_specs(ff.COMPONENT_ROW, "reward.components.__i__"),
+            specs=ff.row_specs(ff.component_row(), "reward.components.__i__"),
             schedule=ff.row_specs(ff.SCHEDULE_ROW, "reward.components.__i__.schedule"),
             params=[],
         ),
         "judge_proto": ff.JudgeRow(
             index="__i__",  # type: ignore[arg-type]
             prefix="reward.judges.__i__",
-            specs=ff.row_specs(ff.JUDGE_ROW, "reward.judges.__i__"),
+            specs=ff.row_specs(ff.judge_row(), "reward.judges.__i__"),
             dimensions=[],
         ),
         "dimension_proto": ff.Row(

@@ -154,6 +154,7 @@ class RunStats:
     best_step: int | None
     alerts: int
     duration_s: float | None
+    last_pass_at_k: float | None = None  # held-out evaluation (eval/pass@k)
 
 
 def run_stats(run: Run) -> RunStats:
@@ -165,7 +166,14 @@ def run_stats(run: Run) -> RunStats:
         .values_list("value", "step")
         .first()
     )
+    last_pass = (
+        MetricPoint.objects.filter(run=run, key="eval/pass@k", value__isnull=False)
+        .order_by("-step")
+        .values_list("value", flat=True)
+        .first()
+    )
     return RunStats(
+        last_pass_at_k=finite(last_pass),
         last_reward=finite(last),
         best_reward=finite(best[0]) if best else None,
         best_step=best[1] if best else None,

@@ -32,6 +32,7 @@ _SKIP = {
         "algorithm",
         "optim",
         "checkpoint",
+        "eval",
         "reward",
     },
     "EnvConfig": {"name", "params"},

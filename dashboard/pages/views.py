@@ -97,7 +97,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
             "query": query.urlencode(),
             "statuses": ["active", *RunStatus.values],
             "presets": catalog.preset_choices(),
-            "envs": catalog.ENV_NAMES,
+            "envs": catalog.env_names(),
             "sorts": [
                 ("new", "newest"),
                 ("old", "oldest"),
@@ -217,6 +217,8 @@ def compare(request: HttpRequest) -> HttpResponse:
         ],
         "keys": keys,
         "default_key": "reward",
+        # Held-out evaluation overlaid too, when a run has it (trainer.evaluate).
+        "extra_keys": [k for k in ("eval/reward", "eval/pass@k") if k in keys],
     }
     return render(
         request,

@@ -98,4 +98,5 @@ class HFJudge:
 
 @JUDGE_BACKENDS.register("hf")
 def make_hf_judge(cfg: JudgeConfig, deps: JudgeDeps) -> HFJudge:
+    """local model"""
     return HFJudge(cfg, deps.model_loader or load_local_model)

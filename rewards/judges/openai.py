@@ -185,4 +185,5 @@ class OpenAIJudge:
 
 @JUDGE_BACKENDS.register("openai")
 def make_openai_judge(cfg: JudgeConfig, deps: JudgeDeps) -> OpenAIJudge:
+    """allow-listed endpoint"""
     return OpenAIJudge(cfg, deps.endpoints)

@@ -51,4 +51,5 @@ class RubricJudge:
 
 @JUDGE_BACKENDS.register("rubric")
 def make_rubric_judge(cfg: JudgeConfig, deps: JudgeDeps) -> RubricJudge:
+    """rule-based"""
     return RubricJudge(cfg)

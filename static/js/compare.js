@@ -49,3 +49,4 @@ async function overlay(key) {
 
 document.querySelector("[data-add-chart]")?.addEventListener("click", () => overlay(select.value));
 overlay(data.default_key && data.keys.includes(data.default_key) ? data.default_key : data.keys[0]);
+for (const key of data.extra_keys || []) overlay(key);

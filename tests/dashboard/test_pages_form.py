@@ -250,3 +250,44 @@ def test_normalise_spells_out_the_defaults():
     cfg = normalise({"env": {"name": "calc", "params": {}}, "reward": None})
     assert cfg["env"]["params"]["max_operand"] == 9
     assert cfg["reward"]["components"][0]["name"] == "outcome"
+
+
+def test_held_out_evaluation_is_set_in_the_form_and_its_errors_filed_there():
+    form = RunForm(
+        post_for(**{"eval.every": "5", "eval.samples": "4", "eval.greedy": True})
+    )
+    assert form.is_valid(), form.errors
+    assert form.cleaned["eval"] == {
+        "every": 5,
+        "tasks": 8,
+        "samples": 4,
+        "greedy": True,
+    }
+    form = RunForm(post_for(**{"eval.samples": "0"}))
+    assert not form.is_valid()
+    assert form.errors_for("eval.samples")
+
+
+@pytest.mark.parametrize("env", ["calc", "search", "swarm"])
+def test_each_environments_form_defaults_are_its_learning_config(env):
+    import yaml
+    from django.conf import settings
+
+    path = settings.BASE_DIR / "bench" / "configs" / f"{env}.yaml"
+    demo = yaml.safe_load(path.read_text())
+    cfg = default_config(env, "grpo")
+    assert cfg["model"]["warmstart_steps"] == demo["model"]["warmstart_steps"] > 0
+    for key, value in demo["rollout"].items():
+        assert cfg["rollout"][key] == value
+    assert cfg["optim"]["lr"] == demo["optim"]["lr"] and cfg["steps"] == demo["steps"]
+    assert cfg["env"]["params"] | demo["env"].get("params", {}) == cfg["env"]["params"]
+    assert RunForm(initial=cfg).warmstart_hint == ""
+
+
+def test_a_from_scratch_model_without_a_warm_start_gets_a_hint(owner_client):
+    form = RunForm(post_for(**{"model.warmstart_steps": "0"}))
+    assert "warm" in form.warmstart_hint
+    with_path = RunForm(post_for(**{"model.warmstart_steps": "0", "model.path": "m"}))
+    assert with_path.warmstart_hint == ""  # a pretrained model needs none
+    page = owner_client.get("/runs/new/?env=swarm").content.decode()
+    assert "data-warmstart-hint" not in page  # the learning config has one

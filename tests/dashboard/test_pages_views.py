@@ -222,3 +222,27 @@ def test_compare_wants_two_to_eight_runs(owner, swarm):
     # ?runs=a&runs=b works as well as ?runs=a,b
     other = seed_run(owner, steps=2, seed=5)
     assert c.get(f"/compare/?runs={swarm.pk}&runs={other.pk}").status_code == 200
+
+
+def test_held_out_evaluation_is_charted_on_the_run_page_and_summarised_in_compare(
+    owner, calc
+):
+    from dashboard import ingest
+    from dashboard.pages.seed import valid_config
+
+    config = valid_config("calc", "grpo", 12, name="calc-eval", eval={"every": 4})
+    evald = seed_run(owner, name="calc-eval", env="calc", steps=12, config=config)
+    ingest.upsert_metrics(
+        evald.id, {(4, "eval/pass@k"): 0.25, (8, "eval/pass@k"): 0.625}
+    )
+    c = login(owner)
+    charts = c.get(f"/runs/{evald.pk}/").context["page_data"]["charts"]
+    assert [ch["id"] for ch in charts][:3] == ["reward", "components", "eval"]
+    assert "eval/pass@k" in charts[2]["keys"]
+    plain = c.get(f"/runs/{calc.pk}/").context["page_data"]["charts"]
+    assert "eval" not in [ch["id"] for ch in plain]  # no eval configured, none drawn
+    r = c.get(f"/compare/?runs={evald.pk},{calc.pk}")
+    summary = r.context["summary"]
+    assert [s["stats"].last_pass_at_k for s in summary] == [0.625, None]
+    assert r.context["page_data"]["extra_keys"] == ["eval/pass@k"]
+    assert "held-out pass@k" in r.content.decode()

@@ -385,3 +385,17 @@ def test_a_chart_reads_the_coarsest_rollup_level_with_a_row_per_point():
     # are too few for 1,563 points.
     assert _rollup_level(1, 100_000, 1563, -1) == 6
     assert _rollup_level(101, 100_000, 1563, 100) == 4
+
+
+def test_gae_advantage_without_gae_credit_is_a_400_naming_both_fields(
+    owner_client, tiny_config, enqueued, commit
+):
+    # The rule lives in the schema (TrainConfig), not only in the form.
+    tiny_config["algorithm"] = {"preset": "grpo", "advantage": "gae"}
+    with commit():
+        r = post(owner_client, "/api/runs", {"config": tiny_config})
+    assert r.status_code == 400
+    errors = r.json()["errors"]
+    assert any(e.startswith("config.algorithm.advantage:") for e in errors), errors
+    assert any(e.startswith("config.algorithm.credit:") for e in errors), errors
+    assert enqueued == [] and Run.objects.count() == 0

@@ -18,12 +18,15 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 from rewards.registry import Registry
 from rewards.types import Episode, StepFacts
+
+if TYPE_CHECKING:
+    from rewards.config import RewardConfig
 
 ENVIRONMENTS: Registry[type[Environment]] = Registry("environment")
 
@@ -85,7 +88,11 @@ class Environment(ABC):
     """A registered, seeded task family with tools. Subclasses set ``name``/``Params``."""
 
     name: ClassVar[str]
+    label: ClassVar[str] = ""  # a few words for the form; default: the docstring's
     Params: ClassVar[type[EnvParams]] = EnvParams
+    # The reward a run gets when its config names none (a RewardConfig dict); None:
+    # the built-in default of rewards.presets.
+    default_reward: ClassVar[Mapping[str, Any] | None] = None
 
     def __init__(
         self, params: EnvParams | Mapping[str, Any] | None = None, *, seed: int = 0
@@ -106,6 +113,24 @@ class Environment(ABC):
     @abstractmethod
     def start(self, task: Task) -> EnvSession:
         """Begin an episode of ``task``."""
+
+    def held_out_tasks(self, n: int, rng: random.Random) -> list[Task]:
+        """``n`` evaluation tasks. A generator of tasks draws them from its own
+        stream (the caller's ``rng``, seeded apart from training's); an environment
+        with a fixed set of tasks (``dataset``) draws from its held-out split."""
+        return self.sample_tasks(n, rng)
+
+
+def default_reward_for(name: str) -> RewardConfig:
+    """The reward of a run on environment ``name`` whose config names none: the
+    environment's own ``default_reward``, else :func:`rewards.default_reward_config`."""
+    import trainer.envs  # noqa: F401  (registers the built-ins)
+    from rewards import RewardConfig, default_reward_config
+
+    own = ENVIRONMENTS.get(name).default_reward
+    if own is not None:
+        return RewardConfig.model_validate(dict(own))
+    return default_reward_config(name)
 
 
 def make_env(

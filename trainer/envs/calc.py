@@ -99,6 +99,7 @@ class CalcEnv(Environment):
     """Word problems with a calculator tool; success = the exact answer."""
 
     name = "calc"
+    label = "word problems with a calculator tool"
     Params = CalcParams
     params: CalcParams
 

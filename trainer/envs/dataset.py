@@ -136,6 +136,7 @@ class DatasetEnv(Environment):
     """Rows of a file; success = the normalised answer equals the reference."""
 
     name = "dataset"
+    label = "your prompts and answers from a file"
     Params = DatasetParams
     params: DatasetParams
 
@@ -187,6 +188,13 @@ class DatasetEnv(Environment):
 
     def sample_tasks(self, n: int, rng: random.Random) -> list[Task]:
         pool = self.splits[self.params.split]
+        return [self.task(self.rows[rng.choice(pool)]) for _ in range(n)]
+
+    def held_out_tasks(self, n: int, rng: random.Random) -> list[Task]:
+        """From the split the run does not train on (``test`` unless the run trains
+        on it, then ``train``)."""
+        other = "train" if self.params.split == "test" else "test"
+        pool = self.splits[other] or self.splits[self.params.split]
         return [self.task(self.rows[rng.choice(pool)]) for _ in range(n)]
 
     def task(self, row: Row) -> Task:

@@ -108,6 +108,7 @@ class SearchEnv(Environment):
     """Multi-hop retrieval with search / read / prune / answer."""
 
     name = "search"
+    label = "multi-hop retrieval (F-beta recall)"
     Params = SearchParams
     params: SearchParams
 

@@ -112,6 +112,7 @@ class SwarmEnv(Environment):
     """Orchestrate frozen sub-agents over a dependency DAG of subtasks."""
 
     name = "swarm"
+    label = "orchestrator with parallel sub-agents (PARL)"
     Params = SwarmParams
     params: SwarmParams
 

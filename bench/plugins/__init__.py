@@ -1,0 +1,1 @@
+"""Example plugins (see README, "Writing a plugin")."""

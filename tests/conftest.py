@@ -1,0 +1,32 @@
+"""Fixtures shared by every test package."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+
+@pytest.fixture
+def plugin_sandbox():
+    """Put the registries, the run schema and the plugin loader back as they were
+    after a test that loads plugins (a plugin's registrations last for the process)."""
+    import trainer.plugins as tp
+    from rewards.components import COMPONENTS
+    from rewards.judges import JUDGE_BACKENDS
+    from rewards.judges.checks import RUBRIC_CHECKS
+    from trainer.config import refresh_schema
+    from trainer.envs import ENVIRONMENTS
+    from trainer.envs.tools import TOOLS
+
+    registries = [ENVIRONMENTS, COMPONENTS, TOOLS, JUDGE_BACKENDS, RUBRIC_CHECKS]
+    saved = [dict(r._items) for r in registries]
+    loaded = set(tp._loaded)
+    yield
+    for registry, items in zip(registries, saved, strict=True):
+        registry._items.clear()
+        registry._items.update(items)
+    for name in tp._loaded - loaded:
+        sys.modules.pop(name.partition(":")[0], None)
+    tp._loaded.intersection_update(loaded)
+    refresh_schema()
