@@ -259,7 +259,8 @@ def test_the_recomputation_reproduces_the_trainers_stored_advantages(
         scored = [reweigh(r, w, w, {}, set()) for r in in_step]
         adv = step_advantages(in_step, scored, algo, G)
         for g, zero in enumerate(adv.zero_variance):
-            for r, a in zip(in_step[g * G : (g + 1) * G], adv.per_traj[g * G :]):
+            members = in_step[g * G : (g + 1) * G]
+            for r, a in zip(members, adv.per_traj[g * G : (g + 1) * G], strict=True):
                 want = stored[(r.step, r.group, r.index)]
                 assert a == pytest.approx(want, abs=2e-4 if zero else 1e-5)
                 checked += not zero
