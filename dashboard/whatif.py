@@ -100,11 +100,7 @@ def load_rollouts(run: Run, steps: list[int] | None) -> list[Any]:
                 *head[:3],
                 total=total if _finite(total) else math.fsum(comps.values()),
                 components=comps,
-                per_step={
-                    k: [x if _finite(x) else 0.0 for x in v]
-                    for k, v in (per_step if isinstance(per_step, dict) else {}).items()
-                    if isinstance(v, list)
-                },
+                per_step=_per_step(per_step),
                 tokens_per_step=_tokens(action_tokens, length),
                 task_id=head[3],
                 dropped=head[4],
@@ -116,6 +112,21 @@ def load_rollouts(run: Run, steps: list[int] | None) -> list[Any]:
 
 def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+_NUMBER = (float, int)
+
+
+def _per_step(d: Any) -> dict[str, list[float]]:
+    """Per-step values; JSON holds no NaN (stored as strings), so anything that is not
+    a plain number reads as 0 (a type test per value: this loop runs 100k times)."""
+    if not isinstance(d, dict):
+        return {}
+    return {
+        k: [x if type(x) in _NUMBER else 0.0 for x in v]
+        for k, v in d.items()
+        if isinstance(v, list)
+    }
 
 
 def _floats(d: Any) -> dict[str, float]:

@@ -87,29 +87,39 @@ class Reweighed:
     step_totals: list[float]
 
 
+def step_factors(old: Weighting, new: Weighting, step: int) -> dict[str, float | None]:
+    """Per configured component, what its stored value is multiplied by at ``step``:
+    ``w_new(step) / w_old(step)``, 1.0 where they agree, None where ``w_old`` is 0 and
+    ``w_new`` is not (the raw value was never stored)."""
+    out: dict[str, float | None] = {}
+    for key in old.weights:
+        w_old, w_new = old.at(key, step), new.at(key, step)
+        if w_new == w_old:
+            out[key] = 1.0
+        else:
+            out[key] = None if w_old == 0.0 else w_new / w_old
+    return out
+
+
 def reweigh(
     ro: StoredRollout,
-    old: Weighting,
-    new: Weighting,
+    factors: Mapping[str, float | None],
     missing: dict[str, set[int]],
     fixed: set[str],
 ) -> Reweighed:
-    """The rollout's total and per-step totals under ``new``. Records in ``missing``
-    (component -> steps) what could not be recovered and in ``fixed`` what is kept."""
+    """The rollout's total and per-step totals under ``factors`` (see
+    :func:`step_factors` at the rollout's step). Records in ``missing`` (component ->
+    steps) what could not be recovered and in ``fixed`` what is kept as stored."""
     n_steps = max((len(v) for v in ro.per_step.values()), default=0) or 1
     steps = [0.0] * n_steps
     parts = []
     for key, stored in ro.components.items():
-        factor = 1.0
-        if key not in old.weights:
+        factor = factors.get(key, 1.0)
+        if key not in factors:
             fixed.add(key)
-        else:
-            w_old, w_new = old.at(key, ro.step), new.at(key, ro.step)
-            if w_new != w_old:
-                if w_old == 0.0:
-                    missing.setdefault(key, set()).add(ro.step)
-                else:
-                    factor = w_new / w_old
+        elif factor is None:
+            missing.setdefault(key, set()).add(ro.step)
+            factor = 1.0
         parts.append(stored * factor)
         per = ro.per_step.get(key)
         if per:
@@ -252,5 +262,6 @@ __all__ = [
     "reweigh",
     "sign",
     "step_advantages",
+    "step_factors",
     "weighting_from_components",
 ]

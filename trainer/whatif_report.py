@@ -29,6 +29,7 @@ from trainer.whatif import (
     reweigh,
     sign,
     step_advantages,
+    step_factors,
 )
 
 _COUNTS = (
@@ -76,8 +77,10 @@ def compare(
                 skipped += 1
         if not whole:
             continue
-        before = [reweigh(r, old, old, {}, set()) for r in whole]
-        after = [reweigh(r, old, new, missing, fixed) for r in whole]
+        same = dict.fromkeys(old.weights, 1.0)
+        factors = step_factors(old, new, step)
+        before = [reweigh(r, same, {}, set()) for r in whole]
+        after = [reweigh(r, factors, missing, fixed) for r in whole]
         counts = _step_counts(whole, before, after, algo, G, found)
         counts["step"] = step
         for g in range(len(whole) // G):

@@ -9,7 +9,13 @@ from scipy.stats import kendalltau
 from rewards.config import WeightSchedule
 from trainer.algorithms import resolve_algorithm
 from trainer.config import AlgorithmConfig
-from trainer.whatif import StoredRollout, Weighting, kendall_tau_b, reweigh
+from trainer.whatif import (
+    StoredRollout,
+    Weighting,
+    kendall_tau_b,
+    reweigh,
+    step_factors,
+)
 from trainer.whatif_report import compare
 
 
@@ -79,10 +85,14 @@ def test_a_scheduled_weight_is_divided_out_at_the_rollouts_step():
     old = Weighting({"b": 2.0, "c": 0.0}, {"b": sched})
     new = old.with_weights({"b": 4.0, "c": 1.0})
     missing, fixed = {}, set()
-    at5 = reweigh(ro(5, 0, 0, {"b": 3.0, "x": 0.5}), old, new, missing, fixed)
+    at5 = reweigh(
+        ro(5, 0, 0, {"b": 3.0, "x": 0.5}), step_factors(old, new, 5), missing, fixed
+    )
     assert at5.total == 6.5 and at5.step_totals == [0.0, 6.5]
     assert fixed == {"x"}
-    at10 = reweigh(ro(10, 0, 0, {"b": 0.0, "c": 0.0}), old, new, missing, fixed)
+    at10 = reweigh(
+        ro(10, 0, 0, {"b": 0.0, "c": 0.0}), step_factors(old, new, 10), missing, fixed
+    )
     assert at10.total == 0.0 and missing == {"c": {10}}
 
 
