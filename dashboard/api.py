@@ -442,6 +442,25 @@ def alerts(request: HttpRequest, run_id: str, q: Query[StepRange]):
     }
 
 
+# --- what-if reweighting (issue 12) ---------------------------------------------------
+class WhatIfIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    weights: Any = Field(
+        None, description="{component: base weight}; unnamed ones keep the run's."
+    )
+    steps: Any = Field(None, description="Training steps to recompute; null: all.")
+
+
+@api.post("/runs/{run_id}/whatif", response={200: Any, 400: ErrorOut}, tags=["data"])
+def whatif(request: HttpRequest, run_id: str, payload: WhatIfIn):
+    """The stored rollouts' advantages and ranks recomputed under other reward
+    weights: per step and in total, with examples (see ``trainer.whatif``)."""
+    from dashboard import whatif as wi
+
+    run = services.get_run_for_user(request.user, run_id)
+    return wi.whatif(run, payload.weights, payload.steps)
+
+
 @api.get("/runs/{run_id}/checkpoints", tags=["data"])
 def checkpoints(request: HttpRequest, run_id: str):
     run = services.get_run_for_user(request.user, run_id)

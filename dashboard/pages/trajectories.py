@@ -17,10 +17,12 @@ from django.urls import reverse
 from dashboard import arrays, services
 from dashboard.models import CriticalPath, Trajectory
 from dashboard.pages import charts, trajview
+from dashboard.pages import groups as groups_mod
 from dashboard.pages import queries as q
 from dashboard.pages.csp import csp
 
 FILTERS = ("reward_min", "reward_max", "sign", "length_min", "length_max", "dropped")
+FILTERS += ("sort",)
 
 
 def _int(value: Any) -> int | None:
@@ -37,6 +39,8 @@ def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
     asked = _int(request.GET.get("step"))
     step = q.nearest(steps, asked)
     groups = q.step_groups(run, step, request.GET) if step is not None else []
+    if step is not None:  # group browser (issue 12): signal, divergence, sort
+        groups_mod.annotate(run, step, groups, request.GET.get("sort", ""))
     pos = steps.index(step) if step is not None else -1
     filters = {k: request.GET.get(k, "") for k in FILTERS}
     return render(

@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from dashboard import services
+from dashboard import services, whatif
 from dashboard.models import ACTIVE_STATUSES, Alert, Run, RunStatus
 from dashboard.pages import catalog, charts, configdiff
 from dashboard.pages import queries as q
@@ -148,6 +148,8 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "page_data": page_data,
             "metric_keys": q.metric_keys(run),
             "clones": list(services.visible_runs(request.user).filter(parent=run)[:20]),
+            # what-if panel (issue 12)
+            "whatif_components": whatif.component_weights(run),
             "active": run.status in ACTIVE_STATUSES,
             "is_swarm": run_info(run)["env"] == "swarm",
         },

@@ -1,0 +1,126 @@
+"""What-if reweighting: server time to recompute 10,000 stored trajectories.
+
+    python bench/whatif_bench.py [--trajectories 10000] [--group-size 8]   # SQLite
+    DATABASE_URL=postgres://... python bench/whatif_bench.py                # PostgreSQL
+
+Stores a swarm run (5 reward components, 2 agent steps, realistic segments with text
+and 64 tokens of packed arrays each), then times ``dashboard.whatif.whatif`` with
+``r_parallel`` set to 0 over every step: the database read and the recomputation
+separately, median of 5 (wall clock, and this process's CPU time: on a loaded machine
+the wall clock includes waiting for a core). Goal: under 1 s on both databases. Prints, never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from _django import setup
+
+TOKENS = 64
+
+
+def events(n: int, G: int, components: list, rng: random.Random):
+    from rewards.schedule import weight_at
+
+    per_step_groups = 25
+    for i in range(n):
+        step, rest = divmod(i, per_step_groups * G)
+        group, index = divmod(rest, G)
+        per_step = {
+            c.key: [
+                weight_at(c.weight, c.schedule, step) * rng.choice((0.0, 0.5, 1.0))
+                for _ in range(2)
+            ]
+            for c in components
+        }
+        comps = {k: sum(v) for k, v in per_step.items()}
+        seg = {
+            "turn": 0,
+            "kind": "action",
+            "text": "call search " * 10,
+            "token_ids": list(range(TOKENS)),
+            "tokens": ["tok"] * TOKENS,
+            "mask": None,
+            "advantage": [0.1] * TOKENS,
+        }
+        yield {
+            "type": "trajectory",
+            "step": step + 1,
+            "group": group,
+            "index": index,
+            "task_id": f"task-{step}-{group}",
+            "reward": sum(comps.values()),
+            "advantage": 0.0,
+            "rewards": {
+                "total": sum(comps.values()),
+                "components": comps,
+                "per_step": per_step,
+            },
+            "num_turns": 2,
+            "length": 2 * TOKENS,
+            "facts": {"action_tokens": [TOKENS, TOKENS], "success": True},
+            "steps": [{"index": 0, "action": "search x", "observation": "y" * 200}],
+            "segments": [seg, {**seg, "turn": 1}],
+        }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trajectories", type=int, default=10_000)
+    ap.add_argument("--group-size", type=int, default=8)
+    args = ap.parse_args()
+    user = setup(require_postgres=False)
+    from django.db import connection
+
+    from dashboard import ingest, services, whatif
+    from dashboard.models import Run
+
+    G = args.group_size
+    run = Run.objects.create(
+        owner=user,
+        name="whatif-bench",
+        status="succeeded",
+        queue="cpu",
+        config=services.check_config(
+            {
+                "name": "whatif-bench",
+                "env": {"name": "swarm"},
+                "algorithm": {"preset": "grpo"},
+                "rollout": {"tasks_per_step": 25, "group_size": G},
+            }
+        ).model_dump(mode="json"),
+    )
+    _, _, rcfg, _ = whatif.run_setup(run)
+    rng = random.Random(0)
+    batch = ingest.Batch()
+    for k, ev in enumerate(events(args.trajectories, G, list(rcfg.components), rng)):
+        batch.add(run.id, ev)
+        if k % 2000 == 1999:
+            ingest.write(run.id, batch)
+            batch = ingest.Batch()
+    ingest.write(run.id, batch)
+
+    load, total, cpu = [], [], []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        rows = whatif.load_rollouts(run, None)
+        load.append(time.perf_counter() - t0)
+        t0, c0 = time.perf_counter(), time.process_time()
+        report = whatif.whatif(run, {"r_parallel": 0})
+        total.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    t = report["total"]
+    print(
+        f"{connection.vendor}: {len(rows)} trajectories, {t['groups']} groups of {G}: "
+        f"whatif {statistics.median(total):.3f} s median "
+        f"({statistics.median(cpu):.3f} s CPU in this process) "
+        f"(read {statistics.median(load):.3f} s), "
+        f"{t['sign_flips']} sign flips, {t['best_changes']} best changes"
+    )
+
+
+if __name__ == "__main__":
+    main()

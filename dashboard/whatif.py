@@ -1,0 +1,193 @@
+"""What-if reweighting of a stored run: checks the request, loads the rollouts, links.
+
+The math is :func:`trainer.whatif_report.compare`; this module only adapts the
+database to it. Rows are read with ``values_list`` of the columns it needs (never
+``arrays``, ``segments`` or ``agent_steps``): trained tokens per agent step come from
+``facts["action_tokens"]`` (the trainer's count of each step's action tokens, which are
+the trained ones), falling back to ``length`` on the last step when a run did not
+record it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from django.urls import reverse
+
+from dashboard.models import Run, Trajectory
+from dashboard.services import InvalidConfig, ServiceError
+
+MAX_STEPS = 100_000
+MAX_WEIGHT = 1000.0  # the reward schema's bound on a component weight
+
+
+def run_setup(run: Run) -> tuple[Any, Any, Any, int]:
+    """(TrainConfig, resolved algorithm, reward config, group size) of ``run``."""
+    from pydantic import ValidationError
+
+    from trainer.algorithms import resolve_algorithm
+    from trainer.config import TrainConfig
+    from trainer.runner import reward_config_for
+
+    try:
+        cfg = TrainConfig.model_validate(run.config)
+        rcfg = reward_config_for(cfg)
+        algo = resolve_algorithm(cfg.algorithm)
+    except (ValidationError, ValueError, TypeError) as exc:
+        raise ServiceError(
+            "run: its config is not a trainer config, so its reward weights and "
+            f"algorithm are unknown ({str(exc).splitlines()[0]})"
+        ) from None
+    return cfg, algo, rcfg, cfg.rollout.group_size
+
+
+def check_weights(weights: Any, known: Sequence[str]) -> dict[str, float]:
+    if weights is None:
+        return {}
+    if not isinstance(weights, dict):
+        raise InvalidConfig("weights: must be an object {component: weight}")
+    errors, out = [], {}
+    for key, value in weights.items():
+        if key not in known:
+            errors.append(
+                f"weights.{key}: unknown component (this run has: "
+                f"{', '.join(known) or 'none'})"
+            )
+        elif (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or abs(value) > MAX_WEIGHT
+        ):
+            errors.append(f"weights.{key}: must be a number from -1000 to 1000")
+        else:
+            out[key] = float(value)
+    if errors:
+        raise InvalidConfig(errors)
+    return out
+
+
+def check_steps(steps: Any) -> list[int] | None:
+    if steps is None:
+        return None
+    if not isinstance(steps, list) or len(steps) > MAX_STEPS:
+        raise InvalidConfig(f"steps: must be a list of at most {MAX_STEPS} steps")
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in steps):
+        raise InvalidConfig("steps: every step must be an integer")
+    return steps
+
+
+def load_rollouts(run: Run, steps: list[int] | None) -> list[Any]:
+    """The run's stored rollouts as :class:`trainer.whatif.StoredRollout`."""
+    from trainer.whatif import StoredRollout
+
+    qs = Trajectory.objects.filter(run=run)
+    if steps is not None:
+        qs = qs.filter(step__in=steps)
+    cols = ("step", "group", "index", "task_id", "dropped", "truncated", "length")
+    out = []
+    for *head, length, rewards, action_tokens in qs.values_list(
+        *cols, "rewards", "facts__action_tokens"
+    ):
+        rewards = rewards if isinstance(rewards, dict) else {}
+        comps = _floats(rewards.get("components"))
+        per_step = rewards.get("per_step")
+        total = rewards.get("total")
+        out.append(
+            StoredRollout(
+                *head[:3],
+                total=total if _finite(total) else math.fsum(comps.values()),
+                components=comps,
+                per_step=_per_step(per_step),
+                tokens_per_step=_tokens(action_tokens, length),
+                task_id=head[3],
+                dropped=head[4],
+                truncated=head[5],
+            )
+        )
+    return out
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+_NUMBER = (float, int)
+
+
+def _per_step(d: Any) -> dict[str, list[float]]:
+    """Per-step values; JSON holds no NaN (stored as strings), so anything that is not
+    a plain number reads as 0 (a type test per value: this loop runs 100k times)."""
+    if not isinstance(d, dict):
+        return {}
+    return {
+        k: [x if type(x) in _NUMBER else 0.0 for x in v]
+        for k, v in d.items()
+        if isinstance(v, list)
+    }
+
+
+def _floats(d: Any) -> dict[str, float]:
+    if not isinstance(d, dict):
+        return {}
+    return {k: float(v) for k, v in d.items() if _finite(v)}
+
+
+def _tokens(action_tokens: Any, length: int) -> list[int]:
+    if isinstance(action_tokens, list) and all(
+        isinstance(n, int) for n in action_tokens
+    ):
+        return action_tokens
+    return [int(length or 0)]
+
+
+def whatif(
+    run: Run, weights: Any, steps: Any = None, *, examples: int = 5
+) -> dict[str, Any]:
+    """The what-if report of ``run`` under ``weights`` (see :mod:`trainer.whatif`)."""
+    from trainer.whatif import weighting_from_components
+    from trainer.whatif_report import compare, weights_report
+
+    cfg, algo, rcfg, group_size = run_setup(run)
+    old = weighting_from_components(rcfg.components)
+    new_weights = check_weights(weights, list(old.weights))
+    rows = load_rollouts(run, check_steps(steps))
+    report = compare(
+        rows, old, old.with_weights(new_weights), algo, group_size, examples=examples
+    )
+    for kind in report["examples"].values():
+        for ex in kind:
+            ex["url"] = reverse(
+                "pages:trajectory", args=[run.pk, ex["step"], ex["group"], ex["index"]]
+            )
+    report["run"] = str(run.pk)
+    report["weights"] = weights_report(old, new_weights)
+    report["clone_overrides"] = clone_overrides(rcfg, new_weights)
+    report["rollouts"] = len(rows)
+    return report
+
+
+def clone_overrides(rcfg: Any, weights: dict[str, float]) -> dict[str, Any]:
+    """Overrides for ``POST /api/runs/{id}/clone``: the run's full reward config (the
+    environment's default made explicit) with the new base weights."""
+    data = rcfg.model_dump(mode="json")
+    for comp in data["components"]:
+        key = comp.get("label") or comp["name"]
+        if key in weights:
+            comp["weight"] = weights[key]
+    return {"reward": data}
+
+
+def component_weights(run: Run) -> list[dict[str, Any]]:
+    """The run's components with base weight and schedule kind, for the panel; empty
+    when the run's config is not a trainer config."""
+    try:
+        _, _, rcfg, _ = run_setup(run)
+    except ServiceError:
+        return []
+    return [
+        {"key": c.key, "weight": c.weight, "schedule": c.schedule.kind}
+        for c in rcfg.components
+    ]

@@ -1,0 +1,119 @@
+// What-if reweighting panel: posts the weights to /api/runs/{id}/whatif, draws the
+// changes per step on a MetricChart and lists examples linking to the trajectories;
+// "launch a clone" posts the report's clone overrides to /api/runs/{id}/clone.
+// Everything from the server reaches the DOM through textContent (util.el).
+
+import { MetricChart } from "./chart.js";
+import { csrfToken, el, fmt } from "./util.js";
+
+const SERIES = ["sign_flips", "best_changes", "rank_changes", "token_flip_share"];
+const KIND_LABEL = {
+  sign_flip: "advantage sign flips",
+  best_change: "best rollout changes",
+  rank_change: "ranking changes",
+  signal_change: "group signal changes",
+};
+
+async function postJSON(url, body) {
+  const r = await fetch(url, {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrfToken() },
+    body: JSON.stringify(body),
+  });
+  const data = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error((data.errors || [data.detail || r.statusText]).join("; "));
+  return data;
+}
+
+function weights(form) {
+  const out = {};
+  for (const input of form.querySelectorAll("[data-weight]")) out[input.dataset.weight] = Number(input.value);
+  return out;
+}
+
+function series(steps) {
+  const out = {};
+  for (const key of SERIES) out[key] = { step: steps.map((s) => s.step), last: steps.map((s) => s[key]) };
+  return out;
+}
+
+function summary(t) {
+  const parts = [];
+  if (t.sign_flips !== null) {
+    parts.push(`${t.sign_flips} of ${t.trajectories} trained trajectories flip advantage sign`);
+    parts.push(`${fmt(100 * t.token_flip_share, 3)}% of trained tokens flip`);
+  }
+  parts.push(`${t.best_changes} of ${t.groups} groups change their best rollout`);
+  parts.push(`mean Kendall τ ${fmt(t.tau_mean, 3)}`);
+  return parts.join(" · ");
+}
+
+function notes(report) {
+  const out = [...report.unavailable];
+  for (const m of report.not_reweightable) out.push(`${m.component} not reweightable at ${m.steps.length} step(s): ${m.reason}`);
+  for (const f of report.fixed) out.push(`${f.component}: ${f.reason}`);
+  return out.join(" · ");
+}
+
+function exampleRows(report) {
+  const rows = [];
+  for (const [kind, list] of Object.entries(report.examples)) {
+    for (const ex of list) {
+      const adv = ex.old_advantage === undefined ? "" : `${fmt(ex.old_advantage, 3)} → ${fmt(ex.new_advantage, 3)}`;
+      rows.push(
+        el("tr", { "data-kind": kind },
+          el("td", { text: KIND_LABEL[kind] || kind }),
+          el("td", { text: String(ex.step) }),
+          el("td", { text: String(ex.group) }),
+          el("td", { text: String(ex.index) }),
+          el("td", { text: `${fmt(ex.old_total, 3)} → ${fmt(ex.new_total, 3)}` }),
+          el("td", { text: adv }),
+          el("td", {}, el("a", { href: ex.url, text: "open" }))),
+      );
+    }
+  }
+  return rows;
+}
+
+function init(section) {
+  const form = section.querySelector("[data-whatif-form]");
+  const error = section.querySelector("[data-whatif-error]");
+  const result = section.querySelector("[data-whatif-result]");
+  const cloneBtn = section.querySelector("[data-whatif-clone]");
+  let chart = null;
+  let last = null;
+
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    error.hidden = true;
+    try {
+      last = await postJSON(section.dataset.whatifUrl, { weights: weights(form), steps: null });
+    } catch (err) {
+      error.textContent = String(err.message || err);
+      error.hidden = false;
+      return;
+    }
+    result.hidden = false;
+    section.querySelector("[data-whatif-summary]").textContent = summary(last.total);
+    section.querySelector("[data-whatif-notes]").textContent = notes(last);
+    section.querySelector("[data-whatif-examples] tbody").replaceChildren(...exampleRows(last));
+    if (!chart) chart = new MetricChart(section.querySelector("[data-whatif-plot]"), { keys: SERIES, band: false });
+    chart.load(series(last.steps));
+    cloneBtn.disabled = false;
+  });
+
+  cloneBtn.addEventListener("click", async () => {
+    if (!last) return;
+    error.hidden = true;
+    try {
+      const run = await postJSON(section.dataset.cloneUrl, { overrides: last.clone_overrides });
+      window.location.assign(`/runs/${run.id}/`);
+    } catch (err) {
+      error.textContent = String(err.message || err);
+      error.hidden = false;
+    }
+  });
+}
+
+for (const section of document.querySelectorAll("#whatif")) init(section);

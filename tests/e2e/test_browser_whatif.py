@@ -1,0 +1,102 @@
+"""The what-if panel in a real browser: on a stored swarm run, set r_parallel to 0,
+see advantage sign flips and an example linking to its trajectory, and launch a clone
+with the new weights (its config carries them)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SEED = r"""
+import random
+from dashboard import ingest, services
+from dashboard.models import Run
+from dashboard.whatif import run_setup
+from django.contrib.auth import get_user_model
+from rewards.schedule import weight_at
+
+owner = get_user_model().objects.get(username="alice")
+cfg = services.check_config({
+    "name": "swarm what-if", "env": {"name": "swarm"},
+    "algorithm": {"preset": "grpo"}, "model": {"size": "tiny", "device": "cpu"},
+    "rollout": {"tasks_per_step": 3, "group_size": 4, "max_turns": 2},
+})
+run = Run.objects.create(owner=owner, name="swarm what-if", status="succeeded",
+                         queue="cpu", config=cfg.model_dump(mode="json"), last_step=6)
+_, _, rcfg, _ = run_setup(run)
+rng = random.Random(1)
+batch = ingest.Batch()
+for step in range(1, 7):
+    for group in range(3):
+        for index in range(4):
+            per_step = {
+                c.key: [weight_at(c.weight, c.schedule, step) * rng.choice(
+                    (0.0, 1.0, 2.0) if c.key == "r_parallel" else (0.0, 0.25))
+                    for _ in "ab"]
+                for c in rcfg.components
+            }
+            comps = {k: sum(v) for k, v in per_step.items()}
+            total = sum(comps.values())
+            batch.add(run.id, {
+                "type": "trajectory", "step": step, "group": group, "index": index,
+                "task_id": f"task-{group}", "reward": total, "advantage": 0.0,
+                "rewards": {"total": total, "components": comps, "per_step": per_step},
+                "num_turns": 2, "length": 8, "facts": {"action_tokens": [4, 4]},
+                "segments": [{"turn": 0, "kind": "action", "text": "spawn",
+                              "token_ids": [1, 2], "tokens": ["sp", "awn"], "mask": None}],
+            })
+ingest.write(run.id, batch)
+print(json.dumps(str(run.pk)))
+"""
+
+
+def test_reweight_a_swarm_run_and_launch_the_clone(live, page, shots, ui):
+    run_id = live.script(SEED)
+    ui.login(page, live.url)
+    page.goto(f"{live.url}/runs/{run_id}/")
+    panel = page.locator("#whatif")
+    assert panel.locator("[data-weight=r_parallel]").input_value() == "0.3"
+    panel.locator("[data-whatif-run]").click()  # own weights first: nothing changes
+    page.wait_for_selector("[data-whatif-result]:not([hidden])")
+    assert "0 of 72 trained trajectories flip" in page.text_content(
+        "#whatif [data-whatif-summary]"
+    )
+    assert panel.locator("[data-whatif-examples] tbody tr").count() == 0
+
+    panel.locator("[data-weight=r_parallel]").fill("0")
+    panel.locator("[data-whatif-run]").click()
+    page.wait_for_selector("#whatif tr[data-kind=sign_flip]")
+    summary = page.text_content("#whatif [data-whatif-summary]")
+    flips = int(re.match(r"(\d+) of 72", summary).group(1))
+    assert flips > 0
+    panel.locator("[data-whatif-plot] canvas").first.wait_for()
+    ui.shot(page, shots, "whatif_01_r_parallel_zero")
+
+    # The example opens its trajectory.
+    link = panel.locator("tr[data-kind=sign_flip] a").first
+    href = link.get_attribute("href")
+    assert re.fullmatch(rf"/runs/{run_id}/trajectories/\d+/\d+/\d+/", href)
+
+    panel.locator("[data-whatif-clone]").click()
+    page.wait_for_url(
+        lambda url: run_id not in url and re.search(r"/runs/[0-9a-f-]{36}/$", url)
+    )
+    clone_id = page.url.rstrip("/").rsplit("/", 1)[-1]
+    config = live.script(
+        "from dashboard.models import Run\n"
+        f"r = Run.objects.get(pk={clone_id!r})\n"
+        "print(json.dumps([str(r.parent_id), r.config['reward']['components']]))\n"
+    )
+    assert config[0] == run_id
+    weights = {c["name"]: c["weight"] for c in config[1]}
+    assert weights["r_parallel"] == 0 and weights["r_perf"] == 1.0
+    ui.shot(page, shots, "whatif_02_clone")
+
+    page.goto(live.url + href)
+    page.wait_for_selector("h1")
+    ui.shot(page, shots, "whatif_03_example_trajectory")
+    json.dumps(config)  # the clone's config is plain JSON
