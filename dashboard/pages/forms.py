@@ -44,12 +44,32 @@ from trainer.config import TrainConfig
 __all__ = ["RunForm", "default_config", "normalise", "values_from_config"]
 
 
-def default_config(env: str = "calc", preset: str = "grpo") -> dict[str, Any]:
+def default_config(
+    env: str = "calc", preset: str = "grpo", params: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The form's starting config; ``params`` pre-fill the environment's parameters.
+    An environment with a required parameter left empty (``dataset``'s ``path``)
+    starts with its other defaults and the blank for the user to fill."""
     env = env if env in ENV_NAMES else "calc"
-    cfg = TrainConfig.model_validate(
-        {"env": {"name": env}, "algorithm": {"preset": preset}}
-    )
-    return normalise(cfg.model_dump(mode="json"))
+    cfg = TrainConfig.model_validate({"algorithm": {"preset": preset}})
+    out = cfg.model_dump(mode="json")
+    out["env"] = {"name": env, "params": dict(params or {})}
+    out["reward"] = None
+    out = normalise(out)
+    if out["env"]["params"] == (params or {}):  # params did not validate: fill defaults
+        out["env"]["params"] = {**_param_defaults(env), **(params or {})}
+    return out
+
+
+def _param_defaults(env: str) -> dict[str, Any]:
+    from trainer.envs.base import ENVIRONMENTS
+
+    fields = ENVIRONMENTS.get(env).Params.model_fields
+    return {
+        k: f.get_default(call_default_factory=True)
+        for k, f in fields.items()
+        if not f.is_required()
+    }
 
 
 class RunForm:

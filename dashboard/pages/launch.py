@@ -20,6 +20,7 @@ from dashboard.pages import catalog, configdiff
 from dashboard.pages import formfields as ff
 from dashboard.pages import forms as f
 from dashboard.pages.csp import csp
+from trainer.config import TrainConfig
 
 
 def _context(form: f.RunForm, parent: Run | None, diff: list[Any]) -> dict[str, Any]:
@@ -120,6 +121,14 @@ def run_clone(request: HttpRequest, run_id: Any) -> HttpResponse:
 def _check(request: HttpRequest, parent: Run | None) -> JsonResponse:
     form = f.RunForm(request.POST)
     ok = form.is_valid()
+    if ok:  # what only the platform knows: paths in the roots, init_from_run
+        try:
+            services.check_platform(
+                TrainConfig.model_validate(form.cleaned), request.user
+            )
+        except services.ServiceError as exc:
+            form.add_service_errors(exc.errors)
+            ok = False
     diff = _diff(parent, form)
     return JsonResponse(
         {
