@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import services
+from dashboard import model_dirs, services
 from dashboard.models import Run
 from dashboard.pages import catalog, configdiff
 from dashboard.pages import formfields as ff
@@ -32,6 +32,7 @@ def _context(form: f.RunForm, parent: Run | None, diff: list[Any]) -> dict[str, 
         "env_names": catalog.ENV_NAMES,
         "env_labels": catalog.ENV_LABELS,
         "env_params": catalog.ENV_PARAMS,
+        "models": model_dirs.list_models(),
         "preset_choices": catalog.preset_choices(),
         "presets": catalog.presets_data(),
         "component_names": list(catalog.COMPONENT_CLASSES),
