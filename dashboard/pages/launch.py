@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import model_dirs, services
+from dashboard import datasets, model_dirs, services
 from dashboard.models import Run
 from dashboard.pages import catalog, configdiff
 from dashboard.pages import formfields as ff
@@ -104,7 +104,18 @@ def run_new(request: HttpRequest) -> HttpResponse:
     preset = request.GET.get("preset", "grpo")
     if preset not in catalog.PRESETS:
         preset = "grpo"
-    form = f.RunForm(initial=f.default_config(env, preset))
+    params = None
+    if request.GET.get("dataset"):  # "use in a new run" from /datasets/
+        row = datasets.get_dataset_for_user(request.user, request.GET["dataset"])
+        env, params = (
+            "dataset",
+            {
+                "path": row.path,
+                "prompt_key": row.prompt_key,
+                "answer_key": row.answer_key,
+            },
+        )
+    form = f.RunForm(initial=f.default_config(env, preset, params))
     return render(request, "pages/new.html", _context(form, None, []))
 
 
