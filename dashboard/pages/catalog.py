@@ -26,6 +26,7 @@ ENV_LABELS = {
     "calc": "calc: word problems with a calculator tool",
     "search": "search: multi-hop retrieval (F-beta recall)",
     "swarm": "swarm: orchestrator with parallel sub-agents (PARL)",
+    "dataset": "dataset: your prompts and answers (upload on Datasets)",
 }
 PRESET_ORDER: tuple[str, ...] = tuple(PRESETS)  # the registry's order, no hand list
 PRESET_FIELDS: tuple[str, ...] = tuple(describe_preset("grpo"))
