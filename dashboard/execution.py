@@ -29,6 +29,38 @@ def checkpoint_dir(run_id: Any) -> Path:
     return Path(settings.RUNS_DIR) / str(run_id) / "checkpoints"
 
 
+def newest_checkpoint(run_id: Any) -> Path | None:
+    """The newest checkpoint of a run that the database recorded and that is still
+    on disk. Found by step under the run's own directory: the paths in checkpoint
+    rows are not trusted (an external run reports whatever it likes)."""
+    root = checkpoint_dir(run_id)
+    steps = (
+        Checkpoint.objects.filter(run_id=run_id)
+        .order_by("-step")
+        .values_list("step", flat=True)
+    )
+    for step in steps[:100]:
+        path = root / f"step-{int(step):06d}"
+        if (path / "policy.safetensors").is_file():
+            return path
+    return None
+
+
+def init_kwargs(config: Any) -> dict[str, Any]:
+    """``init_checkpoint=`` for a run that starts from another run's weights
+    (``model.init_from_run``, authorised at submit); nothing otherwise, so trainers
+    that do not know the argument keep working."""
+    source = config.model.init_from_run
+    if not source:
+        return {}
+    path = newest_checkpoint(source)
+    if path is None:
+        raise RuntimeError(
+            f"model.init_from_run: run {source} has no checkpoint left on disk"
+        )
+    return {"init_checkpoint": str(path)}
+
+
 def judge_endpoints() -> dict[str, Any]:
     """The admin allow-list as ``rewards.EndpointSpec`` objects, by name."""
     from rewards import EndpointSpec
@@ -90,6 +122,7 @@ def run_claimed(claim: Claim) -> str:
             checkpoint_dir=str(root),
             resume=True,
             endpoints=judge_endpoints(),
+            **init_kwargs(config),
         )
         status = (
             result.status if result.status in RunStatus.values else RunStatus.FAILED

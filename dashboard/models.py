@@ -297,3 +297,32 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class Dataset(models.Model):
+    """A dataset a user uploaded on ``/datasets/``: a file the trainer's own reader
+    accepted, stored under ``<first data root>/uploads/<owner id>/`` (only its owner's
+    runs may read it, :mod:`dashboard.roots`)."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets"
+    )
+    name = models.CharField(max_length=200)
+    path = models.CharField(max_length=1024)
+    rows = models.PositiveIntegerField()
+    fields = models.JSONField(default=list)
+    prompt_key = models.CharField(max_length=64, default="prompt")
+    answer_key = models.CharField(max_length=64, default="answer")
+    size = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "name"], name="dataset_owner_name"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -94,8 +94,10 @@ def check_shape(
             check_shape(item, f"{path}.{i}"[:200], depth + 1, budget)
 
 
-def check_config(data: Any) -> Any:
-    """A validated ``TrainConfig``, or InvalidConfig naming each bad field."""
+def check_config(data: Any, user: Any = None) -> Any:
+    """A validated ``TrainConfig`` that the platform may run for ``user``, or
+    InvalidConfig naming each bad field: the schema, then what only the platform
+    knows (paths inside the roots, judge endpoints, ``model.init_from_run``)."""
     from pydantic import ValidationError
 
     from trainer.config import TrainConfig, format_errors
@@ -104,11 +106,69 @@ def check_config(data: Any) -> Any:
         raise InvalidConfig("config: must be a JSON object")
     check_shape(data)
     try:
-        return TrainConfig.model_validate(data)
+        cfg = TrainConfig.model_validate(data)
     except ValidationError as exc:
         raise InvalidConfig([f"config.{line}" for line in format_errors(exc)]) from None
     except (ValueError, TypeError, KeyError, RecursionError) as exc:
         raise InvalidConfig([f"config.{line}" for line in format_errors(exc)]) from None
+    return check_platform(cfg, user)
+
+
+def check_platform(cfg: Any, user: Any) -> Any:
+    """``cfg`` with every path replaced by the real path it was authorised as, or
+    InvalidConfig. Rules: :mod:`dashboard.roots`; ``init_from_run``: a run ``user``
+    may read that has a recorded checkpoint of the same model."""
+    from dashboard import roots
+    from dashboard.models import JudgeEndpoint
+    from trainer.config import TrainConfig
+
+    endpoints = set(
+        JudgeEndpoint.objects.filter(enabled=True).values_list("name", flat=True)
+    )
+    config, errors = roots.check_paths(
+        cfg.model_dump(mode="json"),
+        owner_id=getattr(user, "pk", None),
+        endpoints=endpoints,
+    )
+    errors += check_init_from_run(user, config)
+    if errors:
+        raise InvalidConfig(errors)
+    return TrainConfig.model_validate(config)
+
+
+INIT_FIELD = "config.model.init_from_run"
+
+
+def check_init_from_run(user: Any, config: dict[str, Any]) -> list[str]:
+    """Refusals for ``model.init_from_run``: another user's run reads exactly like a
+    missing one."""
+    from dashboard.execution import newest_checkpoint
+
+    model = config.get("model") or {}
+    run_id = model.get("init_from_run")
+    if not run_id:
+        return []
+    try:
+        source = get_run_for_user(user, run_id)
+    except Http404:
+        return [f"{INIT_FIELD}: no such run"]
+    if source.external or newest_checkpoint(source.pk) is None:
+        return [f"{INIT_FIELD}: that run has no checkpoint on this platform"]
+    from trainer.config import TrainConfig
+
+    try:
+        theirs = TrainConfig.model_validate(source.config).model_dump(mode="json")
+    except ValueError:
+        theirs = {"model": {}, "env": {}}
+    same = all(theirs["model"].get(k) == model.get(k) for k in ("path", "size", "lora"))
+    if same and not model.get("path"):  # a from-scratch model's vocabulary is the env's
+        same = theirs["env"].get("name") == config["env"]["name"]
+    if not same:
+        return [
+            f"{INIT_FIELD}: that run trained another model (model.path, model.size "
+            "and model.lora must match; for a from-scratch model, env.name too)"
+        ]
+    return []
 
 
 def check_run_limit(user: Any) -> None:
@@ -152,7 +212,7 @@ def do_launch_run(
     user: Any, config: Any, *, name: str | None = None, parent: Run | None = None
 ) -> Run:
     """Validate, create a queued run, enqueue it after the commit."""
-    cfg = check_config(config)
+    cfg = check_config(config, user)
     name = check_name(name) or cfg.name
     with transaction.atomic():
         check_run_limit(user)

@@ -17,6 +17,7 @@ pytest and inherited by the worker/server subprocesses tests start) a fixed test
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import tempfile
@@ -218,6 +219,31 @@ EXTERNAL_RUN_TIMEOUT = env_int("EXTERNAL_RUN_TIMEOUT", 600, min_value=5)
 EVENTS_MAX_BODY_BYTES = env_int("EVENTS_MAX_BODY_BYTES", 4 << 20, min_value=1024)
 EVENTS_MAX_DECODED_BYTES = env_int("EVENTS_MAX_DECODED_BYTES", 32 << 20, min_value=1024)
 EVENTS_MAX_LINES = env_int("EVENTS_MAX_LINES", 5000, min_value=1)
+
+
+# --- model and data roots ------------------------------------------------------------
+# What a run on the platform may read (dashboard.roots): ":"-separated directories.
+# Every path in a config resolves, after symlinks, inside one of them; relative paths
+# resolve against the first. The trainer CLI is not restricted by these.
+def _roots(name: str, default: Path) -> list[Path]:
+    raw = env_str(name)
+    if raw is None:
+        # A read-only var dir: the check then refuses every path.
+        with contextlib.suppress(OSError):
+            default.mkdir(parents=True, exist_ok=True)
+        return [default.absolute()]
+    roots = [Path(p) for p in raw.split(":") if p.strip()]
+    if not roots or not all(p.is_absolute() for p in roots):
+        raise ImproperlyConfigured(f"{name} must be ':'-separated absolute directories")
+    return roots
+
+
+MODEL_ROOTS = _roots("MODEL_ROOTS", VAR_DIR / "models")
+DATA_ROOTS = _roots("DATA_ROOTS", VAR_DIR / "data")
+# Uploads on /datasets/ land in <first data root>/uploads/<user id>/.
+DATASET_MAX_UPLOAD_BYTES = env_int("DATASET_MAX_UPLOAD_BYTES", 50 << 20, min_value=1)
+# The new-run form's model picker rescans the model roots at most this often.
+MODEL_SCAN_SECONDS = env_int("MODEL_SCAN_SECONDS", 30, min_value=0)
 
 # --- auth, security -------------------------------------------------------------------
 LOGIN_URL = "login"

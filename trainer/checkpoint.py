@@ -158,6 +158,24 @@ def load_checkpoint(
     )
 
 
+def load_weights(path: str | os.PathLike[str], *, policy: torch.nn.Module) -> None:
+    """Only the weights of checkpoint ``path`` (another run's, ``init_from_run``):
+    the optimizer, RNGs and step start afresh. A value head the checkpoint lacks
+    (it came from a critic-free run) stays freshly initialised."""
+    path = Path(path)
+    missing, unexpected = load_model(
+        policy, str(path / "policy.safetensors"), strict=False
+    )
+    if getattr(policy, "lora", False):
+        missing = [m for m in missing if m in _trainable(policy)]
+    missing = [m for m in missing if "lm_head" not in m and "value_head" not in m]
+    unexpected = [u for u in unexpected if "value_head" not in u]
+    if unexpected or missing:
+        raise ValueError(
+            f"checkpoint {path.name} does not match the model: {missing} {unexpected}"
+        )
+
+
 def _trainable(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p for n, p in policy.named_parameters() if p.requires_grad}
 

@@ -81,6 +81,13 @@ class ModelConfig(_Strict):
     lora: LoraConfig | None = Field(
         None, description="Train LoRA adapters instead of every weight (needs path)."
     )
+    init_from_run: str | None = Field(
+        None,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9-]+$",
+        description="Start from the weights (not the optimizer or step) of this run's "
+        "newest checkpoint; the same model settings. On the platform: a run id.",
+    )
 
     @model_validator(mode="after")
     def _lora_needs_path(self) -> ModelConfig:

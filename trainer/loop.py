@@ -33,6 +33,7 @@ from trainer.checkpoint import (
     TrainState,
     latest_checkpoint,
     load_checkpoint,
+    load_weights,
     save_checkpoint,
 )
 from trainer.config import TrainConfig
@@ -83,9 +84,11 @@ def train(
     should_stop: Callable[[], bool] | None = None,
     checkpoint_dir: str | Path | None = None,
     resume: bool = True,
+    init_checkpoint: str | Path | None = None,
 ) -> TrainResult:
     """Train ``config.steps`` steps (continuing from the newest checkpoint in
-    ``checkpoint_dir`` when ``resume``). ``should_stop`` is checked before every step:
+    ``checkpoint_dir`` when ``resume``; else starting from the weights of
+    ``init_checkpoint`` when given). ``should_stop`` is checked before every step:
     a True stops the run cleanly with status ``cancelled``."""
     sink = sink or NullSink()
     algo = resolve_algorithm(config.algorithm)
@@ -111,6 +114,8 @@ def train(
     ckpt = latest_checkpoint(checkpoint_dir) if resume else None
     if ckpt is not None:
         state = load_checkpoint(ckpt, policy=policy, optimizer=optimizer)
+    elif init_checkpoint is not None:
+        load_weights(init_checkpoint, policy=policy)
     sink.emit(
         {
             "type": "run_started",
@@ -122,7 +127,7 @@ def train(
     )
     # The warm start's last loss is logged with step 1 (charts start at step 1).
     warm: dict[str, float] = {}
-    if ckpt is None and config.model.warmstart_steps:
+    if ckpt is None and init_checkpoint is None and config.model.warmstart_steps:
         warm["warmstart/loss"] = warmstart(policy, env, config)
     ref = _reference(policy, algo, checkpoint_dir)
     step = state.step

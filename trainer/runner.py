@@ -44,9 +44,17 @@ def run_from_config(
     checkpoint_dir: str | Path | None = None,
     resume: bool = True,
     endpoints: Mapping[str, Any] | None = None,
+    init_checkpoint: str | Path | None = None,
 ) -> TrainResult:
+    """Build and train; ``init_checkpoint``: the checkpoint directory that
+    ``model.init_from_run`` names (the platform resolves the run id to it)."""
     from rewards import build_monitor, build_reward_fn
 
+    if config.model.init_from_run and init_checkpoint is None:
+        raise ValueError(
+            "model.init_from_run: a run id is resolved by the dashboard; here, "
+            "pass the checkpoint directory (init_checkpoint)"
+        )
     env = make_env(config.env.name, config.env.params, seed=config.seed)
     rcfg = reward_config_for(config)
     reward_fn = build_reward_fn(rcfg, env_name=config.env.name, endpoints=endpoints)
@@ -60,4 +68,5 @@ def run_from_config(
         should_stop=should_stop,
         checkpoint_dir=checkpoint_dir,
         resume=resume,
+        init_checkpoint=init_checkpoint,
     )

@@ -45,22 +45,44 @@ from trainer.config import TrainConfig
 __all__ = ["RunForm", "default_config", "normalise", "values_from_config"]
 
 
-def default_config(env: str = "calc", preset: str = "grpo") -> dict[str, Any]:
+def default_config(
+    env: str = "calc", preset: str = "grpo", params: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The form's starting point: the config shown to learn on ``env``
     (``bench/configs``: environment params, warm start, batch, learning rate, steps)
-    with ``preset``, else the schema's defaults. The reward stays the environment's
-    default (the demos trim it to show one component being learned)."""
+    with ``preset``, else the schema's defaults; ``params`` pre-fill the environment's
+    parameters. The reward stays the environment's default (the demos trim it to show
+    one component being learned). An environment with a required parameter left empty
+    (``dataset``'s ``path``) starts with its other defaults and the blank to fill."""
     env = env if env in env_names() else "calc"
     base = learning_config(env) or {"env": {"name": env}}
     base = {k: v for k, v in base.items() if k not in ("reward", "name")}
     algorithm = {**(base.get("algorithm") or {}), "preset": preset}
+    env_cfg = dict(base.get("env") or {"name": env})
+    env_cfg["params"] = {**(env_cfg.get("params") or {}), **(params or {})}
     try:
-        cfg = TrainConfig.model_validate({**base, "algorithm": algorithm})
-    except ValueError:  # a demo file the schema no longer accepts: plain defaults
         cfg = TrainConfig.model_validate(
-            {"env": {"name": env}, "algorithm": {"preset": preset}}
+            {**base, "env": env_cfg, "algorithm": algorithm}
         )
-    return normalise(cfg.model_dump(mode="json"))
+        return normalise(cfg.model_dump(mode="json"))
+    except ValueError:  # a required parameter is blank, or a demo file went stale
+        out = TrainConfig.model_validate({"algorithm": {"preset": preset}}).model_dump(
+            mode="json"
+        )
+        out["env"] = {"name": env, "params": {**_param_defaults(env), **(params or {})}}
+        out["reward"] = None
+        return normalise(out)
+
+
+def _param_defaults(env: str) -> dict[str, Any]:
+    from trainer.envs.base import ENVIRONMENTS
+
+    fields = ENVIRONMENTS.get(env).Params.model_fields
+    return {
+        k: f.get_default(call_default_factory=True)
+        for k, f in fields.items()
+        if not f.is_required()
+    }
 
 
 class RunForm:

@@ -14,12 +14,13 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import services
+from dashboard import datasets, model_dirs, services
 from dashboard.models import Run
 from dashboard.pages import catalog, configdiff
 from dashboard.pages import formfields as ff
 from dashboard.pages import forms as f
 from dashboard.pages.csp import csp
+from trainer.config import TrainConfig
 
 
 def _context(form: f.RunForm, parent: Run | None, diff: list[Any]) -> dict[str, Any]:
@@ -31,6 +32,7 @@ def _context(form: f.RunForm, parent: Run | None, diff: list[Any]) -> dict[str, 
         "env_names": catalog.env_names(),
         "env_labels": catalog.env_labels(),
         "env_params": catalog.env_params(),
+        "models": model_dirs.list_models(),
         "preset_choices": catalog.preset_choices(),
         "presets": catalog.presets_data(),
         "component_names": list(catalog.component_classes()),
@@ -102,7 +104,18 @@ def run_new(request: HttpRequest) -> HttpResponse:
     preset = request.GET.get("preset", "grpo")
     if preset not in catalog.PRESETS:
         preset = "grpo"
-    form = f.RunForm(initial=f.default_config(env, preset))
+    params = None
+    if request.GET.get("dataset"):  # "use in a new run" from /datasets/
+        row = datasets.get_dataset_for_user(request.user, request.GET["dataset"])
+        env, params = (
+            "dataset",
+            {
+                "path": row.path,
+                "prompt_key": row.prompt_key,
+                "answer_key": row.answer_key,
+            },
+        )
+    form = f.RunForm(initial=f.default_config(env, preset, params))
     return render(request, "pages/new.html", _context(form, None, []))
 
 
@@ -120,6 +133,14 @@ def run_clone(request: HttpRequest, run_id: Any) -> HttpResponse:
 def _check(request: HttpRequest, parent: Run | None) -> JsonResponse:
     form = f.RunForm(request.POST)
     ok = form.is_valid()
+    if ok:  # what only the platform knows: paths in the roots, init_from_run
+        try:
+            services.check_platform(
+                TrainConfig.model_validate(form.cleaned), request.user
+            )
+        except services.ServiceError as exc:
+            form.add_service_errors(exc.errors)
+            ok = False
     diff = _diff(parent, form)
     return JsonResponse(
         {

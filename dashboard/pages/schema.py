@@ -145,7 +145,8 @@ def field_spec(model: type[BaseModel], name: str, prefix: str) -> FieldSpec | No
         if typing.get_origin(item) is Literal:
             choices = tuple((str(v), str(v)) for v in typing.get_args(item))
             return FieldSpec(kind="multi", choices=choices, **common)
-        return FieldSpec(kind="csv", **common)
+        # A list's max_length counts items, not the characters typed.
+        return FieldSpec(kind="csv", **{**common, "max_length": None})
     if tp is bool:
         return FieldSpec(kind="bool", **common)
     if tp is int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboard.pages import launch, tokens, trajectories, views
+from dashboard.pages import datasets, launch, tokens, trajectories, views
 
 app_name = "pages"
 
@@ -43,6 +43,13 @@ urlpatterns = [
         name="critical_path",
     ),
     path("compare/", views.compare, name="compare"),
+    path("datasets/", datasets.dataset_list, name="datasets"),
+    path("datasets/<int:dataset_id>/", datasets.dataset_detail, name="dataset_detail"),
+    path(
+        "datasets/<int:dataset_id>/delete/",
+        datasets.dataset_delete,
+        name="dataset_delete",
+    ),
     path("settings/tokens/", tokens.token_list, name="tokens"),
     path(
         "settings/tokens/<int:token_id>/revoke/",

@@ -64,7 +64,12 @@ def _free_port() -> int:
 class Server:
     """A Daphne subprocess over its own SQLite database."""
 
-    def __init__(self, var_dir: Path, trainer: str | None = None) -> None:
+    def __init__(
+        self,
+        var_dir: Path,
+        trainer: str | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.var_dir = var_dir
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -87,6 +92,7 @@ class Server:
         )
         if trainer:
             env["RUN_TRAINER"] = trainer
+        env.update(extra_env or {})
         self.env = env
         self.log = (var_dir / "server.log").open("w")
         self.proc: subprocess.Popen | None = None
@@ -173,6 +179,25 @@ def _users(server: Server) -> None:
 def live(tmp_path_factory):
     """Runs train for real (``trainer.runner.run_from_config``), on CPU."""
     s = Server(tmp_path_factory.mktemp("server")).start()
+    _users(s)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def roots_live(tmp_path_factory):
+    """The real trainer, with MODEL_ROOTS and DATA_ROOTS pointed at their own
+    temporary directories (``server.model_root``, ``server.data_root``)."""
+    base = tmp_path_factory.mktemp("roots")
+    models, data = base / "models", base / "data"
+    for d in (models, data, base / "server"):
+        d.mkdir()
+    s = Server(
+        base / "server",
+        extra_env={"MODEL_ROOTS": str(models), "DATA_ROOTS": str(data)},
+    )
+    s.model_root, s.data_root = models, data
+    s.start()
     _users(s)
     yield s
     s.stop()

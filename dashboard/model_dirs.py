@@ -1,0 +1,172 @@
+"""The model directories under ``MODEL_ROOTS``, for the new-run form's picker.
+
+A model directory is one holding ``config.json``, at most two levels below a root.
+For each: its name (relative to its root), its parameter count and whether its
+tokenizer has a chat template, all read from small files: the safetensors headers
+(exact), else the shapes implied by a Llama/Qwen-style ``config.json`` (weights are
+never loaded). The scan is bounded (depth 2, :data:`MAX_MODELS` models,
+:data:`MAX_DIRS` directories looked at) and cached for ``MODEL_SCAN_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from dashboard import roots
+
+MAX_DEPTH = 2
+MAX_MODELS = 200
+MAX_DIRS = 2000
+MAX_HEADER_BYTES = 16 << 20
+_cache: dict[tuple[str, ...], tuple[float, list[ModelDir]]] = {}
+
+
+@dataclass(frozen=True)
+class ModelDir:
+    name: str  # relative to its root
+    path: str  # what model.path gets
+    params: int | None
+    chat_template: bool
+
+    @property
+    def params_text(self) -> str:
+        n = self.params
+        if n is None:
+            return "?"
+        for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+            if n >= size:
+                return f"{n / size:.3g}{unit}"
+        return str(n)
+
+
+def list_models() -> list[ModelDir]:
+    key = tuple(str(r) for r in roots.model_roots())
+    now = time.monotonic()
+    hit = _cache.get(key)
+    if hit is not None and now - hit[0] < settings.MODEL_SCAN_SECONDS:
+        return hit[1]
+    found = scan(roots.model_roots())
+    _cache.clear()
+    _cache[key] = (now, found)
+    return found
+
+
+def clear_cache() -> None:
+    _cache.clear()
+
+
+def scan(model_roots: list[Path]) -> list[ModelDir]:
+    out: list[ModelDir] = []
+    budget = [MAX_DIRS]
+    for root in model_roots:
+        for path in _walk(Path(root), 0, budget):
+            if len(out) >= MAX_MODELS:
+                return out
+            real = roots.resolve(str(path), model_roots, want_dir=True)
+            if real is None:  # a symlink out of the roots: never offered
+                continue
+            out.append(
+                ModelDir(
+                    name=str(path.relative_to(root)) or path.name,
+                    path=str(path),
+                    params=param_count(Path(real)),
+                    chat_template=has_chat_template(Path(real)),
+                )
+            )
+    return out
+
+
+def _walk(d: Path, depth: int, budget: list[int]):
+    if depth > MAX_DEPTH or budget[0] <= 0:
+        return
+    budget[0] -= 1
+    if depth and (d / "config.json").is_file():
+        yield d
+        return
+    try:
+        children = sorted(os.scandir(d), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in children:
+        if entry.name.startswith(".") or not entry.is_dir():
+            continue
+        yield from _walk(Path(entry.path), depth + 1, budget)
+
+
+def has_chat_template(path: Path) -> bool:
+    if (path / "chat_template.jinja").is_file() or (
+        path / "chat_template.json"
+    ).is_file():
+        return True
+    cfg = _json(path / "tokenizer_config.json")
+    return bool(cfg.get("chat_template"))
+
+
+def param_count(path: Path) -> int | None:
+    files = sorted(path.glob("*.safetensors"))[:256]
+    if files:
+        total = 0
+        for f in files:
+            n = safetensors_params(f)
+            if n is None:
+                break
+            total += n
+        else:
+            return total
+    return config_params(_json(path / "config.json"))
+
+
+def safetensors_params(path: Path) -> int | None:
+    """Parameters in a safetensors file, from its JSON header alone."""
+    try:
+        with path.open("rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            if size > MAX_HEADER_BYTES:
+                return None
+            header = json.loads(fh.read(size))
+        total = 0
+        for name, info in header.items():
+            if name != "__metadata__":
+                n = 1
+                for dim in info["shape"]:
+                    n *= int(dim)
+                total += n
+        return total
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return None
+
+
+def config_params(cfg: dict[str, Any]) -> int | None:
+    """A decoder-only Llama/Qwen/Mistral-style model's parameters from its config:
+    embeddings, per layer attention (grouped KV) + gated MLP + two norms, the final
+    norm and an untied head. Biases (Qwen's q/k/v) are not counted."""
+    try:
+        v, h = int(cfg["vocab_size"]), int(cfg["hidden_size"])
+        inter, layers = int(cfg["intermediate_size"]), int(cfg["num_hidden_layers"])
+        heads = int(cfg["num_attention_heads"])
+        kv = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or h // heads)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    attn = h * heads * head_dim * 2 + h * kv * head_dim * 2
+    per_layer = attn + 3 * h * inter + 2 * h
+    head = 0 if cfg.get("tie_word_embeddings", True) else v * h
+    return v * h + layers * per_layer + h + head
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        if path.stat().st_size > MAX_HEADER_BYTES:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
