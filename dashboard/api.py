@@ -7,7 +7,7 @@ on unsafe methods (``X-CSRFToken`` header). Anonymous callers and revoked or unk
 tokens get 401, other users' runs 404, staff see every run. Every error is JSON. Bad input is a 400 whose
 ``errors`` are ``field: message`` lines; nothing is enqueued then. Numbers that are
 not finite are written as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
-Views are adapters: parse, call ``services``/``queries``, return.
+Views are adapters: parse, call ``services``/``dashboard.reads``, return.
 """
 
 from __future__ import annotations
@@ -29,8 +29,12 @@ from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer, django_auth
 from pydantic import ConfigDict
 
-from dashboard import external, jsonsafe, queries, services, tokens
+from dashboard import external, jsonsafe, services, tokens
 from dashboard.models import Alert, Checkpoint, CriticalPath, Judgement, Run, Trajectory
+from dashboard.reads import metrics as metric_reads
+from dashboard.reads import stream
+from dashboard.reads import trajectories as trajs
+from dashboard.reads.runs import alert_dict, checkpoint_dict, run_dict
 
 
 class SafeJSONRenderer(JSONRenderer):
@@ -183,7 +187,10 @@ class MetricsQuery(Schema):
     keys: str = Field("", max_length=4000, description="Comma-separated metric names.")
     since_step: int = Field(-1, ge=-1)
     points: int = Field(
-        1000, ge=1, le=queries.MAX_POINTS, description="Buckets at most (chart width)."
+        1000,
+        ge=1,
+        le=metric_reads.MAX_POINTS,
+        description="Buckets at most (chart width).",
     )
 
 
@@ -192,31 +199,6 @@ class StepRange(Schema):
     since_step: int = Field(-1, ge=-1)
     limit: int = Field(200, ge=1, le=2000)
     offset: int = Field(0, ge=0)
-
-
-def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
-    out = {
-        "id": run.id,
-        "name": run.name,
-        "owner": run.owner.get_username(),
-        "status": run.status,
-        "queue": run.queue,
-        "attempt": run.attempt,
-        "last_step": run.last_step,
-        "frame_seq": run.frame_seq,
-        "cancel_requested": run.cancel_requested,
-        "error": run.error,
-        "external": run.external,
-        "framework": run.framework,
-        "parent": run.parent_id,
-        "created_at": run.created_at,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "heartbeat_at": run.heartbeat_at,
-    }
-    if detail:
-        out["config"] = run.config
-    return out
 
 
 def _in_range(model: type, run: Run, q: StepRange):
@@ -234,7 +216,7 @@ def list_runs(
     runs = services.visible_runs(request.user)
     return {
         "count": runs.count(),
-        "runs": [run_out(r) for r in runs[offset : offset + limit]],
+        "runs": [run_dict(r) for r in runs[offset : offset + limit]],
     }
 
 
@@ -243,7 +225,7 @@ def list_runs(
 )
 def launch_run(request: HttpRequest, payload: LaunchIn):
     run = services.launch_run(request.user, payload.config, name=payload.name)
-    return Status(201, run_out(run, detail=True))
+    return Status(201, run_dict(run, detail=True))
 
 
 @api.post(
@@ -257,12 +239,12 @@ def create_external_run(request: HttpRequest, payload: ExternalIn):
         framework=payload.framework,
         config=payload.config,
     )
-    return Status(201, run_out(run, detail=True))
+    return Status(201, run_dict(run, detail=True))
 
 
 @api.get("/runs/{run_id}", response=RunDetailOut, tags=["runs"])
 def get_run(request: HttpRequest, run_id: str):
-    return run_out(services.get_run_for_user(request.user, run_id), detail=True)
+    return run_dict(services.get_run_for_user(request.user, run_id), detail=True)
 
 
 @api.post(
@@ -273,12 +255,14 @@ def get_run(request: HttpRequest, run_id: str):
 def clone_run(request: HttpRequest, run_id: str, payload: CloneIn):
     source = services.get_run_for_user(request.user, run_id)
     run = services.clone_run(request.user, source, payload.overrides, name=payload.name)
-    return Status(201, run_out(run, detail=True))
+    return Status(201, run_dict(run, detail=True))
 
 
 @api.post("/runs/{run_id}/cancel", response={200: RunOut, 409: ErrorOut}, tags=["runs"])
 def cancel_run(request: HttpRequest, run_id: str):
-    return run_out(services.cancel_run(services.get_run_for_user(request.user, run_id)))
+    return run_dict(
+        services.cancel_run(services.get_run_for_user(request.user, run_id))
+    )
 
 
 def _read_body(request: HttpRequest, limit: int) -> bytes:
@@ -328,7 +312,7 @@ def post_events(request: HttpRequest, run_id: str):
 )
 def finish_run(request: HttpRequest, run_id: str, payload: FinishIn):
     run = services.get_run_for_user(request.user, run_id)
-    return run_out(external.do_finish_external_run(run, payload.status, payload.error))
+    return run_dict(external.do_finish_external_run(run, payload.status, payload.error))
 
 
 @api.get("/events/schema.json", auth=None, tags=["external"])
@@ -355,9 +339,9 @@ def metrics(request: HttpRequest, run_id: str, q: Query[MetricsQuery]):
     run = services.get_run_for_user(request.user, run_id)
     keys = [k.strip() for k in q.keys.split(",") if k.strip()]
     if not keys:
-        return {"run": str(run.pk), "keys": queries.metric_keys(run)}
+        return {"run": str(run.pk), "keys": metric_reads.metric_keys(run)}
     return HttpResponse(
-        queries.downsample_metrics_json(
+        metric_reads.downsample_metrics_json(
             run, keys, since_step=q.since_step, points=q.points
         ),
         content_type="application/json",
@@ -372,7 +356,7 @@ def backfill(
     max_steps: int = Query(500, ge=1, le=5000),
 ):
     """What frames reported after ``since_step`` (for a client that missed frames)."""
-    return queries.backfill(
+    return stream.backfill(
         services.get_run_for_user(request.user, run_id), since_step, max_steps
     )
 
@@ -387,7 +371,7 @@ def trajectories(request: HttpRequest, run_id: str, q: Query[StepRange]):
     )
     return {
         "trajectories": [
-            queries.trajectory_summary(t) for t in qs[q.offset : q.offset + q.limit]
+            trajs.trajectory_summary(t) for t in qs[q.offset : q.offset + q.limit]
         ]
     }
 
@@ -401,13 +385,11 @@ def trajectory(request: HttpRequest, run_id: str, step: int, group: int, index: 
     t = Trajectory.objects.filter(**key).first()
     if t is None:
         return api.create_response(request, {"detail": "Not Found"}, status=404)
-    out = queries.trajectory_detail(t)
-    out["judgements"] = [
-        queries.judgement_dict(j)
-        for j in Judgement.objects.filter(**key).order_by("judge")
-    ]
-    cp = CriticalPath.objects.filter(**key).first()
-    out["critical_path"] = queries.critical_path_dict(cp) if cp else None
+    out = trajs.trajectory_detail(t)
+    where = (run, step, group, index)
+    out["judgements"] = [trajs.judgement_dict(j) for j in trajs.judgements_for(*where)]
+    cp = trajs.critical_path_for(*where)
+    out["critical_path"] = trajs.critical_path_dict(cp) if cp else None
     return out
 
 
@@ -417,7 +399,7 @@ def judgements(request: HttpRequest, run_id: str, q: Query[StepRange]):
     qs = _in_range(Judgement, run, q).order_by("step", "group", "index", "judge")
     return {
         "judgements": [
-            queries.judgement_dict(j) for j in qs[q.offset : q.offset + q.limit]
+            trajs.judgement_dict(j) for j in qs[q.offset : q.offset + q.limit]
         ]
     }
 
@@ -428,7 +410,7 @@ def critical_paths(request: HttpRequest, run_id: str, q: Query[StepRange]):
     qs = _in_range(CriticalPath, run, q).order_by("step", "group", "index")
     return {
         "critical_paths": [
-            queries.critical_path_dict(c) for c in qs[q.offset : q.offset + q.limit]
+            trajs.critical_path_dict(c) for c in qs[q.offset : q.offset + q.limit]
         ]
     }
 
@@ -437,9 +419,7 @@ def critical_paths(request: HttpRequest, run_id: str, q: Query[StepRange]):
 def alerts(request: HttpRequest, run_id: str, q: Query[StepRange]):
     run = services.get_run_for_user(request.user, run_id)
     qs = _in_range(Alert, run, q).order_by("step", "detector")
-    return {
-        "alerts": [queries.alert_dict(a) for a in qs[q.offset : q.offset + q.limit]]
-    }
+    return {"alerts": [alert_dict(a) for a in qs[q.offset : q.offset + q.limit]]}
 
 
 # --- what-if reweighting (issue 12) ---------------------------------------------------
@@ -466,7 +446,7 @@ def checkpoints(request: HttpRequest, run_id: str):
     run = services.get_run_for_user(request.user, run_id)
     return {
         "checkpoints": [
-            queries.checkpoint_dict(c)
+            checkpoint_dict(c)
             for c in Checkpoint.objects.filter(run=run).order_by("step")
         ]
     }
@@ -477,7 +457,7 @@ def export(request: HttpRequest, run_id: str):
     """The whole run as JSON lines (``application/x-ndjson``), trainer event shapes."""
     run = services.get_run_for_user(request.user, run_id)
     response = StreamingHttpResponse(
-        queries.export_lines(run), content_type="application/x-ndjson"
+        stream.export_lines(run), content_type="application/x-ndjson"
     )
     response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.jsonl"'
     return response

@@ -28,6 +28,8 @@ from dashboard.models import (
     MetricRollup,
     Trajectory,
 )
+from dashboard.reads.metrics import metric_keys
+from dashboard.rollups import BUCKET_AGGREGATES, COLUMNS, MERGE, POINTS, UNNEST
 
 STEP_MODELS = (MetricPoint, Trajectory, Judgement, CriticalPath, Alert, Checkpoint)
 _KEY_LIMIT = 200
@@ -234,46 +236,15 @@ def upsert_metrics(run_id: Any, points: dict[tuple[int, str], float]) -> None:
             f"p AS (INSERT INTO {MetricPoint._meta.db_table} (run_id, step, key, value) "
             "SELECT %s, s, k, v FROM t "
             "ON CONFLICT (run_id, key, step) DO UPDATE SET value = EXCLUDED.value) "
-            f"INSERT INTO {MetricRollup._meta.db_table} AS r {_ROLLUP_COLUMNS} "
+            f"INSERT INTO {MetricRollup._meta.db_table} AS r {COLUMNS} "
             + " UNION ALL ".join(
                 f"SELECT %s::uuid, k, {sh}, s >> {sh}, "
-                f"{BUCKET_AGGREGATES.format(**_T)} FROM t GROUP BY k, s >> {sh}"
+                f"{BUCKET_AGGREGATES.format(**UNNEST)} FROM t GROUP BY k, s >> {sh}"
                 for sh in ROLLUP_SHIFTS
             )
-            + f" ON CONFLICT (run_id, key, shift, bucket) DO UPDATE SET {_ROLLUP_MERGE}",
+            + f" ON CONFLICT (run_id, key, shift, bucket) DO UPDATE SET {MERGE}",
             [steps, keys, values, run_id] + [run_id] * len(ROLLUP_SHIFTS),
         )
-
-
-_ROLLUP_COLUMNS = "(run_id, key, shift, bucket, vmin, smin, vmax, smax, vlast, slast)"
-# Per bucket: the smallest (value, step) pair, the largest one, and the latest
-# (step, value) pair, as six columns. min/max of ARRAY[value, step] is an argmin/argmax
-# without a sort (arrays compare element by element); NaN sorts above every number in
-# PostgreSQL, so a bucket holding NaN reports it as its max: a diverged bucket stays
-# visible. Over points every placeholder is ``value`` or ``step``; over rollup rows
-# they are the rollup's own columns (``POINTS``, ``ROLLUPS``).
-BUCKET_AGGREGATES = (
-    "(min(ARRAY[{vmin}, {smin}]))[1], (min(ARRAY[{vmin}, {smin}]))[2]::int, "
-    "(max(ARRAY[{vmax}, {smax}]))[1], (max(ARRAY[{vmax}, {smax}]))[2]::int, "
-    "(max(ARRAY[{slast}, {vlast}]))[2], max({slast})"
-)
-POINTS = dict(
-    vmin="value", smin="step", vmax="value", smax="step", vlast="value", slast="step"
-)
-ROLLUPS = dict(
-    vmin="vmin", smin="smin", vmax="vmax", smax="smax", vlast="vlast", slast="slast"
-)
-_T = dict(vmin="v", smin="s", vmax="v", smax="s", vlast="v", slast="s")
-_LT = "(EXCLUDED.vmin, EXCLUDED.smin) < (r.vmin, r.smin)"
-_GT = "(EXCLUDED.vmax, EXCLUDED.smax) > (r.vmax, r.smax)"
-_ROLLUP_MERGE = (
-    f"vmin = CASE WHEN {_LT} THEN EXCLUDED.vmin ELSE r.vmin END, "
-    f"smin = CASE WHEN {_LT} THEN EXCLUDED.smin ELSE r.smin END, "
-    f"vmax = CASE WHEN {_GT} THEN EXCLUDED.vmax ELSE r.vmax END, "
-    f"smax = CASE WHEN {_GT} THEN EXCLUDED.smax ELSE r.smax END, "
-    "vlast = CASE WHEN EXCLUDED.slast >= r.slast THEN EXCLUDED.vlast ELSE r.vlast END, "
-    "slast = GREATEST(EXCLUDED.slast, r.slast)"
-)
 
 
 def rebuild_rollup(
@@ -290,7 +261,7 @@ def rebuild_rollup(
         ).delete()
         with connection.cursor() as cur:
             cur.execute(
-                f"INSERT INTO {MetricRollup._meta.db_table} {_ROLLUP_COLUMNS} "
+                f"INSERT INTO {MetricRollup._meta.db_table} {COLUMNS} "
                 f"SELECT run_id, key, {sh}, step >> {sh}, "
                 f"{BUCKET_AGGREGATES.format(**POINTS)} "
                 f"FROM {MetricPoint._meta.db_table} WHERE run_id = %s "
@@ -320,8 +291,6 @@ def _upsert(model: type, rows: Iterable[Any], unique: list[str]) -> None:
 
 def supersede(run_id: Any, from_step: int) -> None:
     """Delete every row at ``step >= from_step``: a resumed attempt replays them."""
-    from dashboard.queries import metric_keys
-
     keys = metric_keys(run_id)  # with the keys, each delete is an index range per key
     MetricPoint.objects.filter(
         run_id=run_id, key__in=keys, step__gte=from_step

@@ -4,7 +4,7 @@ Every event table carries the run and the training step, with a unique key per
 (run, step, ...) so writes are idempotent upserts: a run resumed from a checkpoint
 re-emits later steps and supersedes the rows of the attempt that died.
 
-Storage choices (documented here, decoded by ``dashboard.arrays``/``dashboard.queries``):
+Storage choices (documented here, decoded by ``dashboard.arrays``/``dashboard.reads``):
 
 * ``MetricPoint`` is narrow (run, key, step, value) with one index: the composite
   primary key (run, key, step), covering ``value`` on PostgreSQL.
@@ -110,7 +110,7 @@ class MetricPoint(models.Model):
     Its only index is the primary key (run, key, step), which on PostgreSQL also
     INCLUDEs ``value`` (migration 0002): upserts maintain one index, and a chart's
     per-key step range is an index-only scan. Readers that want every key of a step
-    range list the run's keys first (a loose index scan, ``queries.metric_keys``).
+    range list the run's keys first (a loose index scan, ``reads.metrics.metric_keys``).
     """
 
     pk = models.CompositePrimaryKey("run_id", "key", "step")

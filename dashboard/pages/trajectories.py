@@ -18,8 +18,8 @@ from dashboard import arrays, services
 from dashboard.models import CriticalPath, Trajectory
 from dashboard.pages import charts, trajview
 from dashboard.pages import groups as groups_mod
-from dashboard.pages import queries as q
 from dashboard.pages.csp import csp
+from dashboard.reads import trajectories as trajs
 
 FILTERS = ("reward_min", "reward_max", "sign", "length_min", "length_max", "dropped")
 FILTERS += ("sort",)
@@ -35,10 +35,10 @@ def _int(value: Any) -> int | None:
 @csp
 def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
-    steps = q.trajectory_steps(run)
+    steps = trajs.trajectory_steps(run)
     asked = _int(request.GET.get("step"))
-    step = q.nearest(steps, asked)
-    groups = q.step_groups(run, step, request.GET) if step is not None else []
+    step = trajs.nearest(steps, asked)
+    groups = trajs.step_groups(run, step, request.GET) if step is not None else []
     if step is not None:  # group browser (issue 12): signal, divergence, sort
         groups_mod.annotate(run, step, groups, request.GET.get("sort", ""))
     pos = steps.index(step) if step is not None else -1
@@ -96,8 +96,8 @@ def trajectory(
     if t is None:
         raise Http404("no such trajectory")
     order = charts.component_names(run.config)
-    view = trajview.build(t, q.judgements_for(run, step, group, index), order)
-    cp = q.critical_path_for(run, step, group, index)
+    view = trajview.build(t, trajs.judgements_for(run, step, group, index), order)
+    cp = trajs.critical_path_for(run, step, group, index)
     siblings = list(
         Trajectory.objects.filter(run=run, step=step)
         .order_by("group", "index")
@@ -132,8 +132,8 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
         .values_list("step", flat=True)
         .distinct()
     )
-    step = q.nearest(steps, _int(request.GET.get("step")))
-    paths = q.critical_paths(run, step) if step is not None else []
+    step = trajs.nearest(steps, _int(request.GET.get("step")))
+    paths = trajs.critical_paths(run, step) if step is not None else []
     rewards = (
         {
             (t.group, t.index): t

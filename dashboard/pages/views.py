@@ -1,6 +1,6 @@
 """Run pages: home, the runs list, one run (live), cancel, compare.
 
-Thin adapters (healthchecks style): load through ``services``/``queries``, check
+Thin adapters (healthchecks style): load through ``services``/``dashboard.reads``, check
 ownership (a run that is not the user's is a 404), render. Every response carries the
 pages' Content-Security-Policy (:mod:`dashboard.pages.csp`).
 """
@@ -19,9 +19,11 @@ from django.views.decorators.http import require_POST
 from dashboard import services, whatif
 from dashboard.models import ACTIVE_STATUSES, Alert, Run, RunStatus
 from dashboard.pages import catalog, charts, configdiff
-from dashboard.pages import queries as q
 from dashboard.pages.csp import csp
 from dashboard.pages.forms import normalise
+from dashboard.reads import metrics
+from dashboard.reads import runs as run_reads
+from dashboard.reads import trajectories as trajs
 
 COMPARE_MIN, COMPARE_MAX = 2, 8
 PAGE_SIZE = 50
@@ -52,11 +54,11 @@ def run_info(run: Run) -> dict[str, Any]:
 
 @csp
 def home(request: HttpRequest) -> HttpResponse:
-    runs = q.filter_runs(services.visible_runs(request.user), {})
+    runs = run_reads.filter_runs(services.visible_runs(request.user), {})
     active = list(runs.filter(status__in=ACTIVE_STATUSES)[:20])
     recent = list(runs.exclude(status__in=ACTIVE_STATUSES)[:10])
     shown = active + recent
-    sparks = q.sparklines(shown)
+    sparks = metrics.sparklines(shown)
     alerts = (
         Alert.objects.filter(run__in=services.visible_runs(request.user))
         .select_related("run")
@@ -81,10 +83,10 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @csp
 def run_list(request: HttpRequest) -> HttpResponse:
-    runs = q.filter_runs(services.visible_runs(request.user), request.GET)
+    runs = run_reads.filter_runs(services.visible_runs(request.user), request.GET)
     page = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
     rows = list(page.object_list)
-    sparks = q.sparklines(rows)
+    sparks = metrics.sparklines(rows)
     query = request.GET.copy()
     query.pop("page", None)
     return render(
@@ -113,9 +115,9 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @csp
 def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
-    stats = q.run_stats(run)
-    alerts = q.alerts(run)
-    traj_steps = q.trajectory_steps(run)
+    stats = run_reads.run_stats(run)
+    alerts = run_reads.alerts(run)
+    traj_steps = trajs.trajectory_steps(run)
     page_data = {
         "run": str(run.pk),
         "status": run.status,
@@ -123,7 +125,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
         "frame_seq": run.frame_seq,
         "steps": run_info(run)["steps"],
         "charts": charts.run_charts(
-            run.config, q.metric_keys(run) if run.external else None
+            run.config, metrics.metric_keys(run) if run.external else None
         ),
         "metrics_url": f"/api/runs/{run.pk}/metrics",
         "backfill_url": f"/api/runs/{run.pk}/backfill",
@@ -134,7 +136,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             {"step": a.step, "detector": a.detector, "severity": a.severity}
             for a in alerts
         ],
-        "latest_trajectory_step": q.nearest(traj_steps, None),
+        "latest_trajectory_step": trajs.nearest(traj_steps, None),
         "trajectory_steps": traj_steps[-5000:],
     }
     return render(
@@ -146,7 +148,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "stats": stats,
             "alerts": alerts,
             "page_data": page_data,
-            "metric_keys": q.metric_keys(run),
+            "metric_keys": metrics.metric_keys(run),
             "clones": list(services.visible_runs(request.user).filter(parent=run)[:20]),
             # what-if panel (issue 12)
             "whatif_components": whatif.component_weights(run),
@@ -189,11 +191,11 @@ def compare(request: HttpRequest) -> HttpResponse:
             status=400 if ids else 200,
         )
     runs = [services.get_run_for_user(request.user, i) for i in ids]
-    best = q.best_rewards([r.pk for r in runs])
-    alert_counts = q.alert_counts([r.pk for r in runs])
+    best = metrics.best_rewards([r.pk for r in runs])
+    alert_counts = run_reads.alert_counts([r.pk for r in runs])
     summary = []
     for r in runs:
-        stats = q.run_stats(r)
+        stats = run_reads.run_stats(r)
         summary.append(
             {
                 "run": r,
@@ -204,10 +206,10 @@ def compare(request: HttpRequest) -> HttpResponse:
             }
         )
     diff = configdiff.diff([normalise(r.config) for r in runs])
-    keys = sorted(set().union(*(q.metric_keys(r) for r in runs))) or ["reward"]
-    tasks = q.common_tasks(runs)
+    keys = sorted(set().union(*(metrics.metric_keys(r) for r in runs))) or ["reward"]
+    tasks = trajs.common_tasks(runs)
     task = request.GET.get("task") or (tasks[0] if tasks else "")
-    side_by_side = q.task_trajectories(runs, task) if task else []
+    side_by_side = trajs.task_trajectories(runs, task) if task else []
     page_data = {
         "runs": [
             {

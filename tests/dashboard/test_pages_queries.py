@@ -6,31 +6,32 @@ from types import SimpleNamespace
 
 import pytest
 
-from dashboard.pages import configdiff, queries, trajview
+from dashboard.pages import configdiff, trajview
 from dashboard.pages.schema import flatten
+from dashboard.reads import metrics, trajectories
 
 
 def test_sample_steps_is_evenly_spaced_and_keeps_the_last_step():
-    assert queries.sample_steps(0) == []
-    assert queries.sample_steps(5) == [1, 2, 3, 4, 5]
-    steps = queries.sample_steps(100_000, 5)
+    assert metrics.sample_steps(0) == []
+    assert metrics.sample_steps(5) == [1, 2, 3, 4, 5]
+    steps = metrics.sample_steps(100_000, 5)
     assert steps == [1, 25001, 50001, 75000, 100000]  # 1 + round(i * 99999 / 4)
 
 
 def test_spark_svg_fits_the_viewbox():
-    assert queries.spark_svg([]) == ""
+    assert metrics.spark_svg([]) == ""
     assert (
-        queries.spark_svg([(1, 0.0), (3, 1.0), (5, 0.5)])
+        metrics.spark_svg([(1, 0.0), (3, 1.0), (5, 0.5)])
         == "0.0,23.0 50.0,1.0 100.0,12.0"
     )
-    assert queries.spark_svg([(1, 2.0), (2, 2.0)]) == "0.0,23.0 100.0,23.0"  # flat
+    assert metrics.spark_svg([(1, 2.0), (2, 2.0)]) == "0.0,23.0 100.0,23.0"  # flat
 
 
 def test_nearest_prefers_the_closest_then_the_earlier_step():
-    assert queries.nearest([], 3) is None
-    assert queries.nearest([2, 4, 10], None) == 10
-    assert queries.nearest([2, 4, 10], 3) == 2
-    assert queries.nearest([2, 4, 10], 8) == 10
+    assert trajectories.nearest([], 3) is None
+    assert trajectories.nearest([2, 4, 10], None) == 10
+    assert trajectories.nearest([2, 4, 10], 3) == 2
+    assert trajectories.nearest([2, 4, 10], 8) == 10
 
 
 def _cp(stages, path, critical, total):

@@ -211,9 +211,9 @@ def test_backfill_returns_what_frames_carried_since_a_step(owner_client, run):
 
 
 def test_export_is_json_lines_in_event_shapes(owner_client, run, monkeypatch):
-    from dashboard import queries
+    from dashboard.reads import stream
 
-    monkeypatch.setattr(queries, "EXPORT_STEPS", 4)  # several chunks
+    monkeypatch.setattr(stream, "EXPORT_STEPS", 4)  # several chunks
     r = owner_client.get(f"/api/runs/{run.id}/export")
     assert r["Content-Type"] == "application/x-ndjson"
     lines = [
@@ -342,7 +342,7 @@ def test_every_bucket_holds_the_exact_min_max_and_last_of_its_steps(
 ):
     """Whichever path the database takes (rollups of some level, raw points) against
     a brute-force answer, as the API serves it (JSON text)."""
-    from dashboard import queries
+    from dashboard.reads import metrics as queries
 
     run, raw = _run_with_points(owner, tiny_config)
     text = queries.downsample_metrics_json(
@@ -364,7 +364,7 @@ def test_sqlite_bucketing_in_python_matches_the_brute_force_answer(
 ):
     """The embedded default (SQLite) buckets in Python; tests run on PostgreSQL here,
     so its code is called directly, on the same data."""
-    from dashboard import queries
+    from dashboard.reads import metrics as queries
 
     run, raw = _run_with_points(owner, tiny_config)
     lo, hi = queries._bounds(run, ["a", "b"], since_step)
@@ -375,7 +375,7 @@ def test_sqlite_bucketing_in_python_matches_the_brute_force_answer(
 
 
 def test_a_chart_reads_the_coarsest_rollup_level_with_a_row_per_point():
-    from dashboard.queries import _rollup_level
+    from dashboard.reads.metrics import _rollup_level
 
     assert _rollup_level(1, 100_000, 1000, 0) == 6  # 1,563 rows of 64 steps
     assert _rollup_level(1, 100_000, 300, 0) == 8  # 391 rows of 256 steps

@@ -7,8 +7,9 @@ import pytest
 from django.db import connection
 from fake_runner import events_for_step, metrics_for
 
-from dashboard import lease, queries, services
+from dashboard import lease, services
 from dashboard.models import Alert, Checkpoint, Judgement, MetricPoint, Run, Trajectory
+from dashboard.reads import metrics, trajectories
 from dashboard.sinks import RunSink
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -76,7 +77,7 @@ def test_non_finite_values_are_stored_and_read_back_safely(claim, published):
         assert values[(2, "kl")] is None  # SQLite's NaN
     assert values[(4, "grad_norm")] == math.inf
     run = Run.objects.get(pk=claim.run_id)
-    series = queries.downsample_metrics(run, ["kl", "grad_norm"], points=100)["series"]
+    series = metrics.downsample_metrics(run, ["kl", "grad_norm"], points=100)["series"]
     assert series["kl"]["last"][1] == "NaN"
     assert series["grad_norm"]["max"][3] == "Infinity"
 
@@ -86,7 +87,7 @@ def test_token_arrays_round_trip_and_text_is_sanitised(claim, published):
     emit_steps(sink, [1])
     sink.close()
     t = Trajectory.objects.get(run_id=claim.run_id, step=1, group=0, index=1)
-    segs = queries.trajectory_detail(t)["segments"]
+    segs = trajectories.trajectory_detail(t)["segments"]
     original = events_for_step(3, 1)[3]["segments"]  # the index=1 trajectory
     assert [s["token_ids"] for s in segs] == [s["token_ids"] for s in original]
     assert segs[0]["logprob"] == ["NaN"] * 3

@@ -1,35 +1,35 @@
-"""Read side: downsampled metrics, backfill, trajectory detail, export.
-
-Everything returned is JSON-ready: non-finite floats are the strings ``"NaN"``,
-``"Infinity"``, ``"-Infinity"`` (``dashboard.jsonsafe.num``), per-token arrays are
-decoded lists. Ownership is checked by the caller (``services.get_run_for_user``).
-"""
+"""Metrics: the run's metric keys, downsampled series for charts (rollup levels on
+PostgreSQL), sampled sparklines and best values."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import (
+    Max,
+    Q,
+    Subquery,
+)
 
-from dashboard import arrays, jsonsafe
-from dashboard.ingest import BUCKET_AGGREGATES, POINTS, ROLLUPS
+from dashboard import jsonsafe
 from dashboard.models import (
     ROLLUP_SHIFTS,
-    Alert,
-    Checkpoint,
-    CriticalPath,
-    Judgement,
     MetricPoint,
     MetricRollup,
     Run,
-    Trajectory,
 )
+from dashboard.rollups import BUCKET_AGGREGATES, POINTS, ROLLUPS
 
 MAX_POINTS = 2000
+
+
 MAX_KEYS = 32
+
+
 # The planner cannot know a chart query yields only ~points groups; left alone it picks
 # a parallel seq scan + sort (and JIT) on big tables, 5-10x slower than an index-only
 # scan into a hash aggregate. Scoped to the query's own transaction.
@@ -37,22 +37,39 @@ _PLANNER_HINTS = (
     "SET LOCAL jit = off; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; "
     "SET LOCAL extra_float_digits = 1"  # floats as text: shortest exact form
 )
-EXPORT_STEPS = 1000
+
+
+SPARK_POINTS = 40
+
+
 num = jsonsafe.num
 
 
-def _value(v: float | None) -> float | str | None:
+def metric_value(v: float | None) -> float | str | None:
     """A stored metric value for JSON (NULL is SQLite's NaN)."""
     return jsonsafe.NAN if v is None else num(v)
 
 
-def metric_keys(run: Run) -> list[str]:
-    return list(
-        MetricPoint.objects.filter(run=run)
-        .values_list("key", flat=True)
-        .distinct()
-        .order_by("key")
+def finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def metric_keys(run: Any, limit: int = 10_000) -> list[str]:
+    """Distinct metric keys of the run (a Run or its id), by a loose index scan: one index seek per key
+    on the (run, key, ...) index instead of a DISTINCT over millions of points."""
+    table = MetricPoint._meta.db_table
+    run_id = Run._meta.pk.get_db_prep_value(getattr(run, "pk", run), connection)
+    sql = (
+        f"WITH RECURSIVE k(key, n) AS ("
+        f" SELECT MIN(key), 1 FROM {table} WHERE run_id = %s"
+        f" UNION ALL"
+        f" SELECT (SELECT MIN(key) FROM {table} WHERE run_id = %s AND key > k.key), n + 1"
+        f" FROM k WHERE k.key IS NOT NULL AND n < %s"
+        f") SELECT key FROM k WHERE key IS NOT NULL"
     )
+    with connection.cursor() as cur:
+        cur.execute(sql, [run_id, run_id, limit])
+        return [row[0] for row in cur.fetchall()]
 
 
 def _bounds(run: Run, keys: list[str], since_step: int) -> tuple[int, int] | None:
@@ -246,10 +263,10 @@ def _series_py(rows: list[tuple]) -> dict[str, str]:
             },
         )
         s["step"].append(last_step)
-        s["last"].append(_value(last))
-        s["min"].append(_value(mn))
+        s["last"].append(metric_value(last))
+        s["min"].append(metric_value(mn))
         s["min_step"].append(mn_step)
-        s["max"].append(_value(mx))
+        s["max"].append(metric_value(mx))
         s["max_step"].append(mx_step)
     return {
         key: json.dumps(s, allow_nan=False, separators=(",", ":"))
@@ -289,191 +306,69 @@ def _bucket_rows_py(
     return out
 
 
-# --- rows as JSON ----------------------------------------------------------------------
-def trajectory_summary(t: Trajectory) -> dict[str, Any]:
-    return {
-        "step": t.step,
-        "group": t.group,
-        "index": t.index,
-        "task_id": t.task_id,
-        "dropped": t.dropped,
-        "reward": _value(t.reward),
-        "advantage": _value(t.advantage),
-        "num_turns": t.num_turns,
-        "length": t.length,
-        "truncated": t.truncated,
-        "rewards": t.rewards,
-    }
-
-
-def trajectory_detail(t: Trajectory) -> dict[str, Any]:
-    out = trajectory_summary(t)
-    out["facts"] = t.facts
-    out["steps"] = t.agent_steps
-    out["segments"] = arrays.unpack_segments(t.segments, t.arrays)
-    return out
-
-
-def judgement_dict(j: Judgement) -> dict[str, Any]:
-    return {
-        "step": j.step,
-        "group": j.group,
-        "index": j.index,
-        "judge": j.judge,
-        "backend": j.backend,
-        "ok": j.ok,
-        "score": None if j.score is None else num(j.score),
-        "scores": j.scores,
-        "rationale": j.rationale,
-        "raw": j.raw,
-        "error": j.error,
-        "target_step": j.target_step,
-    }
-
-
-def critical_path_dict(c: CriticalPath) -> dict[str, Any]:
-    return {
-        "step": c.step,
-        "group": c.group,
-        "index": c.index,
-        "stages": c.stages,
-        "critical_steps": c.critical_steps,
-        "total_steps": c.total_steps,
-        "path": c.path,
-    }
-
-
-def alert_dict(a: Alert) -> dict[str, Any]:
-    return {
-        "step": a.step,
-        "detector": a.detector,
-        "severity": a.severity,
-        "message": a.message,
-        "evidence": a.evidence,
-    }
-
-
-def checkpoint_dict(c: Checkpoint) -> dict[str, Any]:
-    return {
-        "step": c.step,
-        "attempt": c.attempt,
-        "created_at": c.created_at.isoformat(),
-    }
-
-
-def backfill(run: Run, since_step: int = -1, max_steps: int = 500) -> dict[str, Any]:
-    """Everything committed at steps in (since_step, since_step + max_steps]: what the
-    frames said, for a client that missed some. ``more``: call again from ``until_step``."""
-    run.refresh_from_db(fields=["status", "last_step", "frame_seq"])
-    until = since_step + max_steps
-    steps: dict[int, dict[str, Any]] = {}
-    metrics = MetricPoint.objects.filter(
-        run=run, step__gt=since_step, step__lte=until
-    ).order_by("step", "key")
-    for step, key, value in metrics.values_list("step", "key", "value"):
-        steps.setdefault(step, {})[key] = _value(value)
-    in_range = {"run": run, "step__gt": since_step, "step__lte": until}
-    trajectories = (
-        Trajectory.objects.filter(**in_range)
-        .defer("arrays", "segments", "facts", "agent_steps")
-        .order_by("step", "group", "index")
+def _latest(run_ref: Any, key: str) -> Subquery:
+    return Subquery(
+        MetricPoint.objects.filter(run_id=run_ref, key=key)
+        .order_by("-step")
+        .values("value")[:1]
     )
-    judgements = Judgement.objects.filter(**in_range).order_by(
-        "step", "group", "index", "judge"
+
+
+def sample_steps(last_step: int, n: int = SPARK_POINTS) -> list[int]:
+    """About ``n`` evenly spaced steps in ``1..last_step`` (always the last one)."""
+    if last_step < 1:
+        return []
+    if last_step <= n:
+        return list(range(1, last_step + 1))
+    return sorted({1 + round(i * (last_step - 1) / (n - 1)) for i in range(n)})
+
+
+def sparklines(runs: Sequence[Run], key: str = "reward") -> dict[Any, str]:
+    """SVG ``points`` (viewBox 0 0 100 24) of ``key`` at sampled steps, per run.
+
+    Reads ~40 rows per run through the primary key (run, step, key) instead of
+    scanning the run's series.
+    """
+    cond = Q()
+    for run in runs:
+        steps = sample_steps(run.last_step)
+        if steps:
+            cond |= Q(run_id=run.pk, step__in=steps)
+    if not cond:
+        return {}
+    series: dict[Any, list[tuple[int, float]]] = {}
+    rows = MetricPoint.objects.filter(cond, key=key).values_list(
+        "run_id", "step", "value"
     )
-    return {
-        "run": str(run.pk),
-        "status": run.status,
-        "last_step": run.last_step,
-        "frame_seq": run.frame_seq,
-        "since_step": since_step,
-        "until_step": until,
-        "more": until < run.last_step,
-        "steps": [{"step": s, "metrics": steps[s]} for s in sorted(steps)],
-        "trajectories": [trajectory_summary(t) for t in trajectories[:2000]],
-        "judgements": [
-            {
-                "step": j.step,
-                "group": j.group,
-                "index": j.index,
-                "judge": j.judge,
-                "ok": j.ok,
-                "score": None if j.score is None else num(j.score),
-            }
-            for j in judgements[:2000]
-        ],
-        "alerts": [
-            alert_dict(a)
-            for a in Alert.objects.filter(**in_range).order_by("step", "detector")[
-                :1000
-            ]
-        ],
-        "checkpoints": [
-            {"step": c.step}
-            for c in Checkpoint.objects.filter(**in_range).order_by("step")
-        ],
-    }
+    for run_id, step, value in rows:
+        if value is not None and math.isfinite(value):
+            series.setdefault(run_id, []).append((step, value))
+    return {run_id: spark_svg(sorted(points)) for run_id, points in series.items()}
 
 
-def export_lines(run: Run) -> Iterator[str]:
-    """The run as JSON lines in the trainer's event shapes (``trainer.events``): a
-    ``run`` header, then step, trajectory, judgement, critical_path, alert and
-    checkpoint events, each group ordered by step."""
-
-    def line(obj: dict[str, Any]) -> str:
-        return json.dumps(jsonsafe.clean(obj), allow_nan=False) + "\n"
-
-    yield line(
-        {
-            "type": "run",
-            "id": str(run.pk),
-            "name": run.name,
-            "status": run.status,
-            "attempt": run.attempt,
-            "last_step": run.last_step,
-            "config": run.config,
-            "parent": str(run.parent_id) if run.parent_id else None,
-            "created_at": run.created_at.isoformat(),
-        }
+def spark_svg(
+    points: Sequence[tuple[int, float]], w: float = 100, h: float = 24
+) -> str:
+    if not points:
+        return ""
+    xs = [p[0] for p in points]
+    ys = [p[1] for p in points]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(ys), max(ys)
+    dx = (x1 - x0) or 1
+    dy = (y1 - y0) or 1
+    return " ".join(
+        f"{(x - x0) / dx * w:.1f},{h - 1 - (y - y0) / dy * (h - 2):.1f}"
+        for x, y in points
     )
-    current: int | None = None
-    metrics: dict[str, Any] = {}
+
+
+def best_rewards(run_ids: Iterable[Any]) -> dict[Any, float | None]:
     rows = (
-        MetricPoint.objects.filter(run=run)
-        .order_by("step", "key")
-        .values_list("step", "key", "value")
+        MetricPoint.objects.filter(
+            run_id__in=list(run_ids), key="reward", value__isnull=False
+        )
+        .values("run_id")
+        .annotate(best=Max("value"))
     )
-    for step, key, value in rows.iterator(chunk_size=5000):
-        if step != current and current is not None:
-            yield line({"type": "step", "step": current, "metrics": metrics})
-            metrics = {}
-        current = step
-        metrics[key] = _value(value)
-    if current is not None:
-        yield line({"type": "step", "step": current, "metrics": metrics})
-    for t in (
-        Trajectory.objects.filter(run=run)
-        .order_by("step", "group", "index")
-        .iterator(chunk_size=200)
-    ):
-        yield line({"type": "trajectory", **trajectory_detail(t)})
-    for j in (
-        Judgement.objects.filter(run=run)
-        .order_by("step", "group", "index", "judge")
-        .iterator(chunk_size=1000)
-    ):
-        yield line({"type": "judgement", **judgement_dict(j)})
-    for c in (
-        CriticalPath.objects.filter(run=run)
-        .order_by("step", "group", "index")
-        .iterator(chunk_size=1000)
-    ):
-        yield line({"type": "critical_path", **critical_path_dict(c)})
-    for a in (
-        Alert.objects.filter(run=run)
-        .order_by("step", "detector")
-        .iterator(chunk_size=1000)
-    ):
-        yield line({"type": "alert", **alert_dict(a)})
-    for c in Checkpoint.objects.filter(run=run).order_by("step"):
-        yield line({"type": "checkpoint", "step": c.step, "attempt": c.attempt})
+    return {r["run_id"]: finite(r["best"]) for r in rows}

@@ -1,0 +1,173 @@
+"""Runs: the runs list's filters and sort, a run's summary numbers, alerts, and the
+run's JSON (one serialiser for the API and the pages)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import (
+    Case,
+    Count,
+    F,
+    FloatField,
+    OuterRef,
+    Q,
+    QuerySet,
+    When,
+)
+from django.db.models.functions import Cast
+from django.utils import timezone
+
+from dashboard.models import (
+    ACTIVE_STATUSES,
+    Alert,
+    Checkpoint,
+    MetricPoint,
+    Run,
+    RunStatus,
+)
+from dashboard.reads.metrics import _latest, finite
+
+SORTS = {
+    "new": ("-created_at",),
+    "old": ("created_at",),
+    "name": ("name", "-created_at"),
+    "status": ("status", "-created_at"),
+    "progress": (F("progress").desc(nulls_last=True), "-created_at"),
+    "reward": (F("last_reward").desc(nulls_last=True), "-created_at"),
+}
+
+
+def filter_runs(runs: QuerySet[Run], params: Any) -> QuerySet[Run]:
+    """The runs list's filters and sort, from GET parameters."""
+    q = (params.get("q") or "").strip()
+    if q:
+        runs = runs.filter(Q(name__icontains=q) | Q(owner__username__icontains=q))
+    status = params.get("status") or ""
+    if status == "active":
+        runs = runs.filter(status__in=ACTIVE_STATUSES)
+    elif status in RunStatus.values:
+        runs = runs.filter(status=status)
+    preset = params.get("algorithm") or ""
+    if preset:
+        runs = runs.filter(config__algorithm__preset=preset)
+    env = params.get("env") or ""
+    if env:
+        runs = runs.filter(config__env__name=env)
+    runs = runs.annotate(
+        last_reward=_latest(OuterRef("pk"), "reward"),
+        # An external run's config is any JSON: only ours is known to hold an int.
+        progress=Case(
+            When(
+                external=False,
+                then=Cast(F("last_step"), FloatField())
+                / Cast(F("config__steps"), FloatField()),
+            ),
+            default=None,
+            output_field=FloatField(),
+        ),
+    )
+    sort = params.get("sort") or "new"
+    return runs.order_by(*SORTS.get(sort, SORTS["new"]))
+
+
+# --- one run -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunStats:
+    last_reward: float | None
+    best_reward: float | None
+    best_step: int | None
+    alerts: int
+    duration_s: float | None
+    last_pass_at_k: float | None = None  # held-out evaluation (eval/pass@k)
+
+
+def run_stats(run: Run) -> RunStats:
+    rewards = MetricPoint.objects.filter(run=run, key="reward")
+    last = rewards.order_by("-step").values_list("value", flat=True).first()
+    best = (
+        rewards.filter(value__isnull=False)
+        .order_by("-value", "step")
+        .values_list("value", "step")
+        .first()
+    )
+    last_pass = (
+        MetricPoint.objects.filter(run=run, key="eval/pass@k", value__isnull=False)
+        .order_by("-step")
+        .values_list("value", flat=True)
+        .first()
+    )
+    return RunStats(
+        last_pass_at_k=finite(last_pass),
+        last_reward=finite(last),
+        best_reward=finite(best[0]) if best else None,
+        best_step=best[1] if best else None,
+        alerts=Alert.objects.filter(run=run).count(),
+        duration_s=duration_s(run),
+    )
+
+
+def duration_s(run: Run) -> float | None:
+    if run.started_at is None:
+        return None
+    end = run.finished_at or timezone.now()
+    return max(0.0, (end - run.started_at).total_seconds())
+
+
+def alerts(run: Run, limit: int = 200) -> list[Alert]:
+    return list(Alert.objects.filter(run=run).order_by("step", "detector")[:limit])
+
+
+def alert_counts(run_ids: Iterable[Any]) -> dict[Any, int]:
+    rows = (
+        Alert.objects.filter(run_id__in=list(run_ids))
+        .values("run_id")
+        .annotate(n=Count("pk"))
+    )
+    return {r["run_id"]: r["n"] for r in rows}
+
+
+def run_dict(run: Run, *, detail: bool = False) -> dict[str, Any]:
+    """A run as the API returns it (``detail``: with its config)."""
+    out = {
+        "id": run.id,
+        "name": run.name,
+        "owner": run.owner.get_username(),
+        "status": run.status,
+        "queue": run.queue,
+        "attempt": run.attempt,
+        "last_step": run.last_step,
+        "frame_seq": run.frame_seq,
+        "cancel_requested": run.cancel_requested,
+        "error": run.error,
+        "external": run.external,
+        "framework": run.framework,
+        "parent": run.parent_id,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "heartbeat_at": run.heartbeat_at,
+    }
+    if detail:
+        out["config"] = run.config
+    return out
+
+
+def alert_dict(a: Alert) -> dict[str, Any]:
+    return {
+        "step": a.step,
+        "detector": a.detector,
+        "severity": a.severity,
+        "message": a.message,
+        "evidence": a.evidence,
+    }
+
+
+def checkpoint_dict(c: Checkpoint) -> dict[str, Any]:
+    return {
+        "step": c.step,
+        "attempt": c.attempt,
+        "created_at": c.created_at.isoformat(),
+    }
