@@ -1,7 +1,7 @@
 """Executing one claimed run: config -> trainer -> sink -> final status.
 
-The same code path serves Celery workers (``dashboard.tasks.execute_run``) and the
-embedded in-process executor. Torch and the trainer are imported here, inside the
+The same code path (:func:`execute`) serves Celery workers (``dashboard.tasks``) and
+the embedded in-process executor (``dashboard.executor``). Torch and the trainer are imported here, inside the
 task, never at module import of the web process or the Celery parent (CUDA must be
 initialised only in the prefork child).
 """
@@ -98,6 +98,15 @@ def prune_unrecorded_checkpoints(run_id: Any, root: Path) -> None:
                 "run %s: discarding unrecorded checkpoint %s", run_id, path.name
             )
             shutil.rmtree(path, ignore_errors=True)
+
+
+def execute(run_id: Any) -> str:
+    """Claim a queued run and train it here; ``skipped`` when it is not ours to run
+    (finished, cancelled, or claimed elsewhere: duplicate messages are no-ops)."""
+    claim = lease.claim(run_id)
+    if claim is None:
+        return "skipped"
+    return run_claimed(claim)
 
 
 def run_claimed(claim: Claim) -> str:

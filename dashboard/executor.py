@@ -1,7 +1,7 @@
 """The embedded executor: runs execute in a one-thread pool inside the web process.
 
 Used when there is no ``REDIS_URL`` (hence no Celery). It calls the same
-``dashboard.tasks.execute_run`` code path as a Celery worker; runs execute one at a
+``dashboard.execution.execute`` code path as a Celery worker; runs execute one at a
 time, in submission order. After a restart, :func:`recover` requeues what the
 previous process left running (the same rule as the reaper, with no grace period
 since nothing can still be alive) and resubmits queued runs; it also starts the
@@ -33,11 +33,11 @@ def _get_pool() -> ThreadPoolExecutor:
 
 
 def _execute(run_id: str) -> str:
-    from dashboard.tasks import execute_run
+    from dashboard.execution import execute
 
     close_old_connections()
     try:
-        return execute_run.run(run_id)
+        return execute(run_id)
     except Exception:
         log.exception("in-process run %s crashed", run_id)
         raise
@@ -45,7 +45,9 @@ def _execute(run_id: str) -> str:
         connection.close()
 
 
-def submit(run_id: str) -> Future:
+def submit(run_id: str, queue: str = "") -> Future:
+    """``RUN_SUBMIT`` in the embedded mode: one run at a time, in order (``queue`` is
+    the Celery queue a worker would take it from; one pool serves both here)."""
     return _get_pool().submit(_execute, run_id)
 
 

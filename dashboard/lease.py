@@ -25,6 +25,7 @@ from django.db import transaction
 from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from dashboard import frames
 from dashboard.models import Run, RunStatus
@@ -53,28 +54,20 @@ def queue_for(config: Any) -> str:
 
 
 def enqueue(run_id: Any, queue: str) -> None:
-    """Hand a run to an executor. Call through ``transaction.on_commit`` only.
+    """Hand a run to its executor (``RUN_SUBMIT``: the Celery task's ``submit``, or the
+    in-process executor's). Call through ``transaction.on_commit`` only.
 
     A broker outage must not turn a committed launch into an error page: the run stays
     queued and the reaper sends it again after ``RUN_RESEND_QUEUED_SECONDS``.
     """
-    if settings.RUN_EXECUTOR == "celery":
-        from dashboard.tasks import execute_run
-
-        try:
-            execute_run.apply_async(
-                args=[str(run_id)], queue=f"{settings.RUN_QUEUE_PREFIX}{queue}"
-            )
-        except Exception as exc:  # kombu OperationalError, redis ConnectionError...
-            log.error(
-                "run %s: could not send the task (%r); the reaper will resend it",
-                run_id,
-                exc,
-            )
-    else:
-        from dashboard import executor
-
-        executor.submit(str(run_id))
+    try:
+        import_string(settings.RUN_SUBMIT)(str(run_id), queue)
+    except Exception as exc:  # kombu OperationalError, redis ConnectionError...
+        log.error(
+            "run %s: could not send the task (%r); the reaper will resend it",
+            run_id,
+            exc,
+        )
 
 
 def enqueue_on_commit(run: Run) -> None:

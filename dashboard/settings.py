@@ -173,6 +173,13 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 RUN_EXECUTOR = "celery" if REDIS_URL else "inprocess"
+# How a launched run reaches its executor: ``submit(run_id, queue)`` of the Celery task
+# or of the in-process executor (a dotted path, so the lease code that calls it does
+# not import the executors that import it).
+RUN_SUBMIT = env_str(
+    "RUN_SUBMIT",
+    "dashboard.tasks.submit" if REDIS_URL else "dashboard.executor.submit",
+)
 RUN_QUEUE_PREFIX = NAMESPACE
 # Queue for runs whose model.device is "auto" (cuda -> gpu, cpu -> cpu).
 RUN_QUEUE_AUTO = env_str("RUN_QUEUE_AUTO", "gpu")

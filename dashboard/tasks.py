@@ -10,12 +10,16 @@ from dashboard import lease
 @shared_task(name="dashboard.execute_run", ignore_result=True)
 def execute_run(run_id: str) -> str:
     """Execute a queued run here, if its lease can be claimed (duplicates are no-ops)."""
-    claim = lease.claim(run_id)
-    if claim is None:
-        return "skipped"
-    from dashboard.execution import run_claimed
+    from dashboard.execution import execute
 
-    return run_claimed(claim)
+    return execute(run_id)
+
+
+def submit(run_id: str, queue: str) -> None:
+    """``RUN_SUBMIT`` with Celery: send the run to its queue (``gpu`` or ``cpu``)."""
+    from django.conf import settings
+
+    execute_run.apply_async(args=[run_id], queue=f"{settings.RUN_QUEUE_PREFIX}{queue}")
 
 
 @shared_task(name="dashboard.reap_runs", ignore_result=True)

@@ -140,6 +140,7 @@ def test_a_broker_outage_at_launch_leaves_the_run_queued_for_the_reaper(
     from dashboard.tasks import execute_run
 
     settings.RUN_EXECUTOR = "celery"
+    settings.RUN_SUBMIT = "dashboard.tasks.submit"
     sent = []
 
     def broker_down(*args, **kwargs):
