@@ -452,12 +452,51 @@ def checkpoints(request: HttpRequest, run_id: str):
     }
 
 
+_EXPORT_INCLUDE = Query(
+    None,
+    description="Parts to include, repeated or comma-separated (default: all): "
+    + ", ".join(stream.EXPORT_PARTS),
+)
+
+
 @api.get("/runs/{run_id}/export", tags=["data"])
-def export(request: HttpRequest, run_id: str):
-    """The whole run as JSON lines (``application/x-ndjson``), trainer event shapes."""
+def export(
+    request: HttpRequest,
+    run_id: str,
+    include: list[str] = _EXPORT_INCLUDE,
+):
+    """The run as JSON lines (``application/x-ndjson``), trainer event shapes, streamed
+    as it is read (gzip-compressed on the wire when the client accepts it)."""
     run = services.get_run_for_user(request.user, run_id)
+    parts = [p.strip() for item in include or [] for p in item.split(",")]
+    parts = [p for p in parts if p] or list(stream.EXPORT_PARTS)
+    unknown = [p for p in parts if p not in stream.EXPORT_PARTS]
+    if unknown:
+        raise services.InvalidConfig(
+            f"include: unknown part {unknown[0]!r} "
+            f"(known: {', '.join(stream.EXPORT_PARTS)})"
+        )
+    chunks: Any = stream.export_lines(run, parts)
+    gzip_ok = "gzip" in request.headers.get("Accept-Encoding", "")
+    if gzip_ok:
+        chunks = stream.gzip_chunks(chunks)
     response = StreamingHttpResponse(
-        stream.export_lines(run), content_type="application/x-ndjson"
+        _async_chunks(chunks), content_type="application/x-ndjson"
     )
+    if gzip_ok:
+        response["Content-Encoding"] = "gzip"
+    response["Vary"] = "Accept-Encoding"
     response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.jsonl"'
     return response
+
+
+async def _async_chunks(chunks):
+    """An asynchronous iterator over a synchronous one (each ``next`` in the request's
+    own thread, where its database cursor lives): under ASGI, Django would read a
+    synchronous iterator to its end before sending the first byte."""
+    from asgiref.sync import sync_to_async
+
+    it = iter(chunks)
+    step = sync_to_async(lambda: next(it, None), thread_sensitive=True)
+    while (chunk := await step()) is not None:
+        yield chunk

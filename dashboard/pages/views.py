@@ -27,6 +27,15 @@ from dashboard.reads import trajectories as trajs
 
 COMPARE_MIN, COMPARE_MAX = 2, 8
 PAGE_SIZE = 50
+EXPORT_LABELS = [
+    ("metrics", "metrics of every step"),
+    ("trajectories", "trajectories (text, rewards per step)"),
+    ("token_arrays", "per-token arrays (most of the size)"),
+    ("judgements", "judgements"),
+    ("critical_paths", "critical paths"),
+    ("alerts", "alerts"),
+    ("checkpoints", "checkpoints"),
+]
 
 
 def _section(cfg: dict[str, Any], key: str) -> dict[str, Any]:
@@ -118,15 +127,14 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
     stats = run_reads.run_stats(run)
     alerts = run_reads.alerts(run)
     traj_steps = trajs.trajectory_steps(run)
+    keys = metrics.metric_keys(run)
     page_data = {
         "run": str(run.pk),
         "status": run.status,
         "last_step": run.last_step,
         "frame_seq": run.frame_seq,
         "steps": run_info(run)["steps"],
-        "charts": charts.run_charts(
-            run.config, metrics.metric_keys(run) if run.external else None
-        ),
+        "charts": charts.run_charts(run.config, keys if run.external else None),
         "metrics_url": f"/api/runs/{run.pk}/metrics",
         "backfill_url": f"/api/runs/{run.pk}/backfill",
         "trajectories_api": f"/api/runs/{run.pk}/trajectories",
@@ -148,7 +156,8 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "stats": stats,
             "alerts": alerts,
             "page_data": page_data,
-            "metric_keys": metrics.metric_keys(run),
+            "metric_keys": keys,
+            "export_parts": EXPORT_LABELS,
             "clones": list(services.visible_runs(request.user).filter(parent=run)[:20]),
             # what-if panel (issue 12)
             "whatif_components": whatif.component_weights(run),

@@ -4,7 +4,7 @@ export of the whole run as JSON lines in the trainer's event shapes."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from dashboard import jsonsafe
@@ -25,9 +25,8 @@ from dashboard.reads.trajectories import (
     judgement_summary,
     trajectory_detail,
     trajectory_summary,
+    trajectory_text,
 )
-
-EXPORT_STEPS = 1000
 
 
 def backfill(run: Run, since_step: int = -1, max_steps: int = 500) -> dict[str, Any]:
@@ -74,10 +73,24 @@ def backfill(run: Run, since_step: int = -1, max_steps: int = 500) -> dict[str, 
     }
 
 
-def export_lines(run: Run) -> Iterator[str]:
+EXPORT_PARTS = (
+    "metrics",
+    "trajectories",
+    "token_arrays",
+    "judgements",
+    "critical_paths",
+    "alerts",
+    "checkpoints",
+)
+
+
+def export_lines(run: Run, parts: Iterable[str] = EXPORT_PARTS) -> Iterator[str]:
     """The run as JSON lines in the trainer's event shapes (``trainer.events``): a
     ``run`` header, then step, trajectory, judgement, critical_path, alert and
-    checkpoint events, each group ordered by step."""
+    checkpoint events, each kind ordered by step. ``parts`` chooses what goes in
+    (:data:`EXPORT_PARTS`; without ``token_arrays`` a trajectory keeps its text and
+    tokens but not the per-token ids and floats, most of a run's bytes)."""
+    parts = set(parts)
 
     def line(obj: dict[str, Any]) -> str:
         return json.dumps(jsonsafe.clean(obj), allow_nan=False) + "\n"
@@ -90,11 +103,51 @@ def export_lines(run: Run) -> Iterator[str]:
             "status": run.status,
             "attempt": run.attempt,
             "last_step": run.last_step,
+            "external": run.external,
+            "framework": run.framework,
             "config": run.config,
             "parent": str(run.parent_id) if run.parent_id else None,
             "created_at": run.created_at.isoformat(),
+            "parts": [p for p in EXPORT_PARTS if p in parts],
         }
     )
+    if "metrics" in parts:
+        yield from _metric_lines(run, line)
+    if "trajectories" in parts:
+        arrays_too = "token_arrays" in parts
+        rows = Trajectory.objects.filter(run=run).order_by("step", "group", "index")
+        if not arrays_too:
+            rows = rows.defer("arrays")
+        for t in rows.iterator(chunk_size=200):
+            out = trajectory_detail(t) if arrays_too else trajectory_text(t)
+            yield line({"type": "trajectory", **out})
+    if "judgements" in parts:
+        for j in (
+            Judgement.objects.filter(run=run)
+            .order_by("step", "group", "index", "judge")
+            .iterator(chunk_size=1000)
+        ):
+            yield line({"type": "judgement", **judgement_dict(j)})
+    if "critical_paths" in parts:
+        for c in (
+            CriticalPath.objects.filter(run=run)
+            .order_by("step", "group", "index")
+            .iterator(chunk_size=1000)
+        ):
+            yield line({"type": "critical_path", **critical_path_dict(c)})
+    if "alerts" in parts:
+        for a in (
+            Alert.objects.filter(run=run)
+            .order_by("step", "detector")
+            .iterator(chunk_size=1000)
+        ):
+            yield line({"type": "alert", **alert_dict(a)})
+    if "checkpoints" in parts:
+        for c in Checkpoint.objects.filter(run=run).order_by("step"):
+            yield line({"type": "checkpoint", "step": c.step, "attempt": c.attempt})
+
+
+def _metric_lines(run: Run, line: Any) -> Iterator[str]:
     current: int | None = None
     metrics: dict[str, Any] = {}
     rows = (
@@ -110,29 +163,22 @@ def export_lines(run: Run) -> Iterator[str]:
         metrics[key] = metric_value(value)
     if current is not None:
         yield line({"type": "step", "step": current, "metrics": metrics})
-    for t in (
-        Trajectory.objects.filter(run=run)
-        .order_by("step", "group", "index")
-        .iterator(chunk_size=200)
-    ):
-        yield line({"type": "trajectory", **trajectory_detail(t)})
-    for j in (
-        Judgement.objects.filter(run=run)
-        .order_by("step", "group", "index", "judge")
-        .iterator(chunk_size=1000)
-    ):
-        yield line({"type": "judgement", **judgement_dict(j)})
-    for c in (
-        CriticalPath.objects.filter(run=run)
-        .order_by("step", "group", "index")
-        .iterator(chunk_size=1000)
-    ):
-        yield line({"type": "critical_path", **critical_path_dict(c)})
-    for a in (
-        Alert.objects.filter(run=run)
-        .order_by("step", "detector")
-        .iterator(chunk_size=1000)
-    ):
-        yield line({"type": "alert", **alert_dict(a)})
-    for c in Checkpoint.objects.filter(run=run).order_by("step"):
-        yield line({"type": "checkpoint", "step": c.step, "attempt": c.attempt})
+
+
+def gzip_chunks(lines: Iterator[str], chunk_bytes: int = 1 << 16) -> Iterator[bytes]:
+    """``lines`` as one gzip stream, in chunks of about ``chunk_bytes`` compressed."""
+    import zlib
+
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: a gzip header and trailer
+    pending: list[bytes] = []
+    size = 0
+    for text in lines:
+        out = z.compress(text.encode("utf-8"))
+        if out:
+            pending.append(out)
+            size += len(out)
+        if size >= chunk_bytes:
+            yield b"".join(pending)
+            pending, size = [], 0
+    pending.append(z.flush())
+    yield b"".join(pending)

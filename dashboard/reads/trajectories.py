@@ -43,6 +43,18 @@ def trajectory_detail(t: Trajectory) -> dict[str, Any]:
     return out
 
 
+def trajectory_text(t: Trajectory) -> dict[str, Any]:
+    """:func:`trajectory_detail` without the per-token ids and floats (segments keep
+    their text, tokens and mask)."""
+    out = trajectory_summary(t)
+    out["facts"] = t.facts
+    out["steps"] = t.agent_steps
+    out["segments"] = [
+        {k: v for k, v in seg.items() if k != "n"} for seg in t.segments or []
+    ]
+    return out
+
+
 def judgement_dict(j: Judgement) -> dict[str, Any]:
     return {
         "step": j.step,

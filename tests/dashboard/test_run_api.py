@@ -210,15 +210,23 @@ def test_backfill_returns_what_frames_carried_since_a_step(owner_client, run):
     assert [s["step"] for s in body["steps"]] == [1, 2] and body["more"] is True
 
 
-def test_export_is_json_lines_in_event_shapes(owner_client, run, monkeypatch):
-    from dashboard.reads import stream
+def body_of(response) -> bytes:
+    """A streamed response's bytes (the export streams an asynchronous iterator)."""
+    from asgiref.sync import async_to_sync
 
-    monkeypatch.setattr(stream, "EXPORT_STEPS", 4)  # several chunks
+    if not response.is_async:
+        return b"".join(response.streaming_content)
+
+    async def read():
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    return async_to_sync(read)()
+
+
+def test_export_is_json_lines_in_event_shapes(owner_client, run):
     r = owner_client.get(f"/api/runs/{run.id}/export")
     assert r["Content-Type"] == "application/x-ndjson"
-    lines = [
-        json.loads(line) for line in b"".join(r.streaming_content).decode().splitlines()
-    ]
+    lines = [json.loads(line) for line in body_of(r).decode().splitlines()]
     kinds = [line["type"] for line in lines]
     assert (
         kinds[0] == "run"
@@ -228,6 +236,35 @@ def test_export_is_json_lines_in_event_shapes(owner_client, run, monkeypatch):
     assert kinds.count("alert") == 2 and kinds.count("checkpoint") == 1
     step2 = next(line for line in lines if line["type"] == "step" and line["step"] == 2)
     assert step2["metrics"]["kl"] == "NaN"
+
+
+def _export(client, run, **params):
+    import gzip
+
+    r = client.get(f"/api/runs/{run.id}/export", params, HTTP_ACCEPT_ENCODING="gzip")
+    assert r.status_code == 200 and r["Content-Encoding"] == "gzip"
+    assert r.is_async  # streamed as read, not buffered whole under ASGI
+    body = gzip.decompress(body_of(r)).decode()
+    return [json.loads(line) for line in body.splitlines()]
+
+
+def test_export_streams_gzip_and_includes_only_the_parts_asked_for(owner_client, run):
+    full = _export(owner_client, run)
+    assert len(full) > 20 and full[0]["type"] == "run"
+    plain = body_of(owner_client.get(f"/api/runs/{run.id}/export")).decode()
+    assert full == [json.loads(line) for line in plain.splitlines()]  # same lines
+    light = _export(owner_client, run, include="trajectories,alerts")
+    assert {line["type"] for line in light} == {"run", "trajectory", "alert"}
+    seg = next(x for x in light if x["type"] == "trajectory")["segments"][0]
+    assert "text" in seg and "logprob" not in seg and "token_ids" not in seg
+    with_arrays = _export(owner_client, run, include="trajectories,token_arrays")
+    seg = next(x for x in with_arrays if x["type"] == "trajectory")["segments"][0]
+    assert len(seg["logprob"]) == len(seg["token_ids"]) > 0
+
+
+def test_export_names_an_unknown_part(owner_client, run):
+    r = owner_client.get(f"/api/runs/{run.id}/export", {"include": "metrics,secrets"})
+    assert r.status_code == 400 and r.json()["errors"][0].startswith("include:")
 
 
 def test_openapi_schema_and_docs_need_a_login(owner_client):
