@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import connection
 
-from dashboard import arrays, frames, jsonsafe
+from dashboard import arrays, frames, jsonsafe, rollups
 from dashboard.frames import FrameParts, as_int
 from dashboard.models import (
     ROLLUP_SHIFTS,
@@ -220,6 +220,7 @@ def upsert_metrics(run_id: Any, points: dict[tuple[int, str], float]) -> None:
             update_fields=["value"],
             batch_size=250,
         )
+        _fold_rollups_py(run_id, ((k, s, v) for (s, k), v in points.items()))
         return
     steps, keys, values = [], [], []
     for (step, key), value in points.items():
@@ -252,7 +253,10 @@ def rebuild_rollup(
 ) -> None:
     """Recompute, at every level, the rollup buckets covering [first_step, last_step]
     from the points."""
-    if connection.vendor != "postgresql" or not keys:
+    if not keys:
+        return
+    if connection.vendor != "postgresql":
+        _rebuild_rollup_py(run_id, keys, first_step, last_step)
         return
     for sh in ROLLUP_SHIFTS:
         lo, hi = first_step >> sh, last_step >> sh
@@ -269,6 +273,80 @@ def rebuild_rollup(
                 f"GROUP BY run_id, key, step >> {sh}",
                 [run_id, keys, lo << sh, (hi + 1) << sh],
             )
+
+
+_ROLLUP_FIELDS = ["vmin", "smin", "vmax", "smax", "vlast", "slast"]
+
+
+def _fold_rollups_py(
+    run_id: Any, points: Iterable[tuple[str, int, float | None]]
+) -> None:
+    """The rollup upsert of :func:`upsert_metrics` without PostgreSQL (SQLite: the
+    embedded default): this batch's buckets folded into the stored rows in Python."""
+    batch = rollups.fold_points(points, ROLLUP_SHIFTS)
+    if not batch:
+        return
+    keys = sorted({k for k, _, _ in batch})
+    for sh in ROLLUP_SHIFTS:
+        buckets = [b for k, s, b in batch if s == sh]
+        stored = MetricRollup.objects.filter(
+            run_id=run_id,
+            key__in=keys,
+            shift=sh,
+            bucket__gte=min(buckets),
+            bucket__lte=max(buckets),
+        ).values_list("key", "bucket", *_ROLLUP_FIELDS)
+        for key, bucket, *row in stored:
+            mine = batch.get((key, sh, bucket))
+            if mine is not None:
+                batch[(key, sh, bucket)] = rollups.fold(row, mine)
+    _write_rollups_py(run_id, batch)
+
+
+def _write_rollups_py(run_id: Any, rows: dict[tuple[str, int, int], list]) -> None:
+    MetricRollup.objects.bulk_create(
+        [
+            MetricRollup(
+                run_id=run_id,
+                key=key,
+                shift=sh,
+                bucket=bucket,
+                **dict(zip(_ROLLUP_FIELDS, row, strict=True)),
+            )
+            for (key, sh, bucket), row in rows.items()
+        ],
+        update_conflicts=True,
+        unique_fields=["run", "key", "shift", "bucket"],
+        update_fields=_ROLLUP_FIELDS,
+        batch_size=250,
+    )
+
+
+def _rebuild_rollup_py(
+    run_id: Any, keys: list[str], first_step: int, last_step: int
+) -> None:
+    lo = first_step >> max(ROLLUP_SHIFTS) << max(ROLLUP_SHIFTS)
+    hi = ((last_step >> max(ROLLUP_SHIFTS)) + 1) << max(ROLLUP_SHIFTS)
+    for sh in ROLLUP_SHIFTS:
+        MetricRollup.objects.filter(
+            run_id=run_id,
+            key__in=keys,
+            shift=sh,
+            bucket__gte=first_step >> sh,
+            bucket__lte=last_step >> sh,
+        ).delete()
+    points = MetricPoint.objects.filter(
+        run_id=run_id, key__in=keys, step__gte=lo, step__lt=hi
+    ).values_list("key", "step", "value")
+    rows = rollups.fold_points(points.iterator(chunk_size=5000), ROLLUP_SHIFTS)
+    _write_rollups_py(
+        run_id,
+        {
+            (k, sh, b): row
+            for (k, sh, b), row in rows.items()
+            if first_step >> sh <= b <= last_step >> sh
+        },
+    )
 
 
 def _upsert(model: type, rows: Iterable[Any], unique: list[str]) -> None:

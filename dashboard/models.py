@@ -134,11 +134,11 @@ class MetricRollup(models.Model):
     """Per key, per level and per bucket of ``2**shift`` steps: min, max and last value
     with their steps.
 
-    Kept in step with ``MetricPoint`` by the PostgreSQL ingest path (merged with
+    Kept in step with ``MetricPoint`` by the ingest path (merged with
     LEAST/GREATEST semantics as points arrive, rebuilt where a resumed attempt
     supersedes rows), so a chart of 1,000 points over 100k steps reads ~1.6k rows per
-    key (the 64-step level) instead of 100k points. Unused on SQLite (the embedded
-    default reads points directly).
+    key (the 64-step level) instead of 100k points. On SQLite (the embedded default)
+    the same rows are folded in Python as points arrive (``dashboard.rollups.fold``).
     """
 
     pk = models.CompositePrimaryKey("run_id", "key", "shift", "bucket")

@@ -4,6 +4,10 @@ min, max and last value with their steps. Written by :mod:`dashboard.ingest`, re
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 COLUMNS = "(run_id, key, shift, bucket, vmin, smin, vmax, smax, vlast, slast)"
 # Per bucket: the smallest (value, step) pair, the largest one, and the latest
 # (step, value) pair, as six columns. min/max of ARRAY[value, step] is an argmin/argmax
@@ -33,3 +37,40 @@ MERGE = (
     "vlast = CASE WHEN EXCLUDED.slast >= r.slast THEN EXCLUDED.vlast ELSE r.vlast END, "
     "slast = GREATEST(EXCLUDED.slast, r.slast)"
 )
+
+
+# --- the same merge in Python (SQLite, where NULL is NaN) -------------------------------
+def _order(value: float | None, step: int) -> tuple:
+    """PostgreSQL's order of ARRAY[value, step]: NaN (NULL on SQLite) above numbers."""
+    if value is None or math.isnan(value):
+        return (1, 0.0, step)
+    return (0, value, step)
+
+
+def fold(acc: list | None, row: Sequence[Any]) -> list:
+    """Merge ``row`` = (vmin, smin, vmax, smax, vlast, slast) into ``acc`` (a list of
+    the same six, or None): the smaller (value, step) pair, the larger one, the later
+    (step, value) pair; a point is the row (v, s, v, s, v, s)."""
+    if acc is None:
+        return list(row)
+    if _order(row[0], row[1]) < _order(acc[0], acc[1]):
+        acc[0], acc[1] = row[0], row[1]
+    if _order(row[2], row[3]) > _order(acc[2], acc[3]):
+        acc[2], acc[3] = row[2], row[3]
+    if row[5] >= acc[5]:
+        acc[4], acc[5] = row[4], row[5]
+    return acc
+
+
+def fold_points(
+    points: Iterable[tuple[str, int, float | None]], shifts: Iterable[int]
+) -> dict[tuple[str, int, int], list]:
+    """Per (key, shift, bucket): the rollup row of these (key, step, value) points."""
+    shifts = tuple(shifts)
+    out: dict[tuple[str, int, int], list] = {}
+    for key, step, value in points:
+        row = (value, step, value, step, value, step)
+        for sh in shifts:
+            k = (key, sh, step >> sh)
+            out[k] = fold(out.get(k), row)
+    return out

@@ -15,7 +15,7 @@ from django.db.models import (
     Subquery,
 )
 
-from dashboard import jsonsafe
+from dashboard import jsonsafe, rollups
 from dashboard.models import (
     ROLLUP_SHIFTS,
     MetricPoint,
@@ -140,9 +140,14 @@ def _downsample(
         return out, {}
     lo, hi = bounds
     out["bucket_width"] = math.ceil((hi - lo + 1) / points)
-    if connection.vendor != "postgresql":
-        return out, _series_py(_bucket_rows_py(run, keys, lo, hi, points))
     shift = _rollup_level(lo, hi, points, since_step)
+    if connection.vendor != "postgresql":
+        if shift is None:
+            return out, _series_py(_bucket_rows_py(run, keys, lo, hi, points))
+        rows, out["bucket_width"] = _rollup_rows_py(
+            run, keys, lo, hi, points, shift, since_step
+        )
+        return out, _series_py(rows)
     if shift is None:
         part = _points_sql(run, keys, lo, hi, points)
     else:
@@ -304,6 +309,54 @@ def _bucket_rows_py(
     if cur is not None:
         out.append(tuple(cur[1]))
     return out
+
+
+def _rollup_rows_py(
+    run: Run,
+    keys: list[str],
+    lo: int,
+    hi: int,
+    points: int,
+    shift: int,
+    since_step: int,
+) -> tuple[list[tuple], int]:
+    """:func:`_rollup_sql` for SQLite: the same buckets from the same rollup rows (and
+    the points of a row ``since_step`` cuts), folded in Python."""
+    size = 1 << shift
+    first = _first_whole_row(lo, shift, since_step)
+    acc: dict[tuple[str, int], list] = {}
+    head_width = 0
+    if first > lo >> shift:  # the cut row's rest, from the points
+        head_hi = first * size - 1
+        head_width = head_hi - lo + 1
+        for key, step, value in MetricPoint.objects.filter(
+            run=run, key__in=keys, step__gte=lo, step__lte=head_hi
+        ).values_list("key", "step", "value"):
+            acc[(key, 0)] = rollups.fold(
+                acc.get((key, 0)), (value, step, value, step, value, step)
+            )
+    n = (hi >> shift) - first + 1
+    rows = MetricRollup.objects.filter(
+        run=run, key__in=keys, shift=shift, bucket__gte=first, bucket__lte=hi >> shift
+    ).values_list("key", "bucket", "vmin", "smin", "vmax", "smax", "vlast", "slast")
+    for key, bucket, *row in rows.iterator(chunk_size=5000):
+        g = ((bucket - first) * points) // n
+        acc[(key, g)] = rollups.fold(acc.get((key, g)), row)
+    out = []
+    for (key, _), (mn, smn, mx, smx, vl, sl) in sorted(acc.items()):
+        nan = math.nan
+        out.append(
+            (
+                key,
+                nan if mn is None else mn,
+                smn,
+                nan if mx is None else mx,
+                smx,
+                nan if vl is None else vl,
+                sl,
+            )
+        )
+    return out, head_width + math.ceil(n / points) * size
 
 
 def _latest(run_ref: Any, key: str) -> Subquery:

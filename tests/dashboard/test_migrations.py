@@ -71,3 +71,28 @@ def test_rollup_levels_are_rebuilt_from_stored_points():
         }
     finally:
         _migrate(leaf)
+
+
+@pytest.mark.django_db
+def test_sqlite_rollups_are_built_for_runs_stored_before(owner, tiny_config, enqueued):
+    """Migration 0007 folds the stored points of every run into the rollup rows the
+    ingest would have written (what the embedded default's charts now read)."""
+    import importlib
+
+    from django.apps import apps
+
+    from dashboard import ingest, services
+    from dashboard.models import MetricPoint, MetricRollup
+
+    if connection.vendor == "postgresql":
+        pytest.skip("PostgreSQL has kept the rollups since 0003")
+    run = services.launch_run(owner, tiny_config)
+    values = {s: (math.nan if s % 41 == 0 else math.cos(s / 7)) for s in range(1, 700)}
+    ingest.upsert_metrics(run.id, {(s, "kl"): v for s, v in values.items()})
+    fields = ("key", "shift", "bucket", "smin", "smax", "slast")
+    expected = sorted(MetricRollup.objects.filter(run=run).values_list(*fields))
+    MetricRollup.objects.all().delete()
+    migration = importlib.import_module("dashboard.migrations.0007_sqlite_rollups")
+    migration.build(apps, connection.schema_editor())
+    assert sorted(MetricRollup.objects.filter(run=run).values_list(*fields)) == expected
+    assert MetricPoint.objects.filter(run=run).count() == 699 and len(expected) > 50

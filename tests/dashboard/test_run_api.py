@@ -411,6 +411,67 @@ def test_sqlite_bucketing_in_python_matches_the_brute_force_answer(
         _check_buckets(json.loads(series[key]), raw, since_step, points)
 
 
+@pytest.mark.parametrize("since_step, points", BUCKET_CASES)
+def test_rollup_rows_folded_in_python_match_the_brute_force_answer(
+    owner, tiny_config, enqueued, since_step, points
+):
+    """SQLite's rollup path (rows folded in Python), called directly on either
+    database: the same buckets as the brute-force answer."""
+    from dashboard.reads import metrics as queries
+
+    run, raw = _run_with_points(owner, tiny_config)
+    lo, hi = queries._bounds(run, ["a", "b"], since_step)
+    shift = queries._rollup_level(lo, hi, points, since_step)
+    if shift is None:
+        pytest.skip("this case reads the points themselves")
+    rows, width = queries._rollup_rows_py(
+        run, ["a", "b"], lo, hi, points, shift, since_step
+    )
+    assert width >= -(-(hi - lo + 1) // points)
+    series = queries._series_py(rows)
+    for key in ("a", "b"):
+        _check_buckets(json.loads(series[key]), raw, since_step, points)
+
+
+def test_rollups_folded_in_python_equal_the_databases(owner, tiny_config, enqueued):
+    """The rows SQLite's ingest folds in Python are the rows PostgreSQL's SQL writes
+    (on SQLite: the rows its own incremental folds left equal a fold of all points)."""
+    import math
+
+    from dashboard import ingest
+    from dashboard.models import ROLLUP_SHIFTS, MetricPoint, MetricRollup
+
+    run, _ = _run_with_points(owner, tiny_config)
+    fields = (
+        "key",
+        "shift",
+        "bucket",
+        "vmin",
+        "smin",
+        "vmax",
+        "smax",
+        "vlast",
+        "slast",
+    )
+
+    def table():
+        return sorted(MetricRollup.objects.filter(run=run).values_list(*fields))
+
+    before = table()
+    MetricRollup.objects.filter(run=run).delete()
+    ingest._fold_rollups_py(
+        run.id, MetricPoint.objects.filter(run=run).values_list("key", "step", "value")
+    )
+    after = table()
+    assert len(before) == len(after) > 0
+    assert {r[1] for r in after} == set(ROLLUP_SHIFTS)
+    for a, b in zip(before, after, strict=True):
+        assert a[:3] == b[:3] and a[4] == b[4] and a[6] == b[6] and a[8] == b[8]
+        for x, y in ((a[3], b[3]), (a[5], b[5]), (a[7], b[7])):
+            nan_x = x is None or math.isnan(x)
+            assert (nan_x and (y is None or math.isnan(y))) or x == y, (a, b)
+
+
 def test_a_chart_reads_the_coarsest_rollup_level_with_a_row_per_point():
     from dashboard.reads.metrics import _rollup_level
 
