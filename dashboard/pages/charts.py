@@ -102,17 +102,19 @@ def run_charts(
 ) -> list[dict[str, Any]]:
     """The run page's charts. With ``metric_keys`` (an external run, whose config
     says nothing we can read), the components come from the logged
-    ``rewards/<name>/mean`` keys, and every other logged metric gets a chart too,
-    grouped by its prefix (``critic/``, ``actor/``...)."""
+    ``rewards/<name>/mean`` keys, a standard chart is drawn only when one of its
+    metrics was logged (none will come for the others), and every other logged
+    metric gets a chart too, grouped by its prefix (``critic/``, ``actor/``...)."""
     charts = [
         {"id": cid, "title": title, "keys": keys} for cid, title, keys in STANDARD
     ]
-    components = component_keys(config)
-    if metric_keys is not None:
-        components += [
-            k
-            for k in metric_keys
-            if k.startswith("rewards/") and k.endswith("/mean") and k not in components
+    if metric_keys is None:
+        components = component_keys(config)
+    else:
+        logged = set(metric_keys)
+        charts = [c for c in charts if logged.intersection(c["keys"])]
+        components = [
+            k for k in metric_keys if k.startswith("rewards/") and k.endswith("/mean")
         ]
         drawn = [*charts, EVAL_CHART] if evaluates(config, metric_keys) else charts
         charts += _extra_charts(metric_keys, drawn, components)
