@@ -348,3 +348,28 @@ def test_compare_shows_a_native_and_an_external_run_side_by_side(
     r = owner_client.get(f"/compare/?runs={run.pk},{external_id}")
     assert r.status_code == 200
     assert b"learning_rate" in r.content and b"trl run" in r.content
+
+
+def test_an_external_run_page_charts_what_was_logged(api, owner_client):
+    run_id = new_run(api)
+    api.post_events(
+        run_id,
+        [
+            {
+                "type": "step",
+                "step": 1,
+                "metrics": {
+                    "reward": 0.5,
+                    "rewards/accuracy/mean": 0.4,
+                    "critic/score/mean": 0.5,
+                    "actor/pg_loss": 0.1,
+                },
+            }
+        ],
+    )
+    charts = owner_client.get(f"/runs/{run_id}/").context["page_data"]["charts"]
+    by_id = {c["id"]: c["keys"] for c in charts}
+    assert by_id["components"] == ["rewards/accuracy/mean"]  # not our default reward's
+    assert "critical" not in by_id and "dropped" not in by_id  # nothing will come
+    extra = [k for cid, keys in by_id.items() if cid.startswith("extra-") for k in keys]
+    assert sorted(extra) == ["actor/pg_loss", "critic/score/mean"]
