@@ -19,21 +19,14 @@ from django.db.models import Count, Q
 from dashboard import ingest
 from dashboard.models import Alert, MetricPoint, Run, Trajectory
 
-# Step metric -> summary key (the detectors' vocabulary, see rewards.detectors).
-_FROM_METRICS = {
-    "reward": "reward",
-    "entropy": "entropy",
-    "completions/mean_length": "length",
-    "truncated/frac": "truncated",
-    "critical_steps/mean": "critical_steps",
-    "parallelism/mean": "parallelism",
-}
 # Frameworks that run the detectors themselves and stream their alerts.
 SELF_MONITORING = frozenset({"agentic-rl"})
 
 
 def _summary_keys() -> dict[str, str]:
-    from rewards.detectors import _FROM_RESULTS
+    """Stored metric -> the detectors' summary key (their own mapping, plus the
+    per-episode values a trainer may log as step means under the same names)."""
+    from rewards.detectors import _FROM_METRICS, _FROM_RESULTS
 
     keys = dict(_FROM_METRICS)
     keys.update({k: k for k in _FROM_RESULTS})

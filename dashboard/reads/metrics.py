@@ -283,32 +283,29 @@ def _bucket_rows_py(
     run: Run, keys: list[str], lo: int, hi: int, points: int
 ) -> list[tuple]:
     """The same buckets as :func:`_points_sql`, for SQLite (NULL is NaN), in key and
-    step order."""
+    step order: each point folded into its bucket in PostgreSQL's order."""
     span = hi - lo + 1
-    rows = (
-        MetricPoint.objects.filter(run=run, key__in=keys, step__gte=lo, step__lte=hi)
-        .order_by("key", "step")
-        .values_list("key", "step", "value")
-    )
-    out: list[tuple] = []
-    cur: list | None = None
+    rows = MetricPoint.objects.filter(
+        run=run, key__in=keys, step__gte=lo, step__lte=hi
+    ).values_list("key", "step", "value")
+    acc: dict[tuple[str, int], list] = {}
     for key, step, value in rows.iterator(chunk_size=5000):
-        v = math.nan if value is None else value
-        bucket = (key, (step - lo) * points // span)
-        if cur is None or cur[0] != bucket:
-            if cur is not None:
-                out.append(tuple(cur[1]))
-            cur = [bucket, [key, v, step, v, step, v, step]]
-        else:  # same order as PostgreSQL: NaN above numbers, ties to the later step for max
-            r = cur[1]
-            if not math.isnan(v) and (math.isnan(r[1]) or v < r[1]):
-                r[1], r[2] = v, step
-            if math.isnan(v) or (not math.isnan(r[3]) and v >= r[3]):
-                r[3], r[4] = v, step
-            r[5], r[6] = v, step
-    if cur is not None:
-        out.append(tuple(cur[1]))
+        b = (key, (step - lo) * points // span)
+        acc[b] = rollups.fold(acc.get(b), (value, step, value, step, value, step))
+    return _bucket_tuples(acc)
+
+
+def _bucket_tuples(acc: dict[tuple[str, int], list]) -> list[tuple]:
+    """(key, min, min step, max, max step, last, last step) per bucket in key and
+    bucket order, NULL (SQLite's NaN) as NaN."""
+    out = []
+    for (key, _), (mn, smn, mx, smx, vl, sl) in sorted(acc.items()):
+        out.append((key, _nan(mn), smn, _nan(mx), smx, _nan(vl), sl))
     return out
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def _rollup_rows_py(
@@ -342,21 +339,7 @@ def _rollup_rows_py(
     for key, bucket, *row in rows.iterator(chunk_size=5000):
         g = ((bucket - first) * points) // n
         acc[(key, g)] = rollups.fold(acc.get((key, g)), row)
-    out = []
-    for (key, _), (mn, smn, mx, smx, vl, sl) in sorted(acc.items()):
-        nan = math.nan
-        out.append(
-            (
-                key,
-                nan if mn is None else mn,
-                smn,
-                nan if mx is None else mx,
-                smx,
-                nan if vl is None else vl,
-                sl,
-            )
-        )
-    return out, head_width + math.ceil(n / points) * size
+    return _bucket_tuples(acc), head_width + math.ceil(n / points) * size
 
 
 def _latest(run_ref: Any, key: str) -> Subquery:
