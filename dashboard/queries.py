@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from dashboard import arrays, jsonsafe
+from dashboard import jsonsafe, prompts
 from dashboard.ingest import BUCKET_AGGREGATES, POINTS, ROLLUPS
 from dashboard.models import (
     ROLLUP_SHIFTS,
@@ -306,11 +306,13 @@ def trajectory_summary(t: Trajectory) -> dict[str, Any]:
     }
 
 
-def trajectory_detail(t: Trajectory) -> dict[str, Any]:
+def trajectory_detail(
+    t: Trajectory, prompt_cache: dict | None = None
+) -> dict[str, Any]:
     out = trajectory_summary(t)
     out["facts"] = t.facts
     out["steps"] = t.agent_steps
-    out["segments"] = arrays.unpack_segments(t.segments, t.arrays)
+    out["segments"] = prompts.segments_of(t, prompt_cache)  # the shared prompt first
     return out
 
 
@@ -451,12 +453,13 @@ def export_lines(run: Run) -> Iterator[str]:
         metrics[key] = _value(value)
     if current is not None:
         yield line({"type": "step", "step": current, "metrics": metrics})
+    cache: dict = {}  # one group's shared prompt read once
     for t in (
         Trajectory.objects.filter(run=run)
         .order_by("step", "group", "index")
         .iterator(chunk_size=200)
     ):
-        yield line({"type": "trajectory", **trajectory_detail(t)})
+        yield line({"type": "trajectory", **trajectory_detail(t, cache)})
     for j in (
         Judgement.objects.filter(run=run)
         .order_by("step", "group", "index", "judge")
