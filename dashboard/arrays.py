@@ -20,6 +20,7 @@ FLOAT_FIELDS = ("logprob", "old_logprob", "ratio", "entropy", "advantage")
 _I32 = np.dtype("<i4")
 _F32 = np.dtype("<f4")
 _MAX_TOKEN_STR = 200
+BYTES_PER_TOKEN = 4 * (1 + len(FLOAT_FIELDS))
 
 
 def _floats(values: Any, n: int) -> np.ndarray:
@@ -60,46 +61,71 @@ def _ids(values: Any, n: int) -> np.ndarray:
     return out
 
 
-def pack_segments(
+def pack_segment_list(
     segments: Sequence[dict[str, Any]],
-) -> tuple[list[dict[str, Any]], bytes]:
-    """Split event segments into (JSON metadata, packed arrays)."""
-    meta: list[dict[str, Any]] = []
-    chunks: list[bytes] = []
-    for seg in segments if isinstance(segments, (list, tuple)) else []:
-        if not isinstance(seg, dict):
-            continue
+) -> list[tuple[dict[str, Any], bytes]]:
+    """Each event segment as (JSON metadata, its packed arrays). A trajectory whose
+    segments carry no token arrays at all (the recording policy's ``token_arrays``
+    off: ``text`` and ``n`` only) packs no bytes."""
+    segs = [s for s in (segments if isinstance(segments, (list, tuple)) else [])]
+    segs = [s for s in segs if isinstance(s, dict)]
+    with_arrays = any(
+        isinstance(s.get("token_ids"), (list, tuple))
+        or isinstance(s.get("tokens"), (list, tuple))
+        for s in segs
+    )
+    out = []
+    for seg in segs:
         ids = seg.get("token_ids")
         tokens = seg.get("tokens")
         n = max(
             len(ids) if isinstance(ids, (list, tuple)) else 0,
             len(tokens) if isinstance(tokens, (list, tuple)) else 0,
         )
-        meta.append(
-            {
-                "turn": seg.get("turn") if isinstance(seg.get("turn"), int) else None,
-                "kind": jsonsafe.text(seg.get("kind"), 32),
-                "text": jsonsafe.text(seg.get("text")),
-                "tokens": [jsonsafe.text(t, _MAX_TOKEN_STR) for t in (tokens or [])][
-                    :n
-                ],
-                "mask": jsonsafe.opt_text(seg.get("mask"), 64),
-                "n": n,
-            }
-        )
-        chunks.append(_ids(ids, n).tobytes())
+        if not with_arrays:  # counted, not listed
+            given = seg.get("n")
+            n = given if type(given) is int and 0 <= given < 2**31 else 0
+        meta = {
+            "turn": seg.get("turn") if isinstance(seg.get("turn"), int) else None,
+            "kind": jsonsafe.text(seg.get("kind"), 32),
+            "text": jsonsafe.text(seg.get("text")),
+            "tokens": [jsonsafe.text(t, _MAX_TOKEN_STR) for t in (tokens or [])][:n],
+            "mask": jsonsafe.opt_text(seg.get("mask"), 64),
+            "n": n,
+        }
+        if not with_arrays:
+            out.append((meta, b""))
+            continue
+        chunks = [_ids(ids, n).tobytes()]
         chunks.extend(_floats(seg.get(name), n).tobytes() for name in FLOAT_FIELDS)
-    return meta, b"".join(chunks)
+        out.append((meta, b"".join(chunks)))
+    return out
+
+
+def pack_segments(
+    segments: Sequence[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], bytes]:
+    """Split event segments into (JSON metadata, packed arrays)."""
+    parts = pack_segment_list(segments)
+    return [m for m, _ in parts], b"".join(b for _, b in parts)
 
 
 def unpack_segments(
     meta: Sequence[dict[str, Any]], blob: bytes | memoryview
 ) -> list[dict[str, Any]]:
     """The inverse of :func:`pack_segments`, JSON-ready (non-finite floats as strings,
-    floats rounded to 6 significant digits)."""
-    buf = bytes(blob)
+    floats rounded to 6 significant digits). Without arrays (not recorded, or pruned)
+    each array is None."""
+    buf = bytes(blob or b"")
     offset = 0
     out = []
+    if len(buf) < BYTES_PER_TOKEN * sum(int(s.get("n", 0)) for s in meta):
+        for seg in meta:
+            item = {k: v for k, v in seg.items() if k != "n"}
+            item["token_ids"] = None
+            item.update(dict.fromkeys(FLOAT_FIELDS))
+            out.append(item)
+        return out
     for seg in meta:
         n = int(seg.get("n", 0))
         item = {k: v for k, v in seg.items() if k != "n"}

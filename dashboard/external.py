@@ -38,6 +38,7 @@ from dashboard.models import (
     Trajectory,
 )
 from dashboard.services import Conflict, InvalidConfig, ServiceError, check_name
+from trainer.recording import DEFAULT, RecordConfig, policy_from
 
 MAX_ERRORS = 20
 FINISH_STATUSES = ("succeeded", "failed", "cancelled")
@@ -66,7 +67,31 @@ def check_external_config(config: Any) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise InvalidConfig("config: must be a JSON object")
     check_shape(config)
+    if "record" in config:
+        try:
+            policy_from(config["record"])
+        except ValueError as exc:
+            raise InvalidConfig(f"config.{exc}") from None
     return clean(config)
+
+
+# Frameworks whose trainer applies the recording policy itself (trainer.recording).
+SELF_RECORDING = frozenset({"agentic-rl"})
+
+
+def recording_of(run: Run) -> tuple[RecordConfig | None, int]:
+    """The recording policy the server applies to the run's events (None: its
+    trainer applied it), and the seed of its sample: the config's ``record`` and
+    ``seed`` keys, else the default policy and 0."""
+    if run.framework in SELF_RECORDING:
+        return None, 0
+    config = run.config if isinstance(run.config, dict) else {}
+    seed = config.get("seed")
+    try:
+        policy = policy_from(config.get("record"))
+    except ValueError:  # refused at creation; an old row falls back to the default
+        policy = DEFAULT
+    return policy, seed if type(seed) is int else 0
 
 
 def do_create_external_run(
@@ -227,7 +252,10 @@ def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
         run = Run.objects.select_for_update().get(pk=run.pk)
         found = _existing(run.pk, events)
         duplicates = sum(_is_duplicate(ev, found, run) for ev in events)
-        _, parts = ingest.store(run.pk, events, supersede_on_start=False)
+        record, seed = recording_of(run)
+        _, parts = ingest.store(
+            run.pk, events, supersede_on_start=False, record=record, seed=seed
+        )
         fields = {"heartbeat_at": timezone.now()}
         last_step = ingest.last_step_after(
             (e for e in events if e["type"] == "step"), run.last_step

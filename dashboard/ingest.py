@@ -16,22 +16,33 @@ from typing import Any
 
 from django.db import connection
 
-from dashboard import arrays, frames, jsonsafe, rollups
+from dashboard import arrays, frames, jsonsafe, prompts, rollups
 from dashboard.frames import FrameParts, as_int
 from dashboard.models import (
     ROLLUP_SHIFTS,
     Alert,
     Checkpoint,
     CriticalPath,
+    GroupPrompt,
     Judgement,
     MetricPoint,
     MetricRollup,
     Trajectory,
 )
 from dashboard.reads.metrics import metric_keys
+from dashboard.recorded import recorded
 from dashboard.rollups import BUCKET_AGGREGATES, COLUMNS, MERGE, POINTS, UNNEST
+from trainer.recording import RecordConfig
 
-STEP_MODELS = (MetricPoint, Trajectory, Judgement, CriticalPath, Alert, Checkpoint)
+STEP_MODELS = (
+    MetricPoint,
+    Trajectory,
+    GroupPrompt,
+    Judgement,
+    CriticalPath,
+    Alert,
+    Checkpoint,
+)
 _KEY_LIMIT = 200
 
 
@@ -56,11 +67,16 @@ def store(
     *,
     attempt: int = 0,
     supersede_on_start: bool = True,
+    record: RecordConfig | None = None,
+    seed: int = 0,
 ) -> tuple[int, FrameParts]:
     """Write ``events`` in order (inside the caller's transaction): the one write path
     of the worker's sink and the HTTP ingest. Returns (rows written, what the next
     frame reports). A ``run_started`` first deletes the rows from its ``start_step`` on
-    (``supersede_on_start``: a resumed attempt replays them)."""
+    (``supersede_on_start``: a resumed attempt replays them). ``record``: the
+    recording policy to apply first (external runs; our trainer applies it itself)."""
+    if record is not None:
+        events = recorded(events, record, seed)
     rows, parts, batch = 0, FrameParts(), Batch()
     for ev in events:
         if ev.get("type") == "run_started":
@@ -88,6 +104,7 @@ class Batch:
 
     metrics: dict[tuple[int, str], float] = field(default_factory=dict)
     trajectories: dict[tuple, Trajectory] = field(default_factory=dict)
+    segment_parts: dict[tuple, list[prompts.Part]] = field(default_factory=dict)
     judgements: dict[tuple, Judgement] = field(default_factory=dict)
     critical_paths: dict[tuple, CriticalPath] = field(default_factory=dict)
     alerts: dict[tuple, Alert] = field(default_factory=dict)
@@ -116,7 +133,9 @@ class Batch:
                 )
         elif kind == "trajectory":
             row = trajectory_row(run_id, step, event)
-            self.trajectories[(step, row.group, row.index)] = row
+            key = (step, row.group, row.index)
+            self.trajectories[key] = row
+            self.segment_parts[key] = row.segment_parts
         elif kind == "judgement":
             row = judgement_row(run_id, step, event)
             self.judgements[(step, row.group, row.index, row.judge)] = row
@@ -152,8 +171,8 @@ class Batch:
 
 
 def trajectory_row(run_id: Any, step: int, event: dict[str, Any]) -> Trajectory:
-    meta, blob = arrays.pack_segments(event.get("segments") or [])
-    return Trajectory(
+    parts = arrays.pack_segment_list(event.get("segments") or [])
+    row = Trajectory(
         run_id=run_id,
         step=step,
         group=as_int(event.get("group")),
@@ -168,9 +187,11 @@ def trajectory_row(run_id: Any, step: int, event: dict[str, Any]) -> Trajectory:
         rewards=jsonsafe.clean(event.get("rewards") or {}),
         facts=jsonsafe.clean(event.get("facts") or {}),
         agent_steps=jsonsafe.clean(event.get("steps") or []),
-        segments=meta,
-        arrays=blob,
+        segments=[m for m, _ in parts],
+        arrays=b"".join(b for _, b in parts),
     )
+    row.segment_parts = parts  # for prompts.share
+    return row
 
 
 def judgement_row(run_id: Any, step: int, event: dict[str, Any]) -> Judgement:
@@ -196,6 +217,9 @@ def write(run_id: Any, batch: Batch) -> None:
     """Upsert every row of the batch (inside the caller's transaction)."""
     if batch.metrics:
         upsert_metrics(run_id, batch.metrics)
+    if batch.trajectories:
+        new = prompts.share(run_id, batch.trajectories, batch.segment_parts)
+        GroupPrompt.objects.bulk_create(new, batch_size=200)
     _upsert(Trajectory, batch.trajectories.values(), ["run", "step", "group", "index"])
     _upsert(
         Judgement, batch.judgements.values(), ["run", "step", "group", "index", "judge"]

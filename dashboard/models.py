@@ -14,6 +14,8 @@ Storage choices (documented here, decoded by ``dashboard.arrays``/``dashboard.re
 * ``Trajectory.arrays`` packs the per-token arrays of every segment as little-endian
   ``int32`` token ids followed by ``float32`` logprob, old_logprob, ratio, entropy and
   advantage (24 bytes a token); ``segments`` keeps the rest (kind, text, tokens...).
+  The leading segments a group's rollouts share (the prompt) are stored once, in
+  ``GroupPrompt``, and each trajectory refers to it (``shared_prompt``).
 * JSON columns never hold NaN/inf (encoded as the strings above) nor NUL characters.
 """
 
@@ -83,6 +85,9 @@ class Run(models.Model):
     error = models.TextField(blank=True, default="")
     external = models.BooleanField(default=False)
     framework = models.CharField(max_length=64, blank=True, default="")
+    # What ``manage.py prune_runs`` removed: {"at", "older_than_days", "arrays",
+    # "trajectories", "rows"}; empty: nothing was ever pruned.
+    pruned = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -183,11 +188,30 @@ class Trajectory(_StepRow):
         default=list
     )  # per segment: turn, kind, text, tokens, mask, n
     arrays = models.BinaryField(default=b"")  # see module docstring
+    # The leading segments are the group's shared prompt (GroupPrompt): ``segments``
+    # and ``arrays`` hold only what follows it.
+    shared_prompt = models.BooleanField(default=False)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
                 fields=["run", "step", "group", "index"], name="traj_unique"
+            ),
+        ]
+
+
+class GroupPrompt(_StepRow):
+    """The leading segments identical across a group's rollouts (the prompt), stored
+    once per (run, step, group) instead of once per rollout (``dashboard.prompts``)."""
+
+    group = models.IntegerField()
+    segments = models.JSONField(default=list)  # as Trajectory.segments
+    arrays = models.BinaryField(default=b"")  # as Trajectory.arrays
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "step", "group"], name="group_prompt_unique"
             ),
         ]
 

@@ -24,6 +24,7 @@ from pydantic import (
 from rewards.config import RewardConfig
 from trainer.algorithms import LOSSES, PRESETS
 from trainer.algorithms.kl import KL_KINDS
+from trainer.recording import RecordConfig
 
 
 class _Strict(BaseModel):
@@ -314,6 +315,10 @@ class TrainConfig(_Strict):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    record: RecordConfig = Field(
+        default_factory=RecordConfig,
+        description="Which trajectories are stored (trainer.recording).",
+    )
     reward: RewardConfig | None = Field(
         None,
         description="Reward components and judges; None: the environment's default.",

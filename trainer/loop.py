@@ -43,6 +43,7 @@ from trainer.evaluate import evaluate
 from trainer.events import NullSink, Sink
 from trainer.metrics import step_metrics
 from trainer.policy import AdaptersOff, Policy
+from trainer.recording import Selection, alerted_groups, select
 from trainer.records import (
     alert_event,
     critical_path_event,
@@ -356,9 +357,20 @@ def _train_step(
         "update": t_end - t_update,
         "step": t_end - t_start,
     }
+    metrics = step_metrics(config, sampled, upd, timing)
+    metrics.update(extra or {})
+    if evaluation_due(config, step):  # the policy after this step's update
+        metrics.update(evaluate(policy, env, reward_fn, config, step))
+    alerts = []
+    if monitor is not None:  # before the records: an alert's groups are recorded
+        alerts = monitor(
+            step, metrics, [r.episode for r in sampled.rollouts], sampled.results
+        )
     records: list[dict[str, Any]] = []
     if capture:  # built before the step event so that it can say what they cost
-        if kept:
+        t_records = time.perf_counter()
+        chosen = _recorded(config, step, sampled, alerts)
+        if kept and chosen.token_arrays and chosen.groups:
             rows = _rows(
                 batch.attention_mask,
                 batch.loss_mask,
@@ -369,20 +381,13 @@ def _train_step(
             )
             for j, i in enumerate(kept_idx):
                 arrays[i] = rows[j]
-        records = _records(step, sampled, arrays, per_traj_adv, policy)
-        timing["records"] = time.perf_counter() - t_end
-    metrics = step_metrics(config, sampled, upd, timing)
-    metrics.update(extra or {})
-    if evaluation_due(config, step):  # the policy after this step's update
-        metrics.update(evaluate(policy, env, reward_fn, config, step))
+        records = _records(step, sampled, arrays, per_traj_adv, policy, chosen)
+        metrics["timing_s/records"] = time.perf_counter() - t_records
     sink.emit({"type": "step", "step": step, "metrics": metrics})
     for event in records:
         sink.emit(event)
-    if monitor is not None:
-        for alert in monitor(
-            step, metrics, [r.episode for r in sampled.rollouts], sampled.results
-        ):
-            sink.emit(alert_event(alert))
+    for alert in alerts:
+        sink.emit(alert_event(alert))
     return metrics
 
 
@@ -470,18 +475,32 @@ def _rows(
     return rows
 
 
+def _recorded(
+    config: TrainConfig, step: int, sampled: Sampled, alerts: list[Any]
+) -> Selection:
+    """The recording policy's choice of this step's groups (``trainer.recording``)."""
+    rewards: dict[int, list[float | None]] = {}
+    for ro, res in zip(sampled.rollouts, sampled.results, strict=True):
+        rewards.setdefault(ro.group, []).append(float(res.breakdown.total))
+    alerted = alerted_groups(a.evidence for a in alerts)
+    return select(config.record, step, rewards, alerted, config.seed)
+
+
 def _records(
-    step, sampled: Sampled, arrays, per_traj_adv, policy: Policy
+    step, sampled: Sampled, arrays, per_traj_adv, policy: Policy, chosen: Selection
 ) -> list[dict[str, Any]]:
-    """Every rollout's trajectory event, then its judgements and critical path."""
+    """Every recorded rollout's trajectory event, then its judgements and critical
+    path (rollouts of groups the recording policy leaves out are never built)."""
     out: list[dict[str, Any]] = []
+    picked = [i for i, ro in enumerate(sampled.rollouts) if ro.group in chosen.groups]
     # Every segment of the step decoded in one call.
     texts = iter(
         policy.decode_many(
-            [seg.token_ids for ro in sampled.rollouts for seg in ro.segments]
+            [seg.token_ids for i in picked for seg in sampled.rollouts[i].segments]
         )
     )
-    for i, (ro, res) in enumerate(zip(sampled.rollouts, sampled.results, strict=True)):
+    for i in picked:
+        ro, res = sampled.rollouts[i], sampled.results[i]
         out.append(
             trajectory_event(
                 step,
@@ -489,9 +508,10 @@ def _records(
                 res,
                 dropped=not sampled.kept[i],
                 advantage=per_traj_adv[i],
-                tokens=policy.tokens(ro.token_ids),
+                tokens=policy.tokens(ro.token_ids) if chosen.token_arrays else [],
                 texts=[next(texts) for _ in ro.segments],
                 arrays=arrays[i],
+                token_arrays=chosen.token_arrays,
             )
         )
         out.extend(judgement_events(step, ro, res))

@@ -29,14 +29,29 @@ def trajectory_event(
     tokens: list[str],
     texts: list[str],
     arrays: dict[str, list[float]] | None,
+    token_arrays: bool = True,
 ) -> dict[str, Any]:
     """``tokens`` are the token strings of the whole trajectory, ``texts`` each
-    segment's decoded text. ``arrays`` maps name -> per-target values (length T-1 of this row, unpadded);
-    None for a dropped group (never scored by the learner)."""
+    segment's decoded text. ``arrays`` maps name -> per-target values (length T-1 of
+    this row, unpadded); None for a dropped group (never scored by the learner).
+    ``token_arrays`` False (the recording policy's choice): each segment says its
+    text and token count ``n`` only."""
     segments = []
     pos = 0
     for seg, text in zip(ro.segments, texts, strict=True):
         n = len(seg.token_ids)
+        if not token_arrays:
+            segments.append(
+                {
+                    "turn": seg.turn,
+                    "kind": seg.kind,
+                    "role": ROLE_OF_KIND.get(seg.kind, seg.kind),
+                    "text": text,
+                    "mask": seg.mask,
+                    "n": n,
+                }
+            )
+            continue
         entry: dict[str, Any] = {
             "turn": seg.turn,
             "kind": seg.kind,

@@ -14,7 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from dashboard import arrays, services
+from dashboard import prompts, services
 from dashboard.models import CriticalPath, Trajectory
 from dashboard.pages import charts, trajview
 from dashboard.pages import groups as groups_mod
@@ -67,7 +67,7 @@ def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
 
 
 def _heatmap_data(t: Trajectory) -> dict[str, Any]:
-    segments = arrays.unpack_segments(t.segments, t.arrays)
+    segments = prompts.segments_of(t)
     return {
         "segments": [
             {

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dashboard import jsonsafe
+from dashboard import jsonsafe, prompts
 from dashboard.models import CriticalPath, Judgement, Trajectory
 
 TOLERANCE = 1e-6
@@ -114,7 +114,7 @@ def build(
             s.get("mask"),
             int(s.get("n") or 0),
         )
-        for k, s in enumerate(t.segments if isinstance(t.segments, list) else [])
+        for k, s in enumerate(prompts.meta_of(t))
     ]
     rewards = t.rewards if isinstance(t.rewards, dict) else {}
     per_step = (

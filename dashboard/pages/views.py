@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from dashboard import services, whatif
+from dashboard import retention, services, whatif
 from dashboard.models import ACTIVE_STATUSES, Alert, Run, RunStatus
 from dashboard.pages import catalog, charts, configdiff
 from dashboard.pages.csp import csp
@@ -163,6 +163,9 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "whatif_components": whatif.component_weights(run),
             "active": run.status in ACTIVE_STATUSES,
             "is_swarm": run_info(run)["env"] == "swarm",
+            # recording policy and retention (issue 15)
+            "recording": retention.recording_line(run),
+            "pruned": retention.pruned_line(run),
         },
     )
 

@@ -118,8 +118,11 @@ def export_lines(run: Run, parts: Iterable[str] = EXPORT_PARTS) -> Iterator[str]
         rows = Trajectory.objects.filter(run=run).order_by("step", "group", "index")
         if not arrays_too:
             rows = rows.defer("arrays")
+        cache: dict = {}  # one group's shared prompt read once
         for t in rows.iterator(chunk_size=200):
-            out = trajectory_detail(t) if arrays_too else trajectory_text(t)
+            out = (
+                trajectory_detail(t, cache) if arrays_too else trajectory_text(t, cache)
+            )
             yield line({"type": "trajectory", **out})
     if "judgements" in parts:
         for j in (

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dashboard import arrays, jsonsafe
+from dashboard import jsonsafe, prompts
 from dashboard.models import (
     CriticalPath,
     Judgement,
@@ -35,22 +35,27 @@ def trajectory_summary(t: Trajectory) -> dict[str, Any]:
     }
 
 
-def trajectory_detail(t: Trajectory) -> dict[str, Any]:
+def trajectory_detail(
+    t: Trajectory, prompt_cache: dict | None = None
+) -> dict[str, Any]:
+    """A trajectory as sent: its segments with their per-token arrays decoded, the
+    group's shared prompt first (``prompt_cache``: reuse one read per group)."""
     out = trajectory_summary(t)
     out["facts"] = t.facts
     out["steps"] = t.agent_steps
-    out["segments"] = arrays.unpack_segments(t.segments, t.arrays)
+    out["segments"] = prompts.segments_of(t, prompt_cache)
     return out
 
 
-def trajectory_text(t: Trajectory) -> dict[str, Any]:
+def trajectory_text(t: Trajectory, prompt_cache: dict | None = None) -> dict[str, Any]:
     """:func:`trajectory_detail` without the per-token ids and floats (segments keep
     their text, tokens and mask)."""
     out = trajectory_summary(t)
     out["facts"] = t.facts
     out["steps"] = t.agent_steps
     out["segments"] = [
-        {k: v for k, v in seg.items() if k != "n"} for seg in t.segments or []
+        {k: v for k, v in seg.items() if k != "n"}
+        for seg in prompts.meta_of(t, prompt_cache)
     ]
     return out
 

@@ -18,8 +18,19 @@ let histStep = data.latest_trajectory_step;
 let best = num(document.querySelector("[data-stat=best_reward]")?.textContent);
 const pointsWanted = () => Math.min(2000, Math.max(200, Math.round(window.innerWidth)));
 
+// A step without stored trajectories (the recording policy keeps every n-th step)
+// opens the nearest one that has them; the page itself falls back the same way.
+function nearestRecorded(step) {
+  let best = null;
+  for (const s of trajSteps) {
+    const d = Math.abs(s - step);
+    if (best === null || d < Math.abs(best - step) || (d === Math.abs(best - step) && s < best)) best = s;
+  }
+  return best === null ? step : best;
+}
+
 function openStep(step) {
-  window.location.href = `${data.trajectories_url}?step=${Math.round(step)}`;
+  window.location.href = `${data.trajectories_url}?step=${nearestRecorded(Math.round(step))}`;
 }
 
 function makeChart(section, keys) {

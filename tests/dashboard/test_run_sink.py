@@ -8,7 +8,15 @@ from django.db import connection
 from fake_runner import events_for_step, metrics_for
 
 from dashboard import lease, services
-from dashboard.models import Alert, Checkpoint, Judgement, MetricPoint, Run, Trajectory
+from dashboard.models import (
+    Alert,
+    Checkpoint,
+    GroupPrompt,
+    Judgement,
+    MetricPoint,
+    Run,
+    Trajectory,
+)
 from dashboard.reads import metrics, trajectories
 from dashboard.sinks import RunSink
 
@@ -94,7 +102,10 @@ def test_token_arrays_round_trip_and_text_is_sanitised(claim, published):
     assert segs[1]["logprob"] == pytest.approx(original[1]["logprob"])
     assert segs[1]["advantage"] == pytest.approx(original[1]["advantage"], rel=1e-6)
     assert "\x00" not in segs[1]["text"] and segs[1]["text"].startswith("<b>answer</b>")
-    assert len(t.arrays) == 24 * (3 + 4)
+    # The 3-token prompt the group's rollouts share is stored once, beside them.
+    assert t.shared_prompt and len(t.arrays) == 24 * 4
+    prompt = GroupPrompt.objects.get(run_id=claim.run_id, step=1, group=0)
+    assert len(prompt.arrays) == 24 * 3
 
 
 def test_checkpoint_returns_only_once_everything_before_it_is_committed(

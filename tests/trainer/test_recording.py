@@ -1,0 +1,139 @@
+"""The recording policy: which groups of which steps are stored, on its own and
+applied by the training loop (before the records are built)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewards.types import Alert
+from trainer.config import TrainConfig
+from trainer.envs.base import make_env
+from trainer.events import ListSink
+from trainer.loop import train
+from trainer.recording import (
+    RecordConfig,
+    alerted_groups,
+    describe,
+    group_budget,
+    select,
+)
+
+# Group means: 0 -> 1.0 (best), 1 -> 0.0 (worst), the others in between.
+REWARDS = {0: [1.0, 1.0], 1: [0.0, 0.0], 2: [0.5, 0.5], 3: [0.2, 0.4], 4: [0.9, 0.7]}
+
+
+def test_a_bounded_step_keeps_best_worst_alerted_and_a_seeded_sample():
+    policy = RecordConfig(groups=3)
+    pick = select(policy, 5, REWARDS, alerted={3}, seed=7)
+    assert pick.recorded and {0, 1, 3} <= pick.groups
+    # 3 groups: best, worst, one sampled from {2, 3, 4}; the alerted 3 on top.
+    assert len(pick.groups - {3}) in (2, 3) and len(pick.groups) <= 4
+    assert select(policy, 5, REWARDS, alerted={3}, seed=7) == pick  # replayable
+    samples = {select(policy, s, REWARDS, seed=7).groups - {0, 1} for s in range(40)}
+    assert samples == {frozenset({2}), frozenset({3}), frozenset({4})}
+
+
+def test_unscored_rollouts_do_not_count_in_a_groups_mean():
+    rewards = {0: [None, 0.1], 1: [float("nan"), 0.9], 2: [None], 3: [0.5]}
+    pick = select(RecordConfig(groups=2), 1, rewards)
+    assert pick.groups == {0, 1}  # worst 0.1, best 0.9; group 2 has no mean
+
+
+def test_every_nth_step_only_and_metrics_are_not_its_business():
+    policy = RecordConfig(every=4, groups=None)
+    recorded = [s for s in range(1, 13) if select(policy, s, REWARDS).recorded]
+    assert recorded == [4, 8, 12]
+    assert select(policy, 3, REWARDS).groups == frozenset()
+    assert select(policy, 8, REWARDS).groups == set(REWARDS)
+
+
+def test_auto_keeps_small_steps_whole_and_bounds_big_ones_to_64_rollouts():
+    auto = RecordConfig()
+    assert group_budget(auto, 8, 64) == 8  # 8 groups of 8: everything
+    assert group_budget(auto, 32, 256) == 8  # 32 groups of 8: 64 rollouts' worth
+    assert group_budget(auto, 256, 256) == 64  # groups of 1
+    assert group_budget(RecordConfig(groups=None), 32, 256) == 32
+    big = {g: [g / 10] * 8 for g in range(32)}
+    assert len(select(auto, 1, big).groups) == 8
+
+
+def test_alerts_point_at_groups_through_their_evidence():
+    evidences = [{"group": 2}, {"groups": [4, 5, "x", True]}, {"window": [1, 3]}, None]
+    assert alerted_groups(evidences) == {2, 4, 5}
+
+
+def test_bad_record_config_names_the_field():
+    from trainer.config import format_errors
+
+    for bad in ({"groups": 0}, {"groups": "all"}, {"every": 0}, {"arrays": True}):
+        with pytest.raises(ValueError) as info:
+            TrainConfig.model_validate({"record": bad})
+        assert format_errors(info.value)[0].startswith("record.")
+
+
+def test_the_run_page_line_says_what_is_recorded():
+    assert (
+        describe(RecordConfig(every=4, groups=8, token_arrays=False))
+        == "trajectories every 4th step, 8 groups a step (best, worst, alerted, "
+        "sampled), token arrays off"
+    )
+    assert describe(RecordConfig(), 12) == (
+        "trajectories every step, all groups a step, token arrays on"
+    )
+
+
+class _PointAtGroup:
+    """A monitor that raises one alert on step 2, pointing at group 4."""
+
+    def __call__(self, step, metrics, episodes, results):
+        if step != 2:
+            return []
+        return [Alert("test", "warning", "look at group 4", step, {"group": 4})]
+
+
+def _run(record, reward_fn):
+    cfg = TrainConfig.model_validate(
+        {
+            "steps": 4,
+            "seed": 3,
+            "env": {"name": "calc"},
+            "rollout": {"tasks_per_step": 6, "group_size": 2, "max_turns": 2},
+            "record": record,
+        }
+    )
+    sink = ListSink()
+    result = train(
+        cfg, make_env("calc", seed=0), reward_fn, sink, monitor=_PointAtGroup()
+    )
+    assert result.status == "succeeded"
+    return sink
+
+
+def test_the_loop_records_exactly_the_groups_the_policy_promises(reward_fn):
+    full = _run({"groups": None}, reward_fn)
+    bounded = _run({"every": 2, "groups": 3, "token_arrays": False}, reward_fn)
+    steps = [e["step"] for e in bounded.of_type("step") if e["step"] > 0]
+    assert steps == [1, 2, 3, 4]  # metrics on every step
+    full_metrics = [e["metrics"]["reward"] for e in full.of_type("step")]
+    assert [e["metrics"]["reward"] for e in bounded.of_type("step")] == full_metrics
+    for step in (1, 2, 3, 4):
+        rewards: dict[int, list] = {}
+        for t in full.of_type("trajectory"):
+            if t["step"] == step:
+                rewards.setdefault(t["group"], []).append(t["reward"])
+        kept = {t["group"] for t in bounded.of_type("trajectory") if t["step"] == step}
+        if step % 2:
+            assert kept == set()
+            continue
+        means = {g: sum(v) / len(v) for g, v in rewards.items()}
+        best = max(means, key=lambda g: (means[g], g))
+        worst = min(means, key=lambda g: (means[g], g))
+        expected = select(RecordConfig(groups=3), step, rewards, alerted=(), seed=3)
+        promised = set(expected.groups) | ({4} if step == 2 else set())
+        assert kept == promised and {best, worst} <= kept
+        assert len(kept - {4}) <= 3 and (step != 2 or 4 in kept)
+    for t in bounded.of_type("trajectory"):  # token arrays off: text and n only
+        assert all(
+            set(s) == {"turn", "kind", "role", "text", "mask", "n"}
+            for s in t["segments"]
+        )
