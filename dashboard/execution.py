@@ -9,6 +9,7 @@ initialised only in the prefork child).
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import traceback
 from pathlib import Path
@@ -23,6 +24,8 @@ from dashboard.models import Checkpoint, JudgeEndpoint, RunStatus
 from dashboard.sinks import RunSink
 
 log = logging.getLogger(__name__)
+# A Python source file's path in an exception message (the server's layout).
+_SOURCE_PATH = re.compile(r"(?:[A-Za-z]:)?[/\\][^\s'\"]*\.py\b")
 
 
 def checkpoint_dir(run_id: Any) -> Path:
@@ -68,6 +71,25 @@ def prune_unrecorded_checkpoints(run_id: Any, root: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """The first non-blank line of ``text``, at most ``limit`` characters."""
+    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def failure_message(exc: BaseException) -> str:
+    """What the run's owner reads when an attempt raised: one line, no traceback, no
+    server file paths (those go to the log and the admin, on the attempt)."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        err = exc.errors(include_url=False)[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        return one_line(f"invalid configuration: {loc}: {err['msg']}")
+    text = _SOURCE_PATH.sub("<server file>", one_line(str(exc)))
+    return one_line(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
 def run_claimed(claim: Claim) -> str:
     """Train the claimed run to the end; record its outcome. Returns the status."""
     from trainer.config import TrainConfig
@@ -78,7 +100,7 @@ def run_claimed(claim: Claim) -> str:
         interval_s=settings.RUN_FRAME_INTERVAL_MS / 1000,
         heartbeat_s=settings.RUN_HEARTBEAT_SECONDS,
     )
-    status, error = RunStatus.FAILED, ""
+    status, message, detail = RunStatus.FAILED, "", ""
     try:
         config = TrainConfig.model_validate(claim.config)
         prune_unrecorded_checkpoints(claim.run_id, root)
@@ -94,13 +116,15 @@ def run_claimed(claim: Claim) -> str:
         status = (
             result.status if result.status in RunStatus.values else RunStatus.FAILED
         )
-        error = getattr(result, "error", None) or ""
-    except Exception:
-        error = traceback.format_exc()
-        log.exception("run %s failed", claim.run_id)
+        message = one_line(getattr(result, "error", None) or "")
+    except Exception as exc:
+        message, detail = failure_message(exc), traceback.format_exc()
+        log.exception("run %s attempt %s failed", claim.run_id, claim.attempt)
     finally:
         sink.close()
     if sink.lost:
         return "lease-lost"
-    lease.finish(claim, status, error=error, last_step=sink.last_step)
+    lease.finish(
+        claim, status, message=message, detail=detail, last_step=sink.last_step
+    )
     return str(status)

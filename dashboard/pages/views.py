@@ -137,6 +137,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "alerts": alerts,
             "page_data": page_data,
             "metric_keys": q.metric_keys(run),
+            "attempts": list(run.attempts.all()),
             "clones": list(services.visible_runs(request.user).filter(parent=run)[:20]),
             "active": run.status in ACTIVE_STATUSES,
             "is_swarm": run_info(run)["env"] == "swarm",
