@@ -249,6 +249,7 @@ class JudgeConfig(_Strict):
 # "<detector>.<threshold>": default. Documented with each detector in rewards.detectors.
 DEFAULT_THRESHOLDS: dict[str, float] = {
     "serial_collapse.max_parallelism": 1.2,
+    "serial_collapse.min_drop": 0.5,
     "spurious_parallelism.min_parallelism": 2.0,
     "spurious_parallelism.max_finish_rate": 0.5,
     "spurious_parallelism.max_yield": 0.35,
@@ -260,6 +261,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "judge_verifier_divergence.max_outcome_rise": 0.02,
     "length_drift.max_growth": 1.5,
     "length_drift.max_truncated": 0.3,
+    "length_drift.min_truncated_rise": 0.1,
     "entropy_collapse.min_entropy": 0.1,
     "entropy_collapse.max_ratio": 0.25,
 }

@@ -11,7 +11,9 @@ DAPO). The stateful wrapper that fires alerts lives in :mod:`rewards.monitor`.
 
 Thresholds (``<detector>.<name>``: default), all judged on the late half of the window:
 
-* ``serial_collapse.max_parallelism`` 1.2: sub-agents per stage at or below it.
+* ``serial_collapse.max_parallelism`` 1.2, ``.min_drop`` 0.5: sub-agents per stage at
+  or below it, after the early half was above it and by at least ``min_drop`` more (a
+  policy that never fanned out has nothing to collapse from).
 * ``spurious_parallelism.min_parallelism`` 2, ``.max_finish_rate`` 0.5,
   ``.max_yield`` 0.35, ``.min_critical_drop`` 0.1: wide fan-out, few subtasks done
   (or few per sub-agent spawned), and critical steps that fell by less than 10% from
@@ -20,7 +22,9 @@ Thresholds (``<detector>.<name>``: default), all judged on the late half of the 
 * ``one_at_a_time_pruning.min_prunes`` 2, ``.min_single_frac`` 0.8: prunes per
   episode, and the share of them that drop a single document.
 * ``judge_verifier_divergence.min_judge_rise`` 0.1, ``.max_outcome_rise`` 0.02.
-* ``length_drift.max_growth`` 1.5 (late / early mean length), ``.max_truncated`` 0.3.
+* ``length_drift.max_growth`` 1.5 (late / early mean length), ``.max_truncated`` 0.3,
+  ``.min_truncated_rise`` 0.1 (a truncated share that was already high and creeps up by
+  a point, 98% -> 99%, is not drift).
 * ``entropy_collapse.min_entropy`` 0.1 nats/token, ``.max_ratio`` 0.25 (late / early).
 """
 
@@ -139,10 +143,11 @@ def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding |
     if not _enough(cfg, par):
         return None
     limit = cfg.threshold("serial_collapse.max_parallelism")
+    min_drop = cfg.threshold("serial_collapse.min_drop")
     early, late = halves(par)
-    # A collapse is a fall (or a stay) at about one, not a climb out of it: a fresh
-    # policy that is just starting to fan out is not flagged.
-    if late > limit or late > early + 1e-9:
+    # A collapse is a fall to about one from real fan-out: not a policy that never
+    # fanned out (0.00 -> 0.00), nor one just starting to.
+    if late > limit or early <= limit or early - late < min_drop:
         return None
     subs = series(window, "subagents")
     return Finding(
@@ -261,7 +266,9 @@ def length_drift(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | No
     if _enough(cfg, trunc):
         t0, t1 = halves(trunc)
         evidence.update(truncated_early=t0, truncated_late=t1)
-        if t1 >= trunc_limit and t1 > t0:
+        if t1 >= trunc_limit and t1 - t0 >= cfg.threshold(
+            "length_drift.min_truncated_rise"
+        ):
             reasons.append(f"truncated {t0:.0%} -> {t1:.0%}")
     if not reasons:
         return None

@@ -1,5 +1,5 @@
 """Each reward-hacking detector on a synthetic run with the pattern and one without,
-and the monitor's fire-on-onset, re-fire-per-window policy."""
+and the monitor's fire-on-onset policy with hysteresis."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ def swarm_batch(width: int) -> list:
     return [ep, ep]
 
 
-def test_it_fires_serial_collapse_on_onset_then_once_per_window_in_a_demo_run():
+def test_it_fires_serial_collapse_on_onset_and_not_again_while_it_lasts():
     cfg = demo_config("swarm_serial_collapse")  # window 10, min_steps 4
     reward_fn = build_reward_fn(cfg, env_name="swarm")
     monitor = build_monitor(cfg, env_name="swarm")
@@ -195,7 +195,7 @@ def test_it_fires_serial_collapse_on_onset_then_once_per_window_in_a_demo_run():
             fired.append((alert.step, alert.detector))
     collapse = [s for s, d in fired if d == "serial_collapse"]
     assert collapse[0] == 10  # late half of steps 1-10: widths 2, 2, 1, 1, 1 -> 1.4
-    assert collapse == [10, 20]
+    assert collapse == [10]  # not again at 20: the collapse never cleared
     assert all(d == "serial_collapse" for _, d in fired)
 
 
@@ -206,9 +206,9 @@ def test_it_fires_again_on_a_new_onset_after_the_pattern_cleared():
     for step, width in enumerate([1] * 5 + [4] * 10 + [1] * 6, start=1):
         eps = swarm_batch(width)
         steps += [a.step for a in monitor(step, {}, eps, reward_fn(eps, step))]
-    # Onset at 4; cleared once width 4 reaches the late half (step 6); the second onset
-    # is when steps 16-20 (width 1) make up the late half of the window 11-20.
-    assert steps == [4, 20]
+    # Steps 1-5 never fanned out: nothing to collapse from, no alert. The onset is
+    # when steps 16-20 (width 1) make up the late half of the window 11-20 (width 4).
+    assert steps == [20]
 
 
 def test_it_summarises_results_and_trainer_metrics_per_step():
