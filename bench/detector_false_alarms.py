@@ -63,7 +63,7 @@ def record(names: list[str], minutes: float) -> None:
         cfg = load_config_file(str(CONFIGS / f"{name}.yaml"))
         summaries: list[dict] = []
 
-        def summarize(*args, **kw):
+        def summarize(*args, summaries=summaries, **kw):
             s = real(*args, **kw)
             summaries.append(dict(s))
             return s
