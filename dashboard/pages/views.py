@@ -125,6 +125,12 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             for a in alerts
         ],
         "latest_trajectory_step": q.nearest(traj_steps, None),
+        "stats": {  # the strip's numbers, kept current by the page as frames arrive
+            "best_reward": stats.best_reward,
+            "best_step": stats.best_step,
+            "last_step": run.last_step,
+            "duration_s": stats.duration_s,
+        },
         "trajectory_steps": traj_steps[-5000:],
     }
     return render(
