@@ -282,7 +282,7 @@ def test_the_live_check_answers_errors_and_the_diff_to_the_parent(owner, owner_c
     res = owner_client.post(f"/runs/{parent.pk}/clone/check/", body(data)).json()
     assert res["ok"] is True and res["errors"] == {}
     assert res["diff"] == [
-        {"path": "reward.components.0.weight", "parent": "1.0", "value": "1.5"}
+        {"path": "reward.components.outcome.weight", "parent": "1.0", "value": "1.5"}
     ]
     bad = owner_client.post("/runs/new/check/", body(post_for(**{"steps": "0"}))).json()
     assert bad["ok"] is False and "steps" in bad["errors"]
