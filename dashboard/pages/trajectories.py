@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import F
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -119,6 +120,24 @@ def trajectory(
     )
 
 
+def _subagents(cp: CriticalPath) -> int:
+    """How many sub-agents a rollout spawned, over all its stages."""
+    return sum(
+        len(s.get("subagents") or []) for s in cp.stages or [] if isinstance(s, dict)
+    )
+
+
+def _parallel_step(run: Any, steps: list[int]) -> int | None:
+    """The latest step where a rollout ran sub-agents side by side (its total work
+    exceeds its critical path); None when no step did."""
+    return (
+        CriticalPath.objects.filter(run=run, total_steps__gt=F("critical_steps"))
+        .order_by("-step")
+        .values_list("step", flat=True)
+        .first()
+    )
+
+
 @csp
 def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
@@ -128,7 +147,10 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
         .values_list("step", flat=True)
         .distinct()
     )
-    step = q.nearest(steps, _int(request.GET.get("step")))
+    parallel_step = _parallel_step(run, steps)
+    asked = _int(request.GET.get("step"))
+    # Opened without a step: where there is something parallel to see, if anywhere.
+    step = q.nearest(steps, asked if asked is not None else parallel_step)
     paths = q.critical_paths(run, step) if step is not None else []
     rewards = (
         {
@@ -146,7 +168,18 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
         if (cp.group, cp.index) == (g, i):
             chosen = cp
     if chosen is None and paths:
-        chosen = min(paths, key=lambda c: (c.critical_steps, c.group, c.index))
+        # A rollout with sub-agents when the step has one: the most parallel saving,
+        # then the most sub-agents.
+        chosen = max(
+            paths,
+            key=lambda c: (
+                _subagents(c) > 0,
+                c.total_steps - c.critical_steps,
+                _subagents(c),
+                -c.group,
+                -c.index,
+            ),
+        )
     rows = [(cp, rewards.get((cp.group, cp.index))) for cp in paths]
     pos = steps.index(step) if step is not None else -1
     return render(
@@ -161,6 +194,9 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
             if chosen
             else None,
             "gantt": trajview.gantt(chosen) if chosen else None,
+            "chosen_subagents": _subagents(chosen) if chosen else 0,
+            "step_subagents": sum(1 for cp in paths if _subagents(cp)),
+            "parallel_step": parallel_step if parallel_step != step else None,
             "order": charts.component_names(run.config),
             "prev_step": steps[pos - 1] if pos > 0 else None,
             "next_step": steps[pos + 1] if 0 <= pos < len(steps) - 1 else None,
