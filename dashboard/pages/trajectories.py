@@ -31,12 +31,22 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def _step_error(raw: str | None, asked: int | None, step: int | None) -> str:
+    """What to tell someone whose ``?step=`` was not a step number (not silently the
+    last step)."""
+    if raw is None or raw.strip() == "" or asked is not None:
+        return ""
+    shown = f"; showing step {step}" if step is not None else ""
+    return f"\u201c{raw[:40]}\u201d is not a step number{shown}."
+
+
 @csp
 def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
     steps = q.trajectory_steps(run)
     asked = _int(request.GET.get("step"))
     step = q.nearest(steps, asked)
+    step_error = _step_error(request.GET.get("step"), asked, step)
     groups = q.step_groups(run, step, request.GET) if step is not None else []
     pos = steps.index(step) if step is not None else -1
     filters = {k: request.GET.get(k, "") for k in FILTERS}
@@ -47,6 +57,7 @@ def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
             "run": run,
             "step": step,
             "asked": asked,
+            "step_error": step_error,
             "steps_count": len(steps),
             "first_step": steps[0] if steps else None,
             "last_step": steps[-1] if steps else None,
@@ -151,6 +162,7 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
     asked = _int(request.GET.get("step"))
     # Opened without a step: where there is something parallel to see, if anywhere.
     step = q.nearest(steps, asked if asked is not None else parallel_step)
+    step_error = _step_error(request.GET.get("step"), asked, step)
     paths = q.critical_paths(run, step) if step is not None else []
     rewards = (
         {
@@ -195,6 +207,7 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
             else None,
             "gantt": trajview.gantt(chosen) if chosen else None,
             "chosen_subagents": _subagents(chosen) if chosen else 0,
+            "step_error": step_error,
             "step_subagents": sum(1 for cp in paths if _subagents(cp)),
             "parallel_step": parallel_step if parallel_step != step else None,
             "order": charts.component_names(run.config),

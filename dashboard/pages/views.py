@@ -156,11 +156,14 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
 def run_cancel(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
     try:
-        services.cancel_run(run)
+        run = services.cancel_run(run)
     except services.ServiceError as exc:
         messages.error(request, "; ".join(exc.errors))
     else:
-        messages.info(request, "Cancel requested: the run stops at its next step.")
+        if run.status == RunStatus.CANCELLED:
+            messages.info(request, "Cancelled before it started: nothing ran.")
+        else:
+            messages.info(request, "Cancel requested: the run stops at its next step.")
     return redirect("pages:run_detail", run.pk)
 
 

@@ -134,8 +134,10 @@ function setStatus(status, lastStep) {
       badge.textContent = status;
       badge.className = `badge st-${status}`;
     }
-    const cancel = document.querySelector("[data-cancel]");
-    if (cancel) cancel.disabled = FINAL.has(status);
+    const menu = document.querySelector("[data-cancel-menu]");
+    if (menu && FINAL.has(status)) { menu.open = false; menu.hidden = true; }
+    const question = document.querySelector("[data-cancel-question]");
+    if (question && status === "running") question.textContent = "Stop this run at its next step? What it recorded so far is kept.";
     if (status === "running" && runningSince === null) runningSince = performance.now() - 1000 * (strip.duration_s || 0);
     if (FINAL.has(status) && runningSince !== null) { tickDuration(); runningSince = null; }
     data.status = status;

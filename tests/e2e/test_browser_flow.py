@@ -113,7 +113,8 @@ def test_configure_launch_watch_inspect_clone_compare(live, page, shots, ui):
 
     # Cancel the run (the trainer stops at its next step).
     page.goto(f"{live.url}/runs/{parent_id}/")
-    page.click("[data-cancel]")
+    page.click("[data-cancel]")  # asks first
+    page.click("[data-cancel-confirm]")
     ui.until(
         page,
         "document.querySelector('[data-run-status] .badge').textContent === 'cancelled'",
@@ -153,6 +154,7 @@ def test_configure_launch_watch_inspect_clone_compare(live, page, shots, ui):
 
     # Leave nothing running.
     page.goto(f"{live.url}/runs/{clone_id}/")
-    if page.is_enabled("[data-cancel]"):
+    if page.locator("[data-cancel-menu]:not([hidden])").count():
         page.click("[data-cancel]")
+        page.click("[data-cancel-confirm]")
     page.guard.check()
