@@ -190,7 +190,8 @@ function showErrors(errors) {
 function showDiff(diff) {
   const table = form.querySelector("[data-diff]");
   if (!table) return;
-  const rows = diff.map((d) => el("tr", {}, el("td", { text: d.path }), el("td", { class: "old", text: d.parent }), el("td", { class: "new", text: d.value })));
+  const pathCell = (path) => el("td", {}, ...path.split(".").flatMap((p, i) => (i ? [".", el("wbr"), p] : [p])));
+  const rows = diff.map((d) => el("tr", {}, pathCell(d.path), el("td", { class: "old", text: d.parent }), el("td", { class: "new", text: d.value })));
   table.tBodies[0].replaceChildren(...rows);
   form.querySelector("[data-diff-empty]").hidden = diff.length > 0;
 }

@@ -240,6 +240,7 @@ const stream = new RunStream({
   onState: setLive,
 });
 window.__runStream = stream; // for tests and debugging: stats, forced reconnects
+window.__runCharts = charts; // for tests: each chart's uPlot (scales, axis labels)
 
 loadCharts()
   .catch((err) => { document.body.dataset.chartsError = String(err); })
