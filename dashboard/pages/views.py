@@ -59,10 +59,18 @@ def home(request: HttpRequest) -> HttpResponse:
         :5000
     ]:
         counts[status] = counts.get(status, 0) + 1
+    # What to watch now: a run that is training, else the next one to start.
+    live = next((r for r in active if r.status == RunStatus.RUNNING), None)
+    upcoming = (  # queued runs start oldest first
+        None if live or not active else min(active, key=lambda r: r.created_at)
+    )
     return render(
         request,
         "pages/home.html",
         {
+            "live": live,
+            "live_info": run_info(live) if live else None,
+            "upcoming": upcoming,
             "active": [(r, run_info(r), sparks.get(r.pk, "")) for r in active],
             "recent": [(r, run_info(r), sparks.get(r.pk, "")) for r in recent],
             "alerts": alerts,
