@@ -249,7 +249,8 @@ class JudgeConfig(_Strict):
 # "<detector>.<threshold>": default. Documented with each detector in rewards.detectors.
 DEFAULT_THRESHOLDS: dict[str, float] = {
     "serial_collapse.max_parallelism": 1.2,
-    "serial_collapse.min_drop": 0.5,
+    "serial_collapse.min_parallelism": 0.5,
+    "serial_collapse.after_windows": 2.0,
     "spurious_parallelism.min_parallelism": 2.0,
     "spurious_parallelism.max_finish_rate": 0.5,
     "spurious_parallelism.max_yield": 0.35,

@@ -11,9 +11,11 @@ DAPO). The stateful wrapper that fires alerts lives in :mod:`rewards.monitor`.
 
 Thresholds (``<detector>.<name>``: default), all judged on the late half of the window:
 
-* ``serial_collapse.max_parallelism`` 1.2, ``.min_drop`` 0.5: sub-agents per stage at
-  or below it, after the early half was above it and by at least ``min_drop`` more (a
-  policy that never fanned out has nothing to collapse from).
+* ``serial_collapse.max_parallelism`` 1.2, ``.min_parallelism`` 0.5,
+  ``.after_windows`` 2: sub-agents per stage at or below the maximum but at least the
+  minimum in both halves (a policy that never spawns a sub-agent, 0.00 -> 0.00, is not
+  running anything serially), judged once the run is ``after_windows`` windows old (a
+  fresh policy starts serial before it learns to fan out).
 * ``spurious_parallelism.min_parallelism`` 2, ``.max_finish_rate`` 0.5,
   ``.max_yield`` 0.35, ``.min_critical_drop`` 0.1: wide fan-out, few subtasks done
   (or few per sub-agent spawned), and critical steps that fell by less than 10% from
@@ -143,11 +145,15 @@ def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding |
     if not _enough(cfg, par):
         return None
     limit = cfg.threshold("serial_collapse.max_parallelism")
-    min_drop = cfg.threshold("serial_collapse.min_drop")
+    floor = cfg.threshold("serial_collapse.min_parallelism")
+    if window[-1].get("step", 0) <= cfg.threshold("serial_collapse.after_windows") * (
+        cfg.window
+    ):
+        return None
     early, late = halves(par)
-    # A collapse is a fall to about one from real fan-out: not a policy that never
-    # fanned out (0.00 -> 0.00), nor one just starting to.
-    if late > limit or early <= limit or early - late < min_drop:
+    # A collapse is a fall (or a stay) at about one sub-agent per stage, not a climb
+    # out of it, and not a policy that spawns none at all.
+    if late > limit or late > early + 1e-9 or min(early, late) < floor:
         return None
     subs = series(window, "subagents")
     return Finding(

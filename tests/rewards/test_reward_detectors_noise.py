@@ -17,17 +17,27 @@ def run(**series: list[float]) -> list[dict[str, float]]:
     ]
 
 
-def test_a_policy_that_never_fanned_out_has_no_serial_collapse():
-    assert serial_collapse(run(parallelism=[0.0] * 8), CFG) is None
-    assert serial_collapse(run(parallelism=[1.0] * 8), CFG) is None
+def _late(xs: list[float], first_step: int = 100) -> list[dict[str, float]]:
+    """A window of a run that is past its first windows."""
+    return [{"step": float(first_step + i), "parallelism": x} for i, x in enumerate(xs)]
 
 
-def test_a_drop_smaller_than_the_minimum_is_not_a_collapse():
-    # early 1.4 (above the 1.2 limit), late 1.1: a drop of 0.3 < min_drop 0.5
-    assert serial_collapse(run(parallelism=[1.4] * 4 + [1.1] * 4), CFG) is None
-    # early 2.0, late 1.0: a drop of 1.0
-    found = serial_collapse(run(parallelism=[2.0] * 4 + [1.0] * 4), CFG)
-    assert found is not None and "1.00 sub-agents per stage (was 2.00" in found.message
+def test_a_policy_that_never_spawns_a_sub_agent_has_no_serial_collapse():
+    # The issue's "0.00 sub-agents per stage (was 0.00)": nothing runs serially either.
+    assert serial_collapse(_late([0.0] * 8), CFG) is None
+    assert serial_collapse(_late([0.3] * 8), CFG) is None
+    found = serial_collapse(_late([1.0] * 8), CFG)  # one sub-agent at a time: serial
+    assert found is not None and "1.00 sub-agents per stage (was 1.00" in found.message
+
+
+def test_a_fresh_policy_is_not_judged_serial_before_two_windows():
+    # Window 8: steps 1-8 and 9-16 are the policy's first two windows.
+    assert serial_collapse(_late([1.0] * 8, first_step=9), CFG) is None
+    assert serial_collapse(_late([1.0] * 8, first_step=10), CFG) is not None
+
+
+def test_a_policy_climbing_out_of_serial_is_not_flagged():
+    assert serial_collapse(_late([0.8] * 4 + [1.1] * 4), CFG) is None
 
 
 def test_a_truncated_share_creeping_up_a_point_is_not_drift():
