@@ -256,6 +256,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "spurious_parallelism.max_yield": 0.35,
     "spurious_parallelism.min_critical_drop": 0.1,
     "single_search_exit.min_frac": 0.5,
+    "single_search_exit.after_windows": 2.0,
     "one_at_a_time_pruning.min_single_frac": 0.8,
     "one_at_a_time_pruning.min_prunes": 2.0,
     "judge_verifier_divergence.min_judge_rise": 0.1,

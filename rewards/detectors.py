@@ -20,7 +20,9 @@ Thresholds (``<detector>.<name>``: default), all judged on the late half of the 
   ``.max_yield`` 0.35, ``.min_critical_drop`` 0.1: wide fan-out, few subtasks done
   (or few per sub-agent spawned), and critical steps that fell by less than 10% from
   the early half.
-* ``single_search_exit.min_frac`` 0.5: share of episodes ended after <= 1 search.
+* ``single_search_exit.min_frac`` 0.5, ``.after_windows`` 2: share of episodes ended
+  after <= 1 search, judged once the run is two windows old (a fresh policy answers
+  early before it has learned anything; that is not a learned exit).
 * ``one_at_a_time_pruning.min_prunes`` 2, ``.min_single_frac`` 0.8: prunes per
   episode, and the share of them that drop a single document.
 * ``judge_verifier_divergence.min_judge_rise`` 0.1, ``.max_outcome_rise`` 0.02.
@@ -134,6 +136,13 @@ def _tail(xs: Sequence[float], n: int = 10) -> list[float]:
     return [round(x, 4) for x in xs[-n:]]
 
 
+def _past_warmup(window: Sequence[Summary], cfg: DetectorConfig, name: str) -> bool:
+    """The run is past ``<name>.after_windows`` windows: a state detector (not a change
+    detector) does not judge a fresh policy by where it starts."""
+    after = cfg.threshold(f"{name}.after_windows") * cfg.window
+    return bool(window) and window[-1].get("step", 0) > after
+
+
 def _enough(cfg: DetectorConfig, *xs: Sequence[float]) -> bool:
     return all(len(x) >= cfg.min_steps for x in xs)
 
@@ -146,9 +155,7 @@ def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding |
         return None
     limit = cfg.threshold("serial_collapse.max_parallelism")
     floor = cfg.threshold("serial_collapse.min_parallelism")
-    if window[-1].get("step", 0) <= cfg.threshold("serial_collapse.after_windows") * (
-        cfg.window
-    ):
+    if not _past_warmup(window, cfg, "serial_collapse"):
         return None
     early, late = halves(par)
     # A collapse is a fall (or a stay) at about one sub-agent per stage, not a climb
@@ -203,7 +210,7 @@ def single_search_exit(
 ) -> Finding | None:
     """Most episodes end after at most one search."""
     xs = series(window, "single_search_exit")
-    if not _enough(cfg, xs):
+    if not _enough(cfg, xs) or not _past_warmup(window, cfg, "single_search_exit"):
         return None
     limit = cfg.threshold("single_search_exit.min_frac")
     late = halves(xs)[1]

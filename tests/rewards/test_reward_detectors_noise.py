@@ -4,7 +4,7 @@ baseline that existed, and one alert per onset (hysteresis), not one per window.
 from __future__ import annotations
 
 from rewards.config import DetectorConfig
-from rewards.detectors import length_drift, serial_collapse
+from rewards.detectors import length_drift, serial_collapse, single_search_exit
 from rewards.monitor import RewardMonitor
 
 CFG = DetectorConfig(window=8, min_steps=4)
@@ -70,3 +70,10 @@ def test_a_pattern_that_flickers_does_not_re_fire_until_absent_a_whole_window():
     for step, e in enumerate(values, start=1):
         fired += [a.step for a in monitor.observe({"step": step, "entropy": e})]
     assert len(fired) == 2 and fired[0] == 4 and fired[1] > 56
+
+
+def test_a_fresh_search_policy_answering_early_is_not_a_learned_exit():
+    early = [{"step": float(s), "single_search_exit": 0.66} for s in range(1, 9)]
+    assert single_search_exit(early, CFG) is None  # steps 1-8: the first window
+    later = [{"step": float(s), "single_search_exit": 0.66} for s in range(20, 28)]
+    assert single_search_exit(later, CFG) is not None
