@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,17 @@ from dashboard.models import Checkpoint, JudgeEndpoint, RunStatus
 from dashboard.sinks import RunSink
 
 log = logging.getLogger(__name__)
+# Set when this process is shutting down (``manage.py serve`` after Ctrl-C): the run
+# in progress stops at its next step and is left to be resumed, not marked cancelled.
+_interrupted = threading.Event()
+
+
+def interrupt() -> None:
+    """Stop the run this process executes at its next step, resumable from its last
+    checkpoint by the next process (``executor.recover``)."""
+    _interrupted.set()
+
+
 # A Python source file's path in an exception message (the server's layout).
 _SOURCE_PATH = re.compile(r"(?:[A-Za-z]:)?[/\\][^\s'\"]*\.py\b")
 
@@ -108,7 +120,9 @@ def run_claimed(claim: Claim) -> str:
         result = runner(
             config,
             sink,
-            should_stop=lambda: sink.lost or lease.should_stop(claim),
+            should_stop=lambda: (
+                sink.lost or _interrupted.is_set() or lease.should_stop(claim)
+            ),
             checkpoint_dir=str(root),
             resume=True,
             endpoints=judge_endpoints(),
@@ -124,6 +138,9 @@ def run_claimed(claim: Claim) -> str:
         sink.close()
     if sink.lost:
         return "lease-lost"
+    if _interrupted.is_set():
+        log.warning("run %s: interrupted by shutdown; resumes on restart", claim.run_id)
+        return "interrupted"  # still "running": the next start requeues it
     lease.finish(
         claim, status, message=message, detail=detail, last_step=sink.last_step
     )

@@ -212,7 +212,7 @@ RUN_FRAME_INTERVAL_MS = env_int("RUN_FRAME_INTERVAL_MS", 100, min_value=10)
 
 # --- auth, security -------------------------------------------------------------------
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "/runs/"
+LOGIN_REDIRECT_URL = "/"  # home: it leads to the run training now
 LOGOUT_REDIRECT_URL = "login"
 AUTH_PASSWORD_VALIDATORS = [
     {
