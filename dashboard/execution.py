@@ -140,6 +140,9 @@ def run_claimed(claim: Claim) -> str:
         return "lease-lost"
     if _interrupted.is_set():
         log.warning("run %s: interrupted by shutdown; resumes on restart", claim.run_id)
+        lease.end_attempt(
+            claim.run_id, claim.attempt, "interrupted", "the server stopped"
+        )
         return "interrupted"  # still "running": the next start requeues it
     lease.finish(
         claim, status, message=message, detail=detail, last_step=sink.last_step

@@ -195,8 +195,14 @@ def reap(now: datetime | None = None, *, enqueue: bool = True) -> list[uuid.UUID
             status=RunStatus.RUNNING, heartbeat_at__lt=cutoff
         )
         for run in stale:
-            note = f"heartbeat stopped at {run.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC"
-            end_attempt(run.id, run.attempt, RunStatus.UNRESPONSIVE, note, now=now)
+            ended = RunAttempt.objects.filter(
+                run=run, number=run.attempt, ended_at__isnull=False
+            ).first()
+            if ended is not None:  # it said why it stopped (the server stopped)
+                note = ended.message
+            else:
+                note = f"heartbeat stopped at {run.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC"
+                end_attempt(run.id, run.attempt, RunStatus.UNRESPONSIVE, note, now=now)
             run.lease = None
             if run.cancel_requested:
                 run.status, run.finished_at = RunStatus.CANCELLED, now

@@ -46,10 +46,15 @@ def test_an_interrupted_run_stops_at_its_next_step_and_resumes_later(
     assert not worker.is_alive() and result == ["interrupted"]
     run.refresh_from_db()
     assert run.status == "running" and run.last_step < 400  # not cancelled, not done
+    first = run.attempts.get(number=1)
+    assert (first.outcome, first.message) == ("interrupted", "the server stopped")
 
     execution._interrupted.clear()  # the next process
     later = timezone.now() + timedelta(hours=1)
     assert lease.reap(now=later) == [run.id]
+    run.refresh_from_db()
+    assert run.error == "attempt 1: the server stopped; trying again"
+    assert run.attempts.get(number=1).outcome == "interrupted"  # not "unresponsive"
     assert execute_run.run(str(run.id)) == "succeeded"
     run.refresh_from_db()
     assert (run.status, run.attempt, run.last_step, run.error) == (
