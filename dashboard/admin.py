@@ -3,7 +3,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
-from dashboard.models import Alert, Checkpoint, JudgeEndpoint, Run
+from dashboard.models import Alert, Checkpoint, JudgeEndpoint, Run, RunAttempt
 
 
 class JudgeEndpointForm(forms.ModelForm):
@@ -34,8 +34,19 @@ class JudgeEndpointAdmin(admin.ModelAdmin):
     list_filter = ["enabled"]
 
 
+class RunAttemptInline(admin.TabularInline):
+    """Each attempt's outcome, with the traceback the run's owner never sees."""
+
+    model = RunAttempt
+    extra = 0
+    can_delete = False
+    fields = ["number", "started_at", "ended_at", "outcome", "message", "detail"]
+    readonly_fields = fields
+
+
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):
+    inlines = [RunAttemptInline]
     list_display = ["name", "owner", "status", "attempt", "last_step", "created_at"]
     list_filter = ["status", "queue"]
     search_fields = ["name", "owner__username", "id"]

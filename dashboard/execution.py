@@ -9,7 +9,9 @@ initialised only in the prefork child).
 from __future__ import annotations
 
 import logging
+import re
 import shutil
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,19 @@ from dashboard.models import Checkpoint, JudgeEndpoint, RunStatus
 from dashboard.sinks import RunSink
 
 log = logging.getLogger(__name__)
+# Set when this process is shutting down (``manage.py serve`` after Ctrl-C): the run
+# in progress stops at its next step and is left to be resumed, not marked cancelled.
+_interrupted = threading.Event()
+
+
+def interrupt() -> None:
+    """Stop the run this process executes at its next step, resumable from its last
+    checkpoint by the next process (``executor.recover``)."""
+    _interrupted.set()
+
+
+# A Python source file's path in an exception message (the server's layout).
+_SOURCE_PATH = re.compile(r"(?:[A-Za-z]:)?[/\\][^\s'\"]*\.py\b")
 
 
 def checkpoint_dir(run_id: Any) -> Path:
@@ -109,6 +124,25 @@ def execute(run_id: Any) -> str:
     return run_claimed(claim)
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """The first non-blank line of ``text``, at most ``limit`` characters."""
+    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def failure_message(exc: BaseException) -> str:
+    """What the run's owner reads when an attempt raised: one line, no traceback, no
+    server file paths (those go to the log and the admin, on the attempt)."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        err = exc.errors(include_url=False)[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        return one_line(f"invalid configuration: {loc}: {err['msg']}")
+    text = _SOURCE_PATH.sub("<server file>", one_line(str(exc)))
+    return one_line(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
 def run_claimed(claim: Claim) -> str:
     """Train the claimed run to the end; record its outcome. Returns the status."""
     from trainer.config import TrainConfig
@@ -119,7 +153,7 @@ def run_claimed(claim: Claim) -> str:
         interval_s=settings.RUN_FRAME_INTERVAL_MS / 1000,
         heartbeat_s=settings.RUN_HEARTBEAT_SECONDS,
     )
-    status, error = RunStatus.FAILED, ""
+    status, message, detail = RunStatus.FAILED, "", ""
     try:
         config = TrainConfig.model_validate(claim.config)
         prune_unrecorded_checkpoints(claim.run_id, root)
@@ -127,7 +161,9 @@ def run_claimed(claim: Claim) -> str:
         result = runner(
             config,
             sink,
-            should_stop=lambda: sink.lost or lease.should_stop(claim),
+            should_stop=lambda: (
+                sink.lost or _interrupted.is_set() or lease.should_stop(claim)
+            ),
             checkpoint_dir=str(root),
             resume=True,
             endpoints=judge_endpoints(),
@@ -136,13 +172,21 @@ def run_claimed(claim: Claim) -> str:
         status = (
             result.status if result.status in RunStatus.values else RunStatus.FAILED
         )
-        error = getattr(result, "error", None) or ""
-    except Exception:
-        error = traceback.format_exc()
-        log.exception("run %s failed", claim.run_id)
+        message = one_line(getattr(result, "error", None) or "")
+    except Exception as exc:
+        message, detail = failure_message(exc), traceback.format_exc()
+        log.exception("run %s attempt %s failed", claim.run_id, claim.attempt)
     finally:
         sink.close()
     if sink.lost:
         return "lease-lost"
-    lease.finish(claim, status, error=error, last_step=sink.last_step)
+    if _interrupted.is_set():
+        log.warning("run %s: interrupted by shutdown; resumes on restart", claim.run_id)
+        lease.end_attempt(
+            claim.run_id, claim.attempt, "interrupted", "the server stopped"
+        )
+        return "interrupted"  # still "running": the next start requeues it
+    lease.finish(
+        claim, status, message=message, detail=detail, last_step=sink.last_step
+    )
     return str(status)

@@ -45,6 +45,17 @@ def _execute(run_id: str) -> str:
         connection.close()
 
 
+def stop() -> None:
+    """This process is exiting: runs not started stay queued (the next process's
+    :func:`recover` submits them) and the one in progress stops at its next step."""
+    from dashboard import execution
+
+    execution.interrupt()
+    with _lock:
+        if _pool is not None:
+            _pool.shutdown(wait=False, cancel_futures=True)
+
+
 def submit(run_id: str, queue: str = "") -> Future:
     """``RUN_SUBMIT`` in the embedded mode: one run at a time, in order (``queue`` is
     the Celery queue a worker would take it from; one pool serves both here)."""

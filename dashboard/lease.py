@@ -9,6 +9,9 @@ not ``queued`` and do nothing, so message delivery need not be exactly-once.
 
 The reaper marks runs whose heartbeat stopped as ``unresponsive`` and requeues them
 while attempts remain; a requeued run resumes from its last checkpoint.
+
+Every claim opens a ``RunAttempt`` row and every ending closes it (finished, or reaped),
+so the run keeps one error, that of how it ended, and each attempt its own.
 """
 
 from __future__ import annotations
@@ -22,13 +25,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Value
-from django.db.models.functions import Concat
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from dashboard import frames
-from dashboard.models import Run, RunStatus
+from dashboard.models import Run, RunAttempt, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,9 @@ def claim(run_id: Any) -> Claim | None:
         run.save(
             update_fields=["status", "attempt", "lease", "heartbeat_at", "started_at"]
         )
+        RunAttempt.objects.update_or_create(
+            run=run, number=run.attempt, defaults={"started_at": now}
+        )
         frames.send_on_commit(run.id)
     return Claim(run.id, run.lease, run.attempt, run.config)
 
@@ -120,24 +124,57 @@ def should_stop(claim: Claim) -> bool:
 
 
 def finish(
-    claim: Claim, status: str, *, error: str = "", last_step: int | None = None
+    claim: Claim,
+    status: str,
+    *,
+    message: str = "",
+    detail: str = "",
+    last_step: int | None = None,
 ) -> bool:
-    """Record the outcome of this attempt, if the lease is still ours. ``error`` is
-    appended to what earlier attempts noted (e.g. the reaper's "heartbeat stopped")."""
+    """Record the outcome of this attempt, if the lease is still ours.
+
+    ``message`` (one line) becomes the run's error, replacing whatever an earlier
+    attempt said: a run that succeeded on attempt 2 shows no error, and its attempts
+    keep their own history. ``detail`` (a traceback) goes on the attempt only."""
+    now = timezone.now()
     fields: dict[str, Any] = {
         "status": status,
-        "finished_at": timezone.now(),
+        "finished_at": now,
         "lease": None,
+        "error": message[:500],
     }
-    if error:
-        fields["error"] = Concat(F("error"), Value("\n" + error[-20000:]))
     if last_step is not None:
         fields["last_step"] = last_step
     with transaction.atomic():
         done = held_by(claim).update(**fields) == 1
         if done:
+            end_attempt(claim.run_id, claim.attempt, status, message, detail, now)
             frames.send_on_commit(claim.run_id)
     return done
+
+
+def end_attempt(
+    run_id: Any,
+    number: int,
+    outcome: str,
+    message: str,
+    detail: str = "",
+    now: datetime | None = None,
+) -> None:
+    """Close attempt ``number`` (created if it predates attempt records)."""
+    now = now or timezone.now()
+    values = {
+        "ended_at": now,
+        "outcome": outcome,
+        "message": message[:500],
+        "detail": detail[-20000:],
+    }
+    RunAttempt.objects.update_or_create(
+        run_id=run_id,
+        number=number,
+        defaults=values,
+        create_defaults={**values, "started_at": now},
+    )
 
 
 def reap(now: datetime | None = None, *, enqueue: bool = True) -> list[uuid.UUID]:
@@ -151,14 +188,24 @@ def reap(now: datetime | None = None, *, enqueue: bool = True) -> list[uuid.UUID
             status=RunStatus.RUNNING, heartbeat_at__lt=cutoff, external=False
         )
         for run in stale:
-            note = f"attempt {run.attempt}: heartbeat stopped at {run.heartbeat_at:%Y-%m-%d %H:%M:%S}Z"
-            run.lease, run.error = None, (run.error + "\n" + note).strip()[-20000:]
+            ended = RunAttempt.objects.filter(
+                run=run, number=run.attempt, ended_at__isnull=False
+            ).first()
+            if ended is not None:  # it said why it stopped (the server stopped)
+                note = ended.message
+            else:
+                note = f"heartbeat stopped at {run.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC"
+                end_attempt(run.id, run.attempt, RunStatus.UNRESPONSIVE, note, now=now)
+            run.lease = None
             if run.cancel_requested:
                 run.status, run.finished_at = RunStatus.CANCELLED, now
+                run.error = ""
             elif run.attempt >= settings.RUN_MAX_ATTEMPTS:
                 run.status, run.finished_at = RunStatus.UNRESPONSIVE, now
+                run.error = f"{note} (attempt {run.attempt} of {run.attempt})"
             else:
                 run.status, run.enqueued_at = RunStatus.QUEUED, now
+                run.error = f"attempt {run.attempt}: {note}; trying again"
                 if enqueue:
                     enqueue_on_commit(run)
                 requeued.append(run.id)
@@ -166,7 +213,9 @@ def reap(now: datetime | None = None, *, enqueue: bool = True) -> list[uuid.UUID
                 update_fields=["status", "lease", "error", "finished_at", "enqueued_at"]
             )
             frames.send_on_commit(run.id)
-            log.warning("run %s: %s -> %s", run.id, note, run.status)
+            log.warning(
+                "run %s: attempt %s: %s -> %s", run.id, run.attempt, note, run.status
+            )
         if enqueue and settings.RUN_EXECUTOR == "celery":
             requeued += _resend_unclaimed(now)
     return requeued

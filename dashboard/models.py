@@ -109,6 +109,33 @@ class Run(models.Model):
         return self.status in ACTIVE_STATUSES
 
 
+class RunAttempt(models.Model):
+    """One claim of a run by an executor, and how it ended.
+
+    ``message`` is one line for the run's owner; ``detail`` (a traceback) is for the
+    log and the admin only: it names server files. ``outcome`` is empty while the
+    attempt runs, then the status it ended with (``unresponsive``: the heartbeat
+    stopped and the reaper took the run back).
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, blank=True, default="")
+    message = models.CharField(max_length=500, blank=True, default="")
+    detail = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "number"], name="attempt_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} ({self.outcome or 'running'})"
+
+
 class MetricPoint(models.Model):
     """One scalar of one step: the narrow table charts and comparisons read.
 

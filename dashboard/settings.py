@@ -254,7 +254,7 @@ MODEL_SCAN_SECONDS = env_int("MODEL_SCAN_SECONDS", 30, min_value=0)
 
 # --- auth, security -------------------------------------------------------------------
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "/runs/"
+LOGIN_REDIRECT_URL = "/"  # home: it leads to the run training now
 LOGOUT_REDIRECT_URL = "login"
 AUTH_PASSWORD_VALIDATORS = [
     {

@@ -207,17 +207,21 @@ class JudgeConfig(_Strict):
 # "<detector>.<threshold>": default. Documented with each detector in rewards.detectors.
 DEFAULT_THRESHOLDS: dict[str, float] = {
     "serial_collapse.max_parallelism": 1.2,
+    "serial_collapse.min_parallelism": 0.5,
+    "serial_collapse.after_windows": 2.0,
     "spurious_parallelism.min_parallelism": 2.0,
     "spurious_parallelism.max_finish_rate": 0.5,
     "spurious_parallelism.max_yield": 0.35,
     "spurious_parallelism.min_critical_drop": 0.1,
     "single_search_exit.min_frac": 0.5,
+    "single_search_exit.after_windows": 2.0,
     "one_at_a_time_pruning.min_single_frac": 0.8,
     "one_at_a_time_pruning.min_prunes": 2.0,
     "judge_verifier_divergence.min_judge_rise": 0.1,
     "judge_verifier_divergence.max_outcome_rise": 0.02,
     "length_drift.max_growth": 1.5,
     "length_drift.max_truncated": 0.3,
+    "length_drift.min_truncated_rise": 0.1,
     "entropy_collapse.min_entropy": 0.1,
     "entropy_collapse.max_ratio": 0.25,
 }

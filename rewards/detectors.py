@@ -11,16 +11,24 @@ DAPO). The stateful wrapper that fires alerts lives in :mod:`rewards.monitor`.
 
 Thresholds (``<detector>.<name>``: default), all judged on the late half of the window:
 
-* ``serial_collapse.max_parallelism`` 1.2: sub-agents per stage at or below it.
+* ``serial_collapse.max_parallelism`` 1.2, ``.min_parallelism`` 0.5,
+  ``.after_windows`` 2: sub-agents per stage at or below the maximum but at least the
+  minimum in both halves (a policy that never spawns a sub-agent, 0.00 -> 0.00, is not
+  running anything serially), judged once the run is ``after_windows`` windows old (a
+  fresh policy starts serial before it learns to fan out).
 * ``spurious_parallelism.min_parallelism`` 2, ``.max_finish_rate`` 0.5,
   ``.max_yield`` 0.35, ``.min_critical_drop`` 0.1: wide fan-out, few subtasks done
   (or few per sub-agent spawned), and critical steps that fell by less than 10% from
   the early half.
-* ``single_search_exit.min_frac`` 0.5: share of episodes ended after <= 1 search.
+* ``single_search_exit.min_frac`` 0.5, ``.after_windows`` 2: share of episodes ended
+  after <= 1 search, judged once the run is two windows old (a fresh policy answers
+  early before it has learned anything; that is not a learned exit).
 * ``one_at_a_time_pruning.min_prunes`` 2, ``.min_single_frac`` 0.8: prunes per
   episode, and the share of them that drop a single document.
 * ``judge_verifier_divergence.min_judge_rise`` 0.1, ``.max_outcome_rise`` 0.02.
-* ``length_drift.max_growth`` 1.5 (late / early mean length), ``.max_truncated`` 0.3.
+* ``length_drift.max_growth`` 1.5 (late / early mean length), ``.max_truncated`` 0.3,
+  ``.min_truncated_rise`` 0.1 (a truncated share that was already high and creeps up by
+  a point, 98% -> 99%, is not drift).
 * ``entropy_collapse.min_entropy`` 0.1 nats/token, ``.max_ratio`` 0.25 (late / early).
 """
 
@@ -128,6 +136,13 @@ def _tail(xs: Sequence[float], n: int = 10) -> list[float]:
     return [round(x, 4) for x in xs[-n:]]
 
 
+def _past_warmup(window: Sequence[Summary], cfg: DetectorConfig, name: str) -> bool:
+    """The run is past ``<name>.after_windows`` windows: a state detector (not a change
+    detector) does not judge a fresh policy by where it starts."""
+    after = cfg.threshold(f"{name}.after_windows") * cfg.window
+    return bool(window) and window[-1].get("step", 0) > after
+
+
 def _enough(cfg: DetectorConfig, *xs: Sequence[float]) -> bool:
     return all(len(x) >= cfg.min_steps for x in xs)
 
@@ -139,10 +154,13 @@ def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding |
     if not _enough(cfg, par):
         return None
     limit = cfg.threshold("serial_collapse.max_parallelism")
+    floor = cfg.threshold("serial_collapse.min_parallelism")
+    if not _past_warmup(window, cfg, "serial_collapse"):
+        return None
     early, late = halves(par)
-    # A collapse is a fall (or a stay) at about one, not a climb out of it: a fresh
-    # policy that is just starting to fan out is not flagged.
-    if late > limit or late > early + 1e-9:
+    # A collapse is a fall (or a stay) at about one sub-agent per stage, not a climb
+    # out of it, and not a policy that spawns none at all.
+    if late > limit or late > early + 1e-9 or min(early, late) < floor:
         return None
     subs = series(window, "subagents")
     return Finding(
@@ -192,7 +210,7 @@ def single_search_exit(
 ) -> Finding | None:
     """Most episodes end after at most one search."""
     xs = series(window, "single_search_exit")
-    if not _enough(cfg, xs):
+    if not _enough(cfg, xs) or not _past_warmup(window, cfg, "single_search_exit"):
         return None
     limit = cfg.threshold("single_search_exit.min_frac")
     late = halves(xs)[1]
@@ -261,7 +279,9 @@ def length_drift(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | No
     if _enough(cfg, trunc):
         t0, t1 = halves(trunc)
         evidence.update(truncated_early=t0, truncated_late=t1)
-        if t1 >= trunc_limit and t1 > t0:
+        if t1 >= trunc_limit and t1 - t0 >= cfg.threshold(
+            "length_drift.min_truncated_rise"
+        ):
             reasons.append(f"truncated {t0:.0%} -> {t1:.0%}")
     if not reasons:
         return None

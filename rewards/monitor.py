@@ -1,9 +1,9 @@
 """The monitor: keeps a window of step summaries and runs the enabled detectors.
 
-Called once per training step after the update. A detector's alert fires at onset,
-then at most once per ``window`` steps while the pattern persists; when the pattern
-clears, the next onset fires again. (Re-firing every step would bury the one alert
-that matters under copies of itself.)
+Called once per training step after the update. A detector's alert fires at onset and
+not again while the pattern persists; it re-arms only after the pattern has been
+absent for ``window`` consecutive steps (hysteresis: a finding that flickers at its
+threshold, or a state that lasts the whole run, is one alert, not one per window).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ class RewardMonitor:
         self.env_name = env_name
         self.detectors = enabled_detectors(cfg, env_name)
         self.window: deque[Summary] = deque(maxlen=cfg.window)
-        self._active: dict[str, int] = {}  # detector -> step it last fired
+        # detector -> last step its pattern was seen, while it is not re-armed
+        self._active: dict[str, int] = {}
 
     def __call__(
         self,
@@ -40,18 +41,24 @@ class RewardMonitor:
         episodes: Sequence[Episode],
         results: Sequence[RewardResult],
     ) -> list[Alert]:
-        self.window.append(summarize(step, metrics, episodes, results))
+        return self.observe(summarize(step, metrics, episodes, results))
+
+    def observe(self, summary: Summary) -> list[Alert]:
+        """Alerts for one more step's summary (also: replaying a recorded run)."""
+        self.window.append(summary)
+        step = int(summary["step"])
         window = list(self.window)
         alerts = []
         for spec in self.detectors:
             finding = spec.fn(window, self.cfg)
             if finding is None:
-                self._active.pop(spec.name, None)
+                if step - self._active.get(spec.name, step) >= self.cfg.window:
+                    del self._active[spec.name]  # absent a whole window: re-armed
                 continue
-            last = self._active.get(spec.name)
-            if last is not None and step - last < self.cfg.window:
+            fired = spec.name in self._active
+            self._active[spec.name] = step  # last step the pattern was seen
+            if fired:
                 continue
-            self._active[spec.name] = step
             evidence = {
                 "window": [int(window[0]["step"]), int(window[-1]["step"])],
                 **finding.evidence,

@@ -78,6 +78,22 @@ def in_order(values: dict[str, Any], order: list[str]) -> list[tuple[str, Any]]:
     return sorted(values.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
 
 
+def _kl_beta(config: dict[str, Any]) -> float | None:
+    algorithm = config.get("algorithm") if isinstance(config, dict) else None
+    beta = (algorithm or {}).get("kl_beta", 0.0) if isinstance(algorithm, dict) else 0.0
+    try:
+        return float(beta)
+    except (TypeError, ValueError):
+        return None
+
+
+def empty_text(chart_id: str, config: dict[str, Any]) -> str:
+    """What a chart with no points says: why none will come, when that is known."""
+    if chart_id == "kl" and _kl_beta(config) == 0.0:
+        return "No KL penalty in this run (kl_beta = 0): KL is not computed."
+    return "No data yet."
+
+
 # Held-out evaluation (trainer.evaluate), on runs whose config has eval.every > 0.
 EVAL_CHART = {
     "id": "eval",
@@ -106,7 +122,8 @@ def run_charts(
     metrics was logged (none will come for the others), and every other logged
     metric gets a chart too, grouped by its prefix (``critic/``, ``actor/``...)."""
     charts = [
-        {"id": cid, "title": title, "keys": keys} for cid, title, keys in STANDARD
+        {"id": cid, "title": title, "keys": keys, "empty": empty_text(cid, config)}
+        for cid, title, keys in STANDARD
     ]
     if metric_keys is None:
         components = component_keys(config)
@@ -125,6 +142,7 @@ def run_charts(
                 "id": "components",
                 "title": "Reward components (weighted)",
                 "keys": components,
+                "empty": "No data yet.",
             },
         )
     if evaluates(config, metric_keys):  # beside the training reward it validates

@@ -2,7 +2,10 @@
 
 Configs are compared after :func:`dashboard.pages.forms.normalise` (defaults spelled
 out), flattened to dotted paths; only paths whose values differ are reported, in the
-order they appear in the configs.
+order they appear in the configs. Reward components, judges and rubric dimensions are
+matched by name (a component by its label, else its name), not by position: two
+environments' rewards share ``format`` even when it is the second component of one and
+the fourth of the other. An empty list or mapping and an absent one are the same.
 """
 
 from __future__ import annotations
@@ -48,16 +51,93 @@ def display(value: Any) -> str:
     return json.dumps(value)
 
 
+def _by_name(items: Any, key: str, fallback: str = "") -> Any:
+    """A list of dicts as a dict keyed by ``item[key]`` (``#2``, ``#3`` on repeats)."""
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        return items
+    out: dict[str, Any] = {}
+    for i, item in enumerate(items):
+        name = str(item.get(key) or item.get(fallback) or i)
+        n, unique = 1, name
+        while unique in out:
+            n += 1
+            unique = f"{name}#{n}"
+        out[unique] = item
+    return out
+
+
+def keyed(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the reward's named lists turned into dicts by name."""
+    reward = config.get("reward")
+    if not isinstance(reward, dict):
+        return config
+    reward = dict(reward)
+    if "components" in reward:
+        reward["components"] = _by_name(reward["components"], "label", "name")
+    judges = reward.get("judges")
+    if isinstance(judges, list):
+        judges = [
+            {**j, "rubric": _by_name(j.get("rubric"), "name")}
+            if isinstance(j, dict) and "rubric" in j
+            else j
+            for j in judges
+        ]
+        reward["judges"] = _by_name(judges, "name")
+    return {**config, "reward": reward}
+
+
+def _empty(value: Any) -> bool:
+    return value is MISSING or (isinstance(value, list | dict) and not value)
+
+
+def _summary(value: Any, limit: int = 160) -> str:
+    """A whole sub-tree in one cell: ``weight=0.3, schedule.kind=linear, ...``."""
+    if not isinstance(value, dict):
+        return display(value)
+    text = ", ".join(
+        f"{k}={display(v)}" for k, v in flatten(value).items() if k != "name"
+    )
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _walk(nodes: list[Any], path: str, whole: set[str], rows: list[DiffRow]) -> None:
+    if all(_empty(n) for n in nodes):
+        return  # no judges here, [] there: not a difference
+    dicts = [n for n in nodes if isinstance(n, dict)]
+    if dicts and all(isinstance(n, dict) or n is MISSING for n in nodes):
+        if path in whole or any(n is MISSING for n in nodes):
+            # A component one run has and another has not is one row, not one per
+            # field; so are another environment's parameters.
+            if not all(_same_tree(nodes[0], n) for n in nodes[1:]):
+                rows.append(DiffRow(path, tuple(_summary(n) for n in nodes)))
+            return
+        keys: dict[str, None] = {}
+        for d in dicts:
+            keys.update(dict.fromkeys(d))
+        for k in keys:
+            child = f"{path}.{k}" if path else str(k)
+            _walk([n.get(k, MISSING) for n in nodes], child, whole, rows)
+        return
+    if all(_same(nodes[0], v) for v in nodes[1:]):
+        return
+    rows.append(DiffRow(path, tuple(display(v) for v in nodes)))
+
+
+def _same_tree(a: Any, b: Any) -> bool:
+    fa, fb = (
+        flatten(a) if isinstance(a, dict) else a,
+        flatten(b) if isinstance(b, dict) else b,
+    )
+    if isinstance(fa, dict) and isinstance(fb, dict):
+        return fa.keys() == fb.keys() and all(_same(fa[k], fb[k]) for k in fa)
+    return _same(fa, fb)
+
+
 def diff(configs: Sequence[dict[str, Any]]) -> list[DiffRow]:
     """Rows where at least two of ``configs`` disagree (``configs`` already normalised)."""
-    flats = [flatten(c) for c in configs]
-    order: dict[str, None] = {}
-    for flat in flats:
-        order.update(dict.fromkeys(flat))
-    rows = []
-    for path in order:
-        values = [flat.get(path, MISSING) for flat in flats]
-        if all(_same(values[0], v) for v in values[1:]):
-            continue
-        rows.append(DiffRow(path, tuple(display(v) for v in values)))
+    trees = [keyed(c) for c in configs]
+    envs = {str((c.get("env") or {}).get("name")) for c in configs}
+    whole = {"env.params"} if len(envs) > 1 else set()
+    rows: list[DiffRow] = []
+    _walk(trees, "", whole, rows)
     return rows

@@ -10,6 +10,7 @@ compacts and reports as ``renames`` so errors find their way back.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -38,6 +39,25 @@ from trainer.config import (
 _ROW = re.compile(r"^reward\.(components|judges)\.(\d+)\.name$")
 _DIM = re.compile(r"^reward\.judges\.(\d+)\.rubric\.(\d+)\.name$")
 _TRUE = {"on", "true", "1", "yes"}
+# What the form accepts as a number: plain decimal, optional exponent. Python's float()
+# also takes "1_0", "inf" or " 1", which a person would not read as that number;
+# static/js/run_form.js applies the same rule as the user types.
+_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_INT = re.compile(r"^[+-]?\d+$")
+
+
+def number_problem(raw: str, kind: str) -> str | None:
+    """Why ``raw`` (already stripped) is not a number of ``kind`` (int/float), or None.
+
+    The message names the text as typed so that nothing is silently replaced."""
+    if kind == "int":
+        return None if _INT.match(raw) else f"\u201c{raw}\u201d is not a whole number"
+    if not _FLOAT.match(raw):
+        return f"\u201c{raw}\u201d is not a number"
+    if not math.isfinite(float(raw)):
+        return f"\u201c{raw}\u201d is too large to be a number"
+    return None
+
 
 BASIC = [
     sc.field_spec(TrainConfig, "name", ""),
@@ -246,8 +266,15 @@ def values_from_config(config: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def _read(data: Any, spec: sc.FieldSpec, path: str, out: dict[str, Any]) -> None:
-    """Put the submitted value of ``spec`` (input ``path``) into ``out`` by name."""
+def _read(
+    data: Any,
+    spec: sc.FieldSpec,
+    path: str,
+    out: dict[str, Any],
+    problems: dict[str, str],
+) -> None:
+    """Put the submitted value of ``spec`` (input ``path``) into ``out`` by name; why
+    a number's text is not one goes into ``problems`` under ``path``."""
     name = spec.name
     if spec.kind == "bool":
         out[name] = str(data.get(path, "")).lower() in _TRUE
@@ -262,8 +289,16 @@ def _read(data: Any, spec: sc.FieldSpec, path: str, out: dict[str, Any]) -> None
         return
     raw = str(data.get(path, "")).strip()
     if raw == "":
+        if spec.kind in ("int", "float") and not spec.optional and path in data:
+            # a cleared input would otherwise launch with the default, unseen
+            problems[path] = f"Enter a number (the default is {spec.default_text})"
         return
-    if spec.kind == "csv":
+    if spec.kind in ("int", "float"):
+        problem = number_problem(raw, spec.kind)
+        if problem is not None:
+            problems[path] = problem
+        out[name] = raw  # kept: the schema refuses it too, and stops before validators
+    elif spec.kind == "csv":
         out[name] = [p.strip() for p in raw.split(",") if p.strip()]
     elif spec.kind == "kv":
         pairs = {}
@@ -295,26 +330,28 @@ def _indices(
     return sorted(found)
 
 
-def parse(data: Any) -> tuple[dict[str, Any], dict[str, str]]:
-    """(config dict, renames): ``renames`` maps a compacted row path to the form's
-    own (rows removed in the browser leave gaps in the indices)."""
+def parse(data: Any) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """(config dict, renames, problems): ``renames`` maps a compacted row path to the
+    form's own (rows removed in the browser leave gaps in the indices); ``problems``
+    maps an input (the form's own path) to why its text is not a number."""
     config: dict[str, Any] = {}
+    problems: dict[str, str] = {}
     for spec in STATIC_SPECS:
         holder: dict[str, Any] = {}
-        _read(data, spec, spec.path, holder)
+        _read(data, spec, spec.path, holder, problems)
         if spec.name in holder:
             _set(config, spec.path, holder[spec.name])
     env = str(data.get("env.name", "calc"))
     params: dict[str, Any] = {}
     for spec in env_params().get(env, []):
-        _read(data, spec, f"envp.{env}.{spec.name}", params)
+        _read(data, spec, f"envp.{env}.{spec.name}", params, problems)
     config["env"] = {"name": env, "params": params}
 
     renames: dict[str, str] = {}
     reward: dict[str, Any] = {"components": [], "judges": []}
     for spec in REWARD_TOP:
         holder = {}
-        _read(data, spec, spec.path, holder)
+        _read(data, spec, spec.path, holder, problems)
         if spec.name in holder:
             _set(reward, spec.path.removeprefix("reward."), holder[spec.name])
     for j, i in enumerate(_indices(data, _ROW, "components")):
@@ -322,21 +359,21 @@ def parse(data: Any) -> tuple[dict[str, Any], dict[str, str]]:
         renames[f"reward.components.{j}"] = prefix
         comp: dict[str, Any] = {}
         for spec in COMPONENT_ROW:  # the name choice is checked by the schema
-            _read(data, spec, f"{prefix}.{spec.name}", comp)
+            _read(data, spec, f"{prefix}.{spec.name}", comp, problems)
         schedule: dict[str, Any] = {}
         for spec in SCHEDULE_ROW:
-            _read(data, spec, f"{prefix}.schedule.{spec.name}", schedule)
+            _read(data, spec, f"{prefix}.schedule.{spec.name}", schedule, problems)
         comp["schedule"] = schedule
         comp["params"] = {}
         for spec in component_param_specs(str(comp.get("name", ""))):
-            _read(data, spec, f"{prefix}.params.{spec.name}", comp["params"])
+            _read(data, spec, f"{prefix}.params.{spec.name}", comp["params"], problems)
         reward["components"].append(comp)
     for j, i in enumerate(_indices(data, _ROW, "judges")):
         prefix = f"reward.judges.{i}"
         renames[f"reward.judges.{j}"] = prefix
         judge: dict[str, Any] = {"rubric": []}
         for spec in JUDGE_ROW:
-            _read(data, spec, f"{prefix}.{spec.name}", judge)
+            _read(data, spec, f"{prefix}.{spec.name}", judge, problems)
         dims = sorted(
             int(m.group(2))
             for k in data
@@ -346,11 +383,11 @@ def parse(data: Any) -> tuple[dict[str, Any], dict[str, str]]:
             renames[f"reward.judges.{j}.rubric.{d}"] = f"{prefix}.rubric.{k}"
             dim: dict[str, Any] = {}
             for spec in DIMENSION_ROW:
-                _read(data, spec, f"{prefix}.rubric.{k}.{spec.name}", dim)
+                _read(data, spec, f"{prefix}.rubric.{k}.{spec.name}", dim, problems)
             judge["rubric"].append(dim)
         reward["judges"].append(judge)
     config["reward"] = reward
-    return config, renames
+    return config, renames, problems
 
 
 # --- rows, as the templates see them ---------------------------------------------------

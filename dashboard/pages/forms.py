@@ -96,10 +96,10 @@ class RunForm:
         self.cleaned: dict[str, Any] | None = None
         if self.bound:
             self.values: dict[str, Any] = {k: data.getlist(k) for k in data}
-            self.raw, self.renames = parse(data)
+            self.raw, self.renames, self.problems = parse(data)
         else:
             self.values = values_from_config(initial or default_config())
-            self.raw, self.renames = {}, {}
+            self.raw, self.renames, self.problems = {}, {}, {}
 
     # values -------------------------------------------------------------------------
     def value(self, spec: sc.FieldSpec) -> Any:
@@ -250,8 +250,10 @@ class RunForm:
             if cfg.reward is not None:
                 for line in check_reward_config(cfg.reward, cfg.env.name):
                     errors.add_line(line, prefix="reward.")
-            if not errors.errors:
+            if not errors.errors and not self.problems:
                 self.cleaned = normalise(cfg.model_dump(mode="json"))
+        for path, problem in self.problems.items():
+            errors.errors[path] = [problem]  # in place of the schema's own wording
         self.errors = errors.errors
         return not self.errors
 

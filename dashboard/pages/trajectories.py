@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import F
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -32,12 +33,22 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def _step_error(raw: str | None, asked: int | None, step: int | None) -> str:
+    """What to tell someone whose ``?step=`` was not a step number (not silently the
+    last step)."""
+    if raw is None or raw.strip() == "" or asked is not None:
+        return ""
+    shown = f"; showing step {step}" if step is not None else ""
+    return f"\u201c{raw[:40]}\u201d is not a step number{shown}."
+
+
 @csp
 def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
     steps = trajs.trajectory_steps(run)
     asked = _int(request.GET.get("step"))
     step = trajs.nearest(steps, asked)
+    step_error = _step_error(request.GET.get("step"), asked, step)
     groups = trajs.step_groups(run, step, request.GET) if step is not None else []
     if step is not None:  # group browser (issue 12): signal, divergence, sort
         groups_mod.annotate(run, step, groups, request.GET.get("sort", ""))
@@ -50,6 +61,7 @@ def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
             "run": run,
             "step": step,
             "asked": asked,
+            "step_error": step_error,
             "steps_count": len(steps),
             "first_step": steps[0] if steps else None,
             "last_step": steps[-1] if steps else None,
@@ -123,6 +135,24 @@ def trajectory(
     )
 
 
+def _subagents(cp: CriticalPath) -> int:
+    """How many sub-agents a rollout spawned, over all its stages."""
+    return sum(
+        len(s.get("subagents") or []) for s in cp.stages or [] if isinstance(s, dict)
+    )
+
+
+def _parallel_step(run: Any, steps: list[int]) -> int | None:
+    """The latest step where a rollout ran sub-agents side by side (its total work
+    exceeds its critical path); None when no step did."""
+    return (
+        CriticalPath.objects.filter(run=run, total_steps__gt=F("critical_steps"))
+        .order_by("-step")
+        .values_list("step", flat=True)
+        .first()
+    )
+
+
 @csp
 def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
@@ -132,7 +162,11 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
         .values_list("step", flat=True)
         .distinct()
     )
-    step = trajs.nearest(steps, _int(request.GET.get("step")))
+    parallel_step = _parallel_step(run, steps)
+    asked = _int(request.GET.get("step"))
+    # Opened without a step: where there is something parallel to see, if anywhere.
+    step = trajs.nearest(steps, asked if asked is not None else parallel_step)
+    step_error = _step_error(request.GET.get("step"), asked, step)
     paths = trajs.critical_paths(run, step) if step is not None else []
     rewards = (
         {
@@ -150,7 +184,18 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
         if (cp.group, cp.index) == (g, i):
             chosen = cp
     if chosen is None and paths:
-        chosen = min(paths, key=lambda c: (c.critical_steps, c.group, c.index))
+        # A rollout with sub-agents when the step has one: the most parallel saving,
+        # then the most sub-agents.
+        chosen = max(
+            paths,
+            key=lambda c: (
+                _subagents(c) > 0,
+                c.total_steps - c.critical_steps,
+                _subagents(c),
+                -c.group,
+                -c.index,
+            ),
+        )
     rows = [(cp, rewards.get((cp.group, cp.index))) for cp in paths]
     pos = steps.index(step) if step is not None else -1
     return render(
@@ -165,6 +210,10 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
             if chosen
             else None,
             "gantt": trajview.gantt(chosen) if chosen else None,
+            "chosen_subagents": _subagents(chosen) if chosen else 0,
+            "step_error": step_error,
+            "step_subagents": sum(1 for cp in paths if _subagents(cp)),
+            "parallel_step": parallel_step if parallel_step != step else None,
             "order": charts.component_names(run.config),
             "prev_step": steps[pos - 1] if pos > 0 else None,
             "next_step": steps[pos + 1] if 0 <= pos < len(steps) - 1 else None,

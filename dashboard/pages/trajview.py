@@ -204,6 +204,21 @@ class Gantt:
     def height(self) -> int:
         return self.lanes * self.LANE + 24
 
+    def legend(self) -> list[tuple[str, str]]:
+        """(swatch classes, label) for the kinds of bar this chart draws, and only
+        those: every colour in the legend is one the chart shows."""
+        kinds = {(b.lane == 0, b.critical, b.ok) for b in self.bars}
+        out = []
+        if any(orch for orch, _, _ in kinds):
+            out.append(("orch crit", "orchestrator (always on the critical path)"))
+        if any(not orch and crit for orch, crit, _ in kinds):
+            out.append(("crit", "sub-agent on the critical path (its stage's slowest)"))
+        if any(not orch and not crit for orch, crit, _ in kinds):
+            out.append(("par", "other sub-agents, in parallel"))
+        if any(not ok for _, _, ok in kinds):
+            out.append(("failed", "failed"))
+        return out
+
     def rects(self) -> list[dict[str, Any]]:
         scale = self.WIDTH / max(1, self.span)
         return [

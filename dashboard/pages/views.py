@@ -78,10 +78,18 @@ def home(request: HttpRequest) -> HttpResponse:
         :5000
     ]:
         counts[status] = counts.get(status, 0) + 1
+    # What to watch now: a run that is training, else the next one to start.
+    live = next((r for r in active if r.status == RunStatus.RUNNING), None)
+    upcoming = (  # queued runs start oldest first
+        None if live or not active else min(active, key=lambda r: r.created_at)
+    )
     return render(
         request,
         "pages/home.html",
         {
+            "live": live,
+            "live_info": run_info(live) if live else None,
+            "upcoming": upcoming,
             "active": [(r, run_info(r), sparks.get(r.pk, "")) for r in active],
             "recent": [(r, run_info(r), sparks.get(r.pk, "")) for r in recent],
             "alerts": alerts,
@@ -145,6 +153,12 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             for a in alerts
         ],
         "latest_trajectory_step": trajs.nearest(traj_steps, None),
+        "stats": {  # the strip's numbers, kept current by the page as frames arrive
+            "best_reward": stats.best_reward,
+            "best_step": stats.best_step,
+            "last_step": run.last_step,
+            "duration_s": stats.duration_s,
+        },
         "trajectory_steps": traj_steps[-5000:],
     }
     return render(
@@ -158,6 +172,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "page_data": page_data,
             "metric_keys": keys,
             "export_parts": EXPORT_LABELS,
+            "attempts": list(run.attempts.all()),
             "clones": list(services.visible_runs(request.user).filter(parent=run)[:20]),
             # what-if panel (issue 12)
             "whatif_components": whatif.component_weights(run),
@@ -175,11 +190,14 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
 def run_cancel(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
     try:
-        services.cancel_run(run)
+        run = services.cancel_run(run)
     except services.ServiceError as exc:
         messages.error(request, "; ".join(exc.errors))
     else:
-        messages.info(request, "Cancel requested: the run stops at its next step.")
+        if run.status == RunStatus.CANCELLED:
+            messages.info(request, "Cancelled before it started: nothing ran.")
+        else:
+            messages.info(request, "Cancel requested: the run stops at its next step.")
     return redirect("pages:run_detail", run.pk)
 
 

@@ -17,6 +17,48 @@ function finiteOrNull(v) {
   return x === null || !Number.isFinite(x) ? null : x;
 }
 
+/** Tick labels with just enough decimals to tell neighbours apart and to say each
+ *  value truly (not "3.978, 3.978"); thousands and millions as k / M so a label such
+ *  as 10,000 fits the axis. */
+export function tickLabels(splits) {
+  if (!splits.length) return [];
+  const finite = splits.filter((v) => v !== null && Number.isFinite(v));
+  const big = Math.max(0, ...finite.map(Math.abs));
+  const [div, suffix] = big >= 1e6 ? [1e6, "M"] : big >= 1e4 ? [1e3, "k"] : [1, ""];
+  const scaled = splits.map((v) => (v === null ? null : v / div));
+  const gaps = scaled.slice(1).map((v, i) => Math.abs(v - scaled[i])).filter((g) => g > 0);
+  const step = gaps.length ? Math.min(...gaps) : Math.abs(scaled[0]) || 1;
+  for (let dec = 0; dec <= 12; dec++) {
+    const labels = scaled.map((v) => (v === null ? "" : v.toFixed(dec)));
+    const exact = scaled.every((v, i) => v === null || Math.abs(Number(labels[i]) - v) <= step * 1e-3);
+    if (exact && new Set(labels).size === labels.length) return labels.map((l) => (l && l !== "-0" ? l + suffix : l === "-0" ? "0" : l));
+  }
+  return scaled.map((v) => (v === null ? "" : v.toPrecision(6) + suffix));
+}
+
+/** The y range: uPlot's padded range, except that a flat series sits in a small
+ *  band around its value (all-zero clip ratios on 0..1, not on 0..100). */
+export function yRange(min, max) {
+  if (min === null || max === null || !Number.isFinite(min) || !Number.isFinite(max)) return [0, 1];
+  if (min === max) {
+    if (min === 0) return [0, 1];
+    const pad = Math.abs(min) * 0.1;
+    return [min - pad, max + pad];
+  }
+  return uPlot.rangeNum(min, max, 0.1, true);
+}
+
+/** The y axis as wide as its longest label (uPlot asks again when they change). */
+function axisWidth(u, values) {
+  if (!values || !values.length) return 48;
+  const ctx = u.ctx;
+  ctx.save();
+  ctx.font = `${12 * devicePixelRatio}px system-ui, -apple-system, sans-serif`;
+  const widest = Math.max(...values.map((v) => ctx.measureText(String(v)).width)) / devicePixelRatio;
+  ctx.restore();
+  return Math.max(40, Math.ceil(widest) + 18);
+}
+
 export class MetricChart {
   /**
    * @param {HTMLElement} plotEl where the plot goes
@@ -138,8 +180,8 @@ export class MetricChart {
       bands,
       legend: { live: true },
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
-      scales: { x: { time: false } },
-      axes: [{ ...axis }, { ...axis, size: 52 }],
+      scales: { x: { time: false }, y: { range: (u, min, max) => yRange(min, max) } },
+      axes: [{ ...axis }, { ...axis, size: axisWidth, values: (u, splits) => tickLabels(splits) }],
       hooks: {
         draw: [(u) => self._drawAlerts(u)],
         ready: [

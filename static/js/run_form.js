@@ -125,9 +125,51 @@ function showPreset() {
   }
 }
 
+// --- numbers: checked here as typed, the same rule as formfields.number_problem ------------
+const FLOAT = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+const INT = /^[+-]?\d+$/;
+
+function numberProblem(input) {
+  const raw = input.value.trim();
+  if (raw === "") return input.hasAttribute("data-default") ? `Enter a number (the default is ${input.dataset.default})` : null;
+  if (input.dataset.number === "int") return INT.test(raw) ? null : `“${raw}” is not a whole number`;
+  if (!FLOAT.test(raw)) return `“${raw}” is not a number`;
+  if (!Number.isFinite(Number(raw))) return `“${raw}” is too large to be a number`;
+  return null;
+}
+
+/** path -> [message] for every visible number input whose text is not a number. */
+function numberProblems() {
+  const out = {};
+  for (const input of form.querySelectorAll("input[data-number]")) {
+    if (input.closest("[hidden]")) continue; // another environment's parameters
+    const problem = numberProblem(input);
+    if (problem) out[input.name] = [problem];
+  }
+  return out;
+}
+
 // --- live check -------------------------------------------------------------------------
 const status = form.querySelector("[data-check-status]");
 let checkSeq = 0;
+let serverErrors = {};
+let lastOk = false;
+
+function showStatus(ok, errors, orphans) {
+  const n = Object.values(errors).reduce((a, m) => a + m.length, 0);
+  status.textContent = ok ? "✓ Valid configuration" : `${n} problem${n === 1 ? "" : "s"} to fix${orphans.length ? `: ${orphans.join("; ")}` : ""}`;
+  status.className = `small ${ok ? "check-ok" : "check-bad"}`;
+}
+
+/** Show the last server answer with this browser's own number problems on top (they
+ *  appear at once, before the server has answered). */
+function showAll(serverOk) {
+  const local = numberProblems();
+  const errors = { ...serverErrors, ...local };
+  const orphans = showErrors(errors);
+  showStatus(serverOk && Object.keys(local).length === 0, errors, orphans);
+  return errors;
+}
 
 function showErrors(errors) {
   for (const ul of form.querySelectorAll("[data-errors-for]")) ul.replaceChildren();
@@ -148,7 +190,8 @@ function showErrors(errors) {
 function showDiff(diff) {
   const table = form.querySelector("[data-diff]");
   if (!table) return;
-  const rows = diff.map((d) => el("tr", {}, el("td", { text: d.path }), el("td", { class: "old", text: d.parent }), el("td", { class: "new", text: d.value })));
+  const pathCell = (path) => el("td", {}, ...path.split(".").flatMap((p, i) => (i ? [".", el("wbr"), p] : [p])));
+  const rows = diff.map((d) => el("tr", {}, pathCell(d.path), el("td", { class: "old", text: d.parent }), el("td", { class: "new", text: d.value })));
   table.tBodies[0].replaceChildren(...rows);
   form.querySelector("[data-diff-empty]").hidden = diff.length > 0;
 }
@@ -165,10 +208,9 @@ async function runCheck() {
     return;
   }
   if (seq !== checkSeq) return; // a newer check is on its way
-  const orphans = showErrors(res.errors);
-  const n = Object.values(res.errors).reduce((a, m) => a + m.length, 0);
-  status.textContent = res.ok ? "✓ Valid configuration" : `${n} problem${n === 1 ? "" : "s"} to fix${orphans.length ? `: ${orphans.join("; ")}` : ""}`;
-  status.className = `small ${res.ok ? "check-ok" : "check-bad"}`;
+  serverErrors = res.errors;
+  lastOk = res.ok;
+  showAll(res.ok);
   if (res.ok || res.diff.length) showDiff(res.diff);
   form.dataset.checked = String(seq);
 }
@@ -177,6 +219,10 @@ const check = debounce(runCheck, 350);
 form.addEventListener("input", (e) => {
   if (e.target instanceof Element && e.target.closest("[data-reward-section]")) rewardDirty = true;
   if (e.target instanceof Element && e.target.matches("[name^='algorithm.']")) showPreset();
+  if (e.target instanceof Element && e.target.matches("input[data-number]")) {
+    delete serverErrors[e.target.name]; // answered about the old text
+    showAll(lastOk);
+  }
   check();
 });
 form.addEventListener("change", (e) => {
@@ -188,7 +234,13 @@ form.addEventListener("change", (e) => {
   if (t.closest("[data-reward-section]")) rewardDirty = true;
   check();
 });
-form.addEventListener("submit", () => {
+form.addEventListener("submit", (e) => {
+  if (Object.keys(numberProblems()).length) {
+    e.preventDefault(); // the server would refuse it too; say why here, at once
+    showAll(false);
+    form.querySelector("[aria-invalid='true']")?.focus();
+    return;
+  }
   form.querySelector("[data-launch]").disabled = true; // no double launch
 });
 

@@ -15,7 +15,8 @@ const alertKeys = new Set();
 const alertSteps = [];
 const trajSteps = new Set(data.trajectory_steps || []);
 let histStep = data.latest_trajectory_step;
-let best = num(document.querySelector("[data-stat=best_reward]")?.textContent);
+const strip = { ...(data.stats || {}) }; // best_reward, best_step, last_step, duration_s
+const loadedAt = performance.now();
 const pointsWanted = () => Math.min(2000, Math.max(200, Math.round(window.innerWidth)));
 
 // A step without stored trajectories (the recording policy keeps every n-th step)
@@ -94,6 +95,48 @@ async function loadCharts(list = charts) {
   document.body.dataset.chartsMs = String(Math.round(performance.now() - t0));
 }
 
+// --- the stats strip ------------------------------------------------------------------------
+function setStat(name, text) {
+  const node = document.querySelector(`[data-stat=${name}]`);
+  if (node && node.textContent !== text) node.textContent = text;
+}
+
+/** Latest and best reward (with its step) from one more step of the stream. */
+function updateStrip(step, r) {
+  if (r === null || !Number.isFinite(r)) return;
+  if (strip.last_step === undefined || step >= strip.last_step) {
+    strip.last_step = step;
+    setStat("last_reward", fmt(r));
+  }
+  // Ties keep the earlier step, as the server's best does.
+  const better = strip.best_reward === null || strip.best_reward === undefined || r > strip.best_reward ||
+    (r === strip.best_reward && step < strip.best_step);
+  if (better) {
+    strip.best_reward = r;
+    strip.best_step = step;
+    setStat("best_reward", fmt(r));
+    setStat("best_step", ` (step ${step})`);
+  }
+}
+
+/** Wall time as the server's `duration` filter writes it. */
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "—";
+  const s = Math.floor(seconds);
+  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
+  const pad = (x) => String(x).padStart(2, "0");
+  return h ? `${h}h ${pad(m)}m` : (m ? `${m}m ${pad(r)}s` : `${r}s`);
+}
+
+// The wall time keeps counting while the run is running (from the server's figure at
+// page load, so the browser's clock does not matter) and stops when it ends.
+let runningSince = data.status === "running" ? loadedAt - 1000 * (strip.duration_s || 0) : null;
+function tickDuration() {
+  if (runningSince === null) return;
+  setStat("duration", duration((performance.now() - runningSince) / 1000));
+}
+setInterval(tickDuration, 1000);
+
 // --- status ------------------------------------------------------------------------------
 function setStatus(status, lastStep) {
   if (status) {
@@ -102,8 +145,12 @@ function setStatus(status, lastStep) {
       badge.textContent = status;
       badge.className = `badge st-${status}`;
     }
-    const cancel = document.querySelector("[data-cancel]");
-    if (cancel) cancel.disabled = FINAL.has(status);
+    const menu = document.querySelector("[data-cancel-menu]");
+    if (menu && FINAL.has(status)) { menu.open = false; menu.hidden = true; }
+    const question = document.querySelector("[data-cancel-question]");
+    if (question && status === "running") question.textContent = "Stop this run at its next step? What it recorded so far is kept.";
+    if (status === "running" && runningSince === null) runningSince = performance.now() - 1000 * (strip.duration_s || 0);
+    if (FINAL.has(status) && runningSince !== null) { tickDuration(); runningSince = null; }
     data.status = status;
   }
   if (typeof lastStep === "number") {
@@ -171,15 +218,7 @@ function onFrame(frame) {
   setStatus(frame.status, frame.last_step);
   for (const s of frame.steps || []) {
     for (const c of charts) c.add(s.step, s.metrics);
-    const r = num(s.metrics.reward);
-    if (r !== null && Number.isFinite(r)) {
-      const last = document.querySelector("[data-stat=last_reward]");
-      if (last) last.textContent = fmt(r);
-      if (best === null || r > best) {
-        best = r;
-        document.querySelector("[data-stat=best_reward]").textContent = fmt(r);
-      }
-    }
+    updateStrip(s.step, num(s.metrics.reward));
     const known = pick && new Set([...pick.options].map((o) => o.value));
     for (const key of Object.keys(s.metrics)) {
       if (known && !known.has(key)) { pick.append(el("option", { value: key, text: key })); known.add(key); }
@@ -212,6 +251,7 @@ const stream = new RunStream({
   onState: setLive,
 });
 window.__runStream = stream; // for tests and debugging: stats, forced reconnects
+window.__runCharts = charts; // for tests: each chart's uPlot (scales, axis labels)
 
 loadCharts()
   .catch((err) => { document.body.dataset.chartsError = String(err); })

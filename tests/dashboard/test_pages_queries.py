@@ -126,3 +126,36 @@ def test_config_diff_reports_only_what_differs():
         ("algorithm.clip_high", ("default", "0.28", "—")),
     ]
     assert configdiff.diff([a, a]) == []
+
+
+def _reward(*components, judges=None):
+    reward = {"components": [{"name": n, "weight": w} for n, w in components]}
+    if judges is not None:
+        reward["judges"] = judges
+    return {"reward": reward}
+
+
+def test_config_diff_matches_reward_components_by_name_not_position():
+    a = _reward(("outcome", 1.0), ("format", 0.1), judges=[])
+    b = _reward(("fbeta", 1.0), ("trajectory_recall", 0.2), ("format", 0.1))
+    rows = {r.path: r.values for r in configdiff.diff([a, b])}
+    # format is the second component of one and the third of the other: same weight,
+    # no row. A component only one run has is one row, not one per field.
+    assert rows == {
+        "reward.components.outcome": ("weight=1.0", "—"),
+        "reward.components.fbeta": ("—", "weight=1.0"),
+        "reward.components.trajectory_recall": ("—", "weight=0.2"),
+    }
+    c = _reward(("fbeta", 1.0), ("format", 0.05))
+    rows = configdiff.diff([b, c])
+    assert [(r.path, r.values) for r in rows] == [
+        ("reward.components.trajectory_recall", ("weight=0.2", "—")),
+        ("reward.components.format.weight", ("0.1", "0.05")),
+    ]
+
+
+def test_config_diff_sees_no_difference_between_no_judges_and_empty_judges():
+    a = _reward(("outcome", 1.0), judges=[])
+    b = _reward(("outcome", 1.0))
+    c = _reward(("outcome", 1.0), judges=[])
+    assert configdiff.diff([a, b, c]) == []

@@ -113,7 +113,8 @@ def test_configure_launch_watch_inspect_clone_compare(live, page, shots, ui):
 
     # Cancel the run (the trainer stops at its next step).
     page.goto(f"{live.url}/runs/{parent_id}/")
-    page.click("[data-cancel]")
+    page.click("[data-cancel]")  # asks first
+    page.click("[data-cancel-confirm]")
     ui.until(
         page,
         "document.querySelector('[data-run-status] .badge').textContent === 'cancelled'",
@@ -127,10 +128,10 @@ def test_configure_launch_watch_inspect_clone_compare(live, page, shots, ui):
     page.fill("[name='reward.components.0.weight']", "1.5")
     ui.until(
         page,
-        "[...document.querySelectorAll('[data-diff] td')].some(td => td.textContent === 'reward.components.0.weight')",
+        "[...document.querySelectorAll('[data-diff] td')].some(td => td.textContent === 'reward.components.outcome.weight')",
         30,
     )
-    row = page.locator("[data-diff] tr", has_text="reward.components.0.weight")
+    row = page.locator("[data-diff] tr", has_text="reward.components.outcome.weight")
     assert "2.0" in row.text_content() and "1.5" in row.text_content()
     ui.shot(page, shots, "06_clone_diff")
     page.click("[data-launch]")
@@ -147,12 +148,13 @@ def test_configure_launch_watch_inspect_clone_compare(live, page, shots, ui):
     page.wait_for_url(re.compile(r".*/compare/\?runs="))
     assert page.locator("[data-summary] tbody tr").count() == 2
     diff = page.text_content("[data-config-diff]")
-    assert "reward.components.0.weight" in diff and "name" in diff
+    assert "reward.components.outcome.weight" in diff and "name" in diff
     page.wait_for_selector("[data-compare-chart][data-ready]")
     ui.shot(page, shots, "07_compare")
 
     # Leave nothing running.
     page.goto(f"{live.url}/runs/{clone_id}/")
-    if page.is_enabled("[data-cancel]"):
+    if page.locator("[data-cancel-menu]:not([hidden])").count():
         page.click("[data-cancel]")
+        page.click("[data-cancel-confirm]")
     page.guard.check()

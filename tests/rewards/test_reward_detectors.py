@@ -1,5 +1,5 @@
 """Each reward-hacking detector on a synthetic run with the pattern and one without,
-and the monitor's fire-on-onset, re-fire-per-window policy."""
+and the monitor's fire-on-onset policy with hysteresis."""
 
 from __future__ import annotations
 
@@ -25,10 +25,13 @@ CFG = DetectorConfig(window=8, min_steps=4)
 
 
 def run(**series: list[float]) -> list[dict[str, float]]:
-    """Per-step summaries from parallel series: run(parallelism=[3, 2, 1, 1])."""
+    """Per-step summaries from parallel series: run(parallelism=[3, 2, 1, 1]), at
+    steps 100 on (past serial collapse's first two windows, when a fresh policy is
+    not yet judged)."""
     n = len(next(iter(series.values())))
     return [
-        {"step": float(i), **{k: v[i] for k, v in series.items()}} for i in range(n)
+        {"step": float(100 + i), **{k: v[i] for k, v in series.items()}}
+        for i in range(n)
     ]
 
 
@@ -182,7 +185,7 @@ def swarm_batch(width: int) -> list:
     return [ep, ep]
 
 
-def test_it_fires_serial_collapse_on_onset_then_once_per_window_in_a_demo_run():
+def test_it_fires_serial_collapse_on_onset_and_not_again_while_it_lasts():
     cfg = demo_config("swarm_serial_collapse")  # window 10, min_steps 4
     reward_fn = build_reward_fn(cfg, env_name="swarm")
     monitor = build_monitor(cfg, env_name="swarm")
@@ -194,8 +197,9 @@ def test_it_fires_serial_collapse_on_onset_then_once_per_window_in_a_demo_run():
         for alert in monitor(step, {"entropy": 1.0}, episodes, results):
             fired.append((alert.step, alert.detector))
     collapse = [s for s, d in fired if d == "serial_collapse"]
-    assert collapse[0] == 10  # late half of steps 1-10: widths 2, 2, 1, 1, 1 -> 1.4
-    assert collapse == [10, 20]
+    # Judged from step 21 (the first two windows of a fresh policy are not), when
+    # steps 12-21 are all width 1; not again: the collapse never cleared.
+    assert collapse == [21]
     assert all(d == "serial_collapse" for _, d in fired)
 
 
@@ -203,12 +207,13 @@ def test_it_fires_again_on_a_new_onset_after_the_pattern_cleared():
     monitor = build_monitor(demo_config("swarm_serial_collapse"), env_name="swarm")
     reward_fn = build_reward_fn(demo_config("swarm_serial_collapse"), env_name="swarm")
     steps = []
-    for step, width in enumerate([1] * 5 + [4] * 10 + [1] * 6, start=1):
+    for step, width in enumerate([1] * 25 + [4] * 15 + [1] * 12, start=1):
         eps = swarm_batch(width)
         steps += [a.step for a in monitor(step, {}, eps, reward_fn(eps, step))]
-    # Onset at 4; cleared once width 4 reaches the late half (step 6); the second onset
-    # is when steps 16-20 (width 1) make up the late half of the window 11-20.
-    assert steps == [4, 20]
+    # Onset at 21 (judged from then on); cleared once width 4 reaches the late half
+    # (about step 27) and absent for more than a window, so the return to width 1
+    # fires again: when steps 41-45 (width 1) are the late half of the window 36-45.
+    assert steps == [21, 45]
 
 
 def test_it_summarises_results_and_trainer_metrics_per_step():

@@ -81,6 +81,10 @@ def group_advantages(
     rewards = _as_float_tensor(rewards).detach()
     grouped = _grouped(rewards, group_size)  # (B/G, G)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
+    # The float32 mean of equal rewards can miss them by an ulp (6e-8), which the
+    # division by (std + eps) below would blow up to ~1e-3: equal rewards, no advantage.
+    alike = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
+    centred = centred.masked_fill(alike, 0.0)
     if std_scaling == "group":
         centred = centred / (grouped.std(dim=1, keepdim=True) + eps)
     elif std_scaling == "batch":

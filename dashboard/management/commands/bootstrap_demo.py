@@ -1,8 +1,11 @@
 """``manage.py bootstrap_demo``: the embedded default's first-run setup.
 
 Creates the ``demo`` user (password generated once, kept in ``var/demo_password`` and
-printed every time) and, if that user has no run yet, launches a tiny demo run.
-Refuses to run outside the embedded mode unless ``--force``.
+printed every time) and launches the demo runs that user has not run yet (by name):
+the calc learning demo (done in a few minutes), then a long swarm demo, so that a
+newcomer who logs in later still finds a run training live. Runs execute one at a
+time in the embedded mode: the swarm demo starts when the calc demo ends. Refuses to
+run outside the embedded mode unless ``--force``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,28 @@ DEMO_CONFIG = {
 }
 
 
+# Something to watch live for a while (about half an hour on a laptop CPU): the swarm
+# (PARL) environment, where the orchestrator learns to fan subtasks out to sub-agents,
+# with critical paths to look at on the way.
+LIVE_DEMO_CONFIG = {
+    "name": "demo: swarm, live for a while",
+    "seed": 0,
+    "steps": 1500,
+    "env": {"name": "swarm"},
+    "model": {"size": "tiny", "device": "cpu", "warmstart_steps": 300},
+    "rollout": {
+        "tasks_per_step": 4,
+        "group_size": 8,
+        "max_turns": 6,
+        "max_action_tokens": 10,
+    },
+    "algorithm": {"preset": "grpo"},
+    "optim": {"lr": 0.0003},
+    "checkpoint": {"every": 50},
+}
+DEMOS = (DEMO_CONFIG, LIVE_DEMO_CONFIG)
+
+
 class Command(BaseCommand):
     help = "Create the demo user and launch a tiny demo run (embedded mode)."
 
@@ -65,11 +90,19 @@ class Command(BaseCommand):
         elif not user.check_password(password):
             user.set_password(password)
             user.save(update_fields=["password"])
-        run = Run.objects.filter(owner=user).order_by("created_at").first()
-        if run is None:
-            run = services.launch_run(user, DEMO_CONFIG)
+        runs = []
+        for config in DEMOS:
+            run = (
+                Run.objects.filter(owner=user, name=config["name"])
+                .order_by("created_at")
+                .first()
+            )
+            runs.append(run or services.launch_run(user, config))
         self.stdout.write(f"demo login: username={username} password={password}")
-        self.stdout.write(f"demo run: {run.id} ({run.status}) at /runs/{run.id}/")
+        for run in runs:
+            self.stdout.write(
+                f"demo run: {run.id} ({run.status}) {run.name!r} at /runs/{run.id}/"
+            )
 
     def _password(self) -> str:
         path = settings.VAR_DIR / "demo_password"

@@ -4,6 +4,10 @@ In the embedded mode (no REDIS_URL) runs execute in this process, so it first
 recovers what a previous process left queued or running. ``--demo`` runs
 ``bootstrap_demo`` first (embedded only). Production can use this too, or run
 ``daphne dashboard.asgi:application`` directly after ``manage.py migrate``.
+
+Stopping it (Ctrl-C, SIGTERM) in the embedded mode stops the run in progress at its
+next training step (a warm start in progress finishes first) and leaves it and the
+queued runs to the next start, which resumes them from their last checkpoints.
 """
 
 from __future__ import annotations
@@ -44,6 +48,14 @@ class Command(BaseCommand):
         self.stdout.flush()
         from daphne.cli import CommandLineInterface
 
-        CommandLineInterface().run(
-            ["-b", host, "-p", str(port), "dashboard.asgi:application"]
-        )
+        try:
+            CommandLineInterface().run(
+                ["-b", host, "-p", str(port), "dashboard.asgi:application"]
+            )
+        finally:
+            if settings.RUN_EXECUTOR == "inprocess":
+                # The in-process run must not hold the exit until it ends (the long
+                # demo takes half an hour): it stops at its next step, resumable.
+                from dashboard import executor
+
+                executor.stop()

@@ -56,6 +56,15 @@ def duration(seconds: Any) -> str:
 
 
 @register.filter
+def dotbreak(path: Any) -> str:
+    """A dotted config path that may wrap after a dot, never inside a name."""
+    from django.utils.html import escape
+    from django.utils.safestring import mark_safe
+
+    return mark_safe(".<wbr>".join(escape(part) for part in str(path).split(".")))
+
+
+@register.filter
 def get(mapping: Any, key: Any) -> Any:
     if isinstance(mapping, dict):
         return mapping.get(key)

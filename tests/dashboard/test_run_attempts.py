@@ -1,0 +1,113 @@
+"""What a run's owner reads when an attempt fails: one line on the run, each attempt
+with its own history, the traceback only on the attempt (log and admin)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from pydantic import BaseModel, ValidationError
+
+from dashboard import lease, services
+from dashboard.execution import failure_message
+from dashboard.models import Run, RunAttempt, RunStatus
+from dashboard.pages.wiring import wire
+from dashboard.tasks import execute_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_failed_attempt_shows_one_line_and_keeps_the_traceback_on_the_attempt(
+    owner, tiny_config, fake_runner, enqueued, published, monkeypatch
+):
+    monkeypatch.setenv("FAKE_RUNNER_FAIL_AT", "3")
+    run = services.launch_run(owner, tiny_config)
+    assert execute_run.run(str(run.id)) == "failed"
+    run.refresh_from_db()
+    assert run.error == "RuntimeError: boom at step 3"
+    (attempt,) = RunAttempt.objects.filter(run=run)
+    assert (attempt.number, attempt.outcome, attempt.message) == (
+        1,
+        "failed",
+        "RuntimeError: boom at step 3",
+    )
+    assert attempt.detail.startswith("Traceback (most recent call last)")
+    assert "fake_runner.py" in attempt.detail and attempt.ended_at is not None
+
+
+def test_a_run_that_succeeds_after_a_reaped_attempt_shows_no_error(
+    owner, tiny_config, fake_runner, enqueued, published, settings
+):
+    run = services.launch_run(owner, tiny_config)
+    claim = lease.claim(run.id)
+    assert claim is not None and claim.attempt == 1
+    stale = timezone.now() - timedelta(seconds=settings.RUN_LEASE_TIMEOUT_SECONDS + 5)
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=stale)
+    assert lease.reap() == [run.id]
+    run.refresh_from_db()
+    assert run.status == "queued" and run.error.startswith("attempt 1: heartbeat")
+
+    assert execute_run.run(str(run.id)) == "succeeded"
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.error) == ("succeeded", 2, "")
+    first, second = RunAttempt.objects.filter(run=run)
+    assert (first.number, first.outcome) == (1, RunStatus.UNRESPONSIVE)
+    assert first.message.startswith("heartbeat stopped at ")
+    assert (second.number, second.outcome, second.message) == (2, "succeeded", "")
+
+
+def test_the_run_page_lists_attempts_and_never_a_traceback(
+    owner,
+    owner_client,
+    tiny_config,
+    fake_runner,
+    enqueued,
+    published,
+    monkeypatch,
+    settings,
+):
+    wire(settings)
+    monkeypatch.setenv("FAKE_RUNNER_FAIL_AT", "2")
+    run = services.launch_run(owner, tiny_config)
+    execute_run.run(str(run.id))
+    html = owner_client.get(f"/runs/{run.id}/").content.decode()
+    assert "Traceback" not in html and ".py" not in html.split("Attempts")[1][:2000]
+    assert "<strong>Error:</strong> RuntimeError: boom at step 2</div>" in html
+    assert 'data-attempt="1"' in html and "RuntimeError: boom at step 2" in html
+
+
+def test_the_reaper_giving_up_says_so_in_one_line(
+    owner, tiny_config, enqueued, published, settings
+):
+    settings.RUN_MAX_ATTEMPTS = 2
+    run = services.launch_run(owner, tiny_config)
+    stale = timezone.now() - timedelta(seconds=settings.RUN_LEASE_TIMEOUT_SECONDS + 5)
+    Run.objects.filter(pk=run.pk).update(
+        status=RunStatus.RUNNING, attempt=2, heartbeat_at=stale
+    )
+    assert lease.reap() == []
+    run.refresh_from_db()
+    assert run.status == RunStatus.UNRESPONSIVE
+    assert "\n" not in run.error and run.error.endswith("(attempt 2 of 2)")
+    assert RunAttempt.objects.get(run=run, number=2).outcome == "unresponsive"
+
+
+class _Model(BaseModel):
+    x: int
+
+
+def test_failure_messages_are_one_line_without_server_paths():
+    try:
+        _Model.model_validate({"x": "many"})
+    except ValidationError as exc:
+        assert failure_message(exc) == (
+            "invalid configuration: x: Input should be a valid integer, "
+            "unable to parse string as an integer"
+        )
+    err = RuntimeError(
+        "bad state in /srv/app/.venv/lib/python3.11/site-packages/x/y.py\nmore"
+    )
+    assert failure_message(err) == "RuntimeError: bad state in <server file>"
+    assert failure_message(OSError("")) == "OSError"
+    assert len(failure_message(ValueError("v" * 1000))) == 300
