@@ -33,7 +33,8 @@ def swarm(owner):
 def test_cancel_is_a_question_first_not_a_one_click_submit(owner, swarm):
     Run.objects.filter(pk=swarm.pk).update(status="running")
     html = login(owner).get(f"/runs/{swarm.pk}/").content.decode()
-    menu = html[html.index("data-cancel-menu") : html.index("</details>")]
+    start = html.index("data-cancel-menu")
+    menu = html[start : html.index("</details>", start)]
     # The visible control only opens the question; the submit button is inside it.
     assert '<summary class="button danger" data-cancel>' in menu
     assert 'type="submit" class="danger" data-cancel-confirm' in menu
