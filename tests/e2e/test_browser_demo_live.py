@@ -18,12 +18,15 @@ from dashboard import lease
 from dashboard.models import Run
 lease.enqueue = lambda *a, **k: None  # nothing executes in this short process
 call_command('bootstrap_demo', force=True, username='alice')
-quick, long = Run.objects.filter(owner__username='alice').order_by('created_at')
-Run.objects.filter(pk=quick.pk).update(status='succeeded', last_step=200)
-Run.objects.filter(pk=long.pk).update(status='running', last_step=37)
 alice = get_user_model().objects.get(username='alice')
 alice.set_password('pw-browser-123')  # bootstrap gave it the demo password
 alice.save()
+# The session's server is shared: alice may own other tests' runs too.
+mine = Run.objects.filter(owner__username='alice')
+quick = mine.filter(name__startswith='demo: calc').latest('created_at')
+long = mine.filter(name__startswith='demo: swarm').latest('created_at')
+Run.objects.filter(pk=quick.pk).update(status='succeeded', last_step=200)
+Run.objects.filter(pk=long.pk).update(status='running', last_step=37)
 print(json.dumps(str(long.pk)))
 """
 
