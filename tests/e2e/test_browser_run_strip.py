@@ -47,7 +47,7 @@ def test_the_stats_strip_follows_a_live_run(scripted_live, page, shots, ui):
     page.wait_for_timeout(1200)
     final = _strip(page)
     best = scripted_live.script(
-        "from dashboard.pages import queries as q\n"
+        "from dashboard.reads import runs as q\n"
         "from dashboard.models import Run\n"
         f"s = q.run_stats(Run.objects.get(pk={run_id!r}))\n"
         "print(json.dumps([s.best_step, s.duration_s]))"
