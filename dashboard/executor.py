@@ -79,14 +79,15 @@ def recover() -> list[str]:
     run_ids = [str(pk) for pk in queued.values_list("id", flat=True)]
     for run_id in run_ids:
         submit(run_id)
-    _start_housekeeping()
     return run_ids
 
 
 _housekeeper: threading.Thread | None = None
 
 
-def _start_housekeeping(interval_s: float = 30.0) -> None:
+def start_housekeeping(interval_s: float = 30.0) -> None:
+    """Mark silent external runs lost every ``interval_s`` (the embedded mode has no
+    Celery beat); ``serve`` starts it once."""
     global _housekeeper
     with _lock:
         if _housekeeper is not None:

@@ -61,6 +61,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_STARTED: list[Server] = []
+
+# Cancels what is still queued or running and waits for the trainer to stop: a run a
+# test module left behind would otherwise train on, in the session's server, for the
+# rest of the session (on 2 cores, starving the later tests' servers).
+_STOP_LEFTOVERS = """
+import time
+from dashboard import services
+from dashboard.models import ACTIVE_STATUSES, Run, RunStatus
+for run in Run.objects.filter(status__in=ACTIVE_STATUSES, external=False):
+    try:
+        services.cancel_run(run)
+    except services.Conflict:
+        pass
+deadline = time.monotonic() + {timeout}
+while time.monotonic() < deadline and Run.objects.filter(
+    status=RunStatus.RUNNING, external=False
+).exists():
+    time.sleep(0.5)
+print(json.dumps(list(Run.objects.filter(
+    status=RunStatus.RUNNING, external=False).values_list("name", flat=True))))
+"""
+
+
 class Server:
     """A Daphne subprocess over its own SQLite database."""
 
@@ -147,6 +171,7 @@ class Server:
                 raise RuntimeError("server exited:\n" + self.logs())
             try:
                 urllib.request.urlopen(self.url + "/healthz", timeout=1)
+                _STARTED.append(self)
                 return self
             except OSError:
                 time.sleep(0.2)
@@ -156,7 +181,16 @@ class Server:
         self.log.flush()
         return (self.var_dir / "server.log").read_text()[-8000:]
 
+    def stop_leftover_runs(self, timeout: float = 120) -> list[str]:
+        """Cancel every unfinished run of ours; the names of those still running after
+        ``timeout`` seconds (a cancel that was not honoured)."""
+        if not self.proc or self.proc.poll() is not None:
+            return []
+        return self.script(_STOP_LEFTOVERS.format(timeout=timeout))
+
     def stop(self) -> None:
+        if self in _STARTED:
+            _STARTED.remove(self)
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, 15)
             try:
@@ -164,6 +198,15 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, 9)
         self.log.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_runs_left_behind():
+    """After each module: nothing of its runs keeps training in a session server."""
+    yield
+    stuck = {s.url: s.stop_leftover_runs() for s in list(_STARTED)}
+    stuck = {url: names for url, names in stuck.items() if names}
+    assert not stuck, f"runs still running after their cancel: {stuck}"
 
 
 def _users(server: Server) -> None:

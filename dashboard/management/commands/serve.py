@@ -37,6 +37,7 @@ class Command(BaseCommand):
             from dashboard import executor
 
             resumed = executor.recover()
+            executor.start_housekeeping()
             if resumed:
                 self.stdout.write(f"executing {len(resumed)} queued run(s) in-process")
         if demo and settings.EMBEDDED:
