@@ -129,7 +129,18 @@ def train(
     # The warm start's last loss is logged with step 1 (charts start at step 1).
     warm: dict[str, float] = {}
     if ckpt is None and init_checkpoint is None and config.model.warmstart_steps:
-        warm["warmstart/loss"] = warmstart(policy, env, config)
+        loss = warmstart(policy, env, config, should_stop)
+        if loss is None:  # cancelled (or interrupted) during the warm start
+            sink.emit(
+                {
+                    "type": "run_finished",
+                    "status": "cancelled",
+                    "step": 0,
+                    "error": None,
+                }
+            )
+            return TrainResult("cancelled", 0, {})
+        warm["warmstart/loss"] = loss
     ref = _reference(policy, algo, checkpoint_dir)
     step = state.step
     metrics: dict[str, float] = {}

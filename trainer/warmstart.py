@@ -10,6 +10,7 @@ good comes from RL alone. Runs before step 1 with its own optimiser and RNG.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import torch
 
@@ -20,15 +21,24 @@ from trainer.policy import Policy
 from trainer.rollout import scripted_rollouts
 
 
-def warmstart(policy: Policy, env: Environment, cfg: TrainConfig) -> float:
+def warmstart(
+    policy: Policy,
+    env: Environment,
+    cfg: TrainConfig,
+    should_stop: Callable[[], bool] | None = None,
+) -> float | None:
     """Runs ``cfg.model.warmstart_steps`` steps of ``cfg.model.warmstart_batch``
-    scripted episodes each; returns the last cross-entropy."""
+    scripted episodes each; returns the last cross-entropy, or None when
+    ``should_stop`` (asked before every step, as the RL loop does) ended it early."""
     episodes_per_step = cfg.model.warmstart_batch
     rng = random.Random(cfg.seed * 7919 + 17)
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.model.warmstart_lr)
     policy.train()
     last = float("nan")
     for _ in range(cfg.model.warmstart_steps):
+        if should_stop is not None and should_stop():
+            policy.eval()
+            return None
         tasks = env.sample_tasks(episodes_per_step, rng)
         rollouts = scripted_rollouts(
             policy,

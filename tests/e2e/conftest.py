@@ -68,6 +68,8 @@ _STARTED: list[Server] = []
 # rest of the session (on 2 cores, starving the later tests' servers).
 _STOP_LEFTOVERS = """
 import time
+from datetime import timedelta
+from django.utils import timezone
 from dashboard import services
 from dashboard.models import ACTIVE_STATUSES, Run, RunStatus
 for run in Run.objects.filter(status__in=ACTIVE_STATUSES, external=False):
@@ -75,13 +77,15 @@ for run in Run.objects.filter(status__in=ACTIVE_STATUSES, external=False):
         services.cancel_run(run)
     except services.Conflict:
         pass
+# A run a test set to running by hand has no trainer (no heartbeat): end it here.
+Run.objects.filter(status=RunStatus.RUNNING, external=False).exclude(
+    heartbeat_at__gte=timezone.now() - timedelta(seconds=15)
+).update(status=RunStatus.CANCELLED, finished_at=timezone.now())
 deadline = time.monotonic() + {timeout}
-while time.monotonic() < deadline and Run.objects.filter(
-    status=RunStatus.RUNNING, external=False
-).exists():
+running = Run.objects.filter(status=RunStatus.RUNNING, external=False)
+while time.monotonic() < deadline and running.exists():
     time.sleep(0.5)
-print(json.dumps(list(Run.objects.filter(
-    status=RunStatus.RUNNING, external=False).values_list("name", flat=True))))
+print(json.dumps(list(running.values_list("name", flat=True))))
 """
 
 

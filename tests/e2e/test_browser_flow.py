@@ -35,6 +35,8 @@ def _configure(page) -> None:
     page.fill("[name=steps]", "300")
     page.fill("[name=seed]", "7")
     page.select_option("[name='model.device']", "cpu")
+    # The calc default's 500-step warm start would take minutes on a busy CI machine.
+    page.fill("[name='model.warmstart_steps']", "20")
     page.fill("[name='rollout.tasks_per_step']", "2")
     page.fill("[name='rollout.group_size']", "4")
     page.fill("[name='rollout.max_turns']", "3")

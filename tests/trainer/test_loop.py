@@ -154,6 +154,32 @@ def test_it_stops_before_the_next_step_when_cancelled(reward_fn):
     }
 
 
+def test_a_cancel_during_the_warm_start_stops_it_at_its_next_step(reward_fn):
+    asked = []
+
+    def should_stop():  # asked before every warm-start step; yes on the third ask
+        asked.append(1)
+        return len(asked) >= 3
+
+    sink = ListSink()
+    result = train(
+        _config(steps=10, model={"warmstart_steps": 500}),
+        make_env("calc", seed=0),
+        reward_fn,
+        sink,
+        should_stop=should_stop,
+    )
+    assert len(asked) == 3  # two warm-start steps, not 500
+    assert result.status == "cancelled" and result.last_step == 0
+    assert sink.of_type("step") == []
+    assert sink.events[-1] == {
+        "type": "run_finished",
+        "status": "cancelled",
+        "step": 0,
+        "error": None,
+    }
+
+
 def test_it_drops_zero_variance_groups_and_resamples(reward_fn):
     def flat(episodes, step):  # every rollout scores the same: every group is dropped
         from rewards.types import RewardBreakdown, RewardResult
