@@ -37,6 +37,7 @@ import copy
 import importlib.util
 import json
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -484,6 +485,7 @@ def run_trl(work: Work) -> RunTiming:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # TRL calls deprecated aliases
         trainer.train()
+    shutil.rmtree(args.output_dir, ignore_errors=True)  # saves nothing; leave no dir
     for gen_s, tokens in gen_log[1:]:  # the first generation belongs to the warm-up
         run.gen_s.append(gen_s)
         run.tokens.append(float(tokens))
