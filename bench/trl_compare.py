@@ -14,20 +14,36 @@ the batch, one AdamW step with the gradient norm clipped at 1. Ours runs
 first is discarded as warm-up; runs alternate (ours, TRL, ours, TRL ...) so drift in a
 shared machine's load hits both, and medians over runs are reported.
 
+``--shape realistic`` (issue 9) times the shape of a real fine-tune instead: the
+``dataset`` environment on a JSONL of ~256-token prompts, 8 completions of up to 64
+tokens each per prompt, and a small Hugging Face chat model directory (a byte-level BPE
+tokenizer trained by ``tokenizers``, a ChatML template, a random Llama, written with
+``save_pretrained`` by ``tests/trainer/chatmodel.py``'s builder) loaded by both sides;
+TRL gets the same rows as conversational prompts and renders them with the same chat
+template. The reward is the share of spaces in the completion: continuous, so every
+group has a spread and neither side can skip one.
+
+    python -m bench.trl_compare                       # the calc shape
+    python -m bench.trl_compare --shape realistic --steps 2 --repeats 3
+
 TRL is an optional extra (``requirements-bench.txt``); without it :func:`compare`
 returns ``{"skipped": ...}``. This module must not be imported by the trainer.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import importlib.util
+import json
 import random
+import shutil
 import statistics
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -56,6 +72,13 @@ DIFFERENCES = [
     "ours includes the environment session (parsing the action) and step metrics.",
 ]
 
+REALISTIC_DIFFERENCES = [
+    "both render the prompt with the model's chat template (a user turn and the "
+    "assistant's opening) and stop at the model's own end tokens (<|im_end|>, "
+    "<|endoftext|> from its generation_config), but sample with different random "
+    "streams, so completion lengths differ a little: compare tokens/s too.",
+]
+
 
 @dataclass(frozen=True)
 class Work:
@@ -70,6 +93,14 @@ class Work:
     repeats: int = 3  # R runs of each trainer, interleaved
     seed: int = 0
     lr: float = 1e-3
+    shape: str = "calc"  # or "realistic": dataset env, chat model directory
+    model_path: str = ""  # realistic: the chat model directory
+    data_path: str = ""  # realistic: the JSONL of prompts
+
+
+# The realistic shape: P prompts of ~256 tokens, G = 8 completions of <= 64 tokens.
+REALISTIC = {"prompts": 4, "group_size": 8, "max_new_tokens": 64}
+PROMPT_TOKENS = 256
 
 
 @dataclass
@@ -85,15 +116,34 @@ def says_answer(text: str) -> float:
     return 1.0 if "answer" in text.split() else 0.0
 
 
-def compare(size: str = "tiny", *, steps: int = 3, repeats: int = 3) -> dict[str, Any]:
+def compare(
+    size: str = "tiny",
+    *,
+    steps: int = 3,
+    repeats: int = 3,
+    shape: str = "calc",
+    prompts: int | None = None,
+) -> dict[str, Any]:
     """Interleaved timings of ours and TRL's GRPOTrainer; ``{"skipped": ...}`` when
-    TRL is not installed."""
+    TRL is not installed. ``shape="realistic"``: see the module docstring."""
     if importlib.util.find_spec("trl") is None:
         return {"skipped": "TRL not installed (pip install -r requirements-bench.txt)"}
+    work = Work(size=size, steps=steps, repeats=repeats)
+    if shape == "realistic":
+        with tempfile.TemporaryDirectory(prefix="trl-compare-") as tmp:
+            work = replace(work, shape="realistic", **REALISTIC)
+            if prompts:
+                work = replace(work, prompts=prompts)
+            return _compare(realistic_inputs(work, Path(tmp)))
+    if shape != "calc":
+        raise ValueError(f"shape: {shape!r} is not calc or realistic")
+    return _compare(work)
+
+
+def _compare(work: Work) -> dict[str, Any]:
     import transformers
     import trl
 
-    work = Work(size=size, steps=steps, repeats=repeats)
     ours: list[RunTiming] = []
     theirs: list[RunTiming] = []
     for _ in range(work.repeats):
@@ -101,8 +151,17 @@ def compare(size: str = "tiny", *, steps: int = 3, repeats: int = 3) -> dict[str
         theirs.append(run_trl(work))
     completions = work.prompts * work.group_size
     o, t = _summary(ours, completions), _summary(theirs, completions)
+    extra: dict[str, Any] = {}
+    if work.shape == "realistic":
+        extra = {
+            "env": "dataset",
+            "model": "chat model directory (tests/trainer/chatmodel.py), "
+            f"{_param_count(work.model_path)} parameters",
+            "prompt_tokens_mean": _prompt_tokens(work),
+        }
     return {
         "benchmark": "single-turn GRPO step: ours (trainer.loop) vs TRL GRPOTrainer",
+        "shape": work.shape,
         "versions": {
             "trl": trl.__version__,
             "transformers": transformers.__version__,
@@ -111,6 +170,7 @@ def compare(size: str = "tiny", *, steps: int = 3, repeats: int = 3) -> dict[str
         "work": {
             "size": work.size,
             "env": ENV,
+            **extra,
             "completions_per_step": work.prompts * work.group_size,
             "prompts": work.prompts,
             "group_size": work.group_size,
@@ -125,8 +185,13 @@ def compare(size: str = "tiny", *, steps: int = 3, repeats: int = 3) -> dict[str
         "ours": o,
         "trl": t,
         "trl_over_ours_step_time": round(t["step_s_median"] / o["step_s_median"], 3),
-        "goal": "trl_over_ours_step_time >= 1 (ours at least as fast)",
-        "differences": DIFFERENCES,
+        "goal": "trl_over_ours_step_time >= "
+        + ("1.5" if work.shape == "realistic" else "1 (ours at least as fast)"),
+        "differences": (
+            [*DIFFERENCES[:3], *REALISTIC_DIFFERENCES, DIFFERENCES[4]]
+            if work.shape == "realistic"
+            else DIFFERENCES
+        ),
     }
 
 
@@ -163,23 +228,113 @@ def _summary(runs: list[RunTiming], completions: int) -> dict[str, Any]:
 
 def prompts_per_step(work: Work) -> list[list[str]]:
     """The prompts ``trainer.loop`` samples at each step (same env, same task rng)."""
-    env, rng = make_env(ENV, seed=0), random.Random(work.seed)
+    env, rng = _env(work), random.Random(work.seed)
     return [
         [t.prompt for t in env.sample_tasks(work.prompts, rng)]
         for _ in range(1 + work.steps)
     ]
 
 
+def _env_config(work: Work) -> dict[str, Any]:
+    if work.shape != "realistic":
+        return {"name": ENV}
+    # Single turn (no tools: the first action is the answer), every row trained on.
+    params = {"path": work.data_path, "holdout": 0.0, "max_turns": 1}
+    return {"name": "dataset", "params": params}
+
+
+def _env(work: Work):
+    cfg = _env_config(work)
+    return make_env(cfg["name"], cfg.get("params"), seed=work.seed)
+
+
+# ----- the realistic shape's inputs ------------------------------------------------------
+def _chat_model_builder():
+    """``tests/trainer/chatmodel.py``'s ``build_chat_model`` (loaded by path: the bench
+    builds the very directory the tests build)."""
+    path = Path(__file__).resolve().parents[1] / "tests" / "trainer" / "chatmodel.py"
+    spec = importlib.util.spec_from_file_location("bench_chatmodel", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.build_chat_model
+
+
+def realistic_inputs(work: Work, tmp: Path, rows: int = 64) -> Work:
+    """Build the chat model directory and a JSONL of ``rows`` word problems padded with
+    story sentences to ~PROMPT_TOKENS tokens once rendered by the chat template."""
+    from transformers import AutoTokenizer
+
+    model = _chat_model_builder()(tmp / "models", seed=work.seed)
+    tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
+    rng = random.Random(work.seed)
+    names = ["tom", "ann", "bob", "eve", "sam", "kim"]
+    things = ["apples", "pears", "books", "coins", "stones", "cards"]
+    lines = []
+    for i in range(rows):
+        story: list[str] = []
+        while True:
+            who, what = rng.choice(names), rng.choice(things)
+            a, b = rng.randint(1, 50), rng.randint(1, 50)
+            story.append(f"{who} has {a} {what} and gets {b} more .")
+            question = f"how many {what} has {who} now ?"
+            text = " ".join([*story, question])
+            if _chat_tokens(tok, text) >= PROMPT_TOKENS:
+                break
+        lines.append(json.dumps({"prompt": text, "answer": str(a + b), "id": i}))
+    data = tmp / "prompts.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    return replace(work, model_path=str(model), data_path=str(data))
+
+
+def _chat_tokens(tok, text: str) -> int:
+    """Tokens of ``text`` as a user turn rendered by the chat template, with the
+    assistant's opening (what both sides feed the model)."""
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": text}],
+        tokenize=True,
+        add_generation_prompt=True,
+        return_dict=False,  # transformers 5 returns a BatchEncoding by default
+    )
+    return len(ids)
+
+
+def _prompt_tokens(work: Work) -> float:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(work.model_path, local_files_only=True)
+    counts = [_chat_tokens(tok, p) for step in prompts_per_step(work) for p in step]
+    return round(statistics.fmean(counts), 1)
+
+
+def _param_count(path: str) -> int:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    return sum(p.numel() for p in model.parameters())
+
+
+def space_share(text: str) -> float:
+    """The realistic shape's reward: continuous, so no group has zero spread."""
+    return text.count(" ") / max(1, len(text))
+
+
+def _reward_of(work: Work):
+    return space_share if work.shape == "realistic" else says_answer
+
+
 # ----- ours ---------------------------------------------------------------------------
-def _our_reward(episodes, step):
-    out = []
-    for ep in episodes:
-        r = says_answer(ep.steps[-1].action if ep.steps else "")
-        per_step = (0.0,) * (max(1, len(ep.steps)) - 1) + (r,)
-        out.append(
-            RewardResult(RewardBreakdown(r, {"answer": r}, {"answer": per_step}))
-        )
-    return out
+def _our_reward_fn(score):
+    def reward(episodes, step):
+        out = []
+        for ep in episodes:
+            r = score(ep.steps[-1].action if ep.steps else "")
+            per_step = (0.0,) * (max(1, len(ep.steps)) - 1) + (r,)
+            out.append(
+                RewardResult(RewardBreakdown(r, {"answer": r}, {"answer": per_step}))
+            )
+        return out
+
+    return reward
 
 
 class _StepTimes(NullSink):
@@ -202,13 +357,19 @@ def run_ours(work: Work) -> RunTiming:
         {
             "steps": 1 + work.steps,
             "seed": work.seed,
-            "env": {"name": ENV},
-            "model": {"size": work.size, "device": "cpu", "warmstart_steps": 0},
+            "env": _env_config(work),
+            "model": (
+                {"path": work.model_path, "device": "cpu"}
+                if work.shape == "realistic"
+                else {"size": work.size, "device": "cpu", "warmstart_steps": 0}
+            ),
             "rollout": {
                 "tasks_per_step": work.prompts,
                 "group_size": work.group_size,
                 "max_turns": 1,
                 "max_action_tokens": work.max_new_tokens,
+                # the realistic prompt (~256) and its completion fit; calc: default
+                **({"max_total_tokens": 1024} if work.shape == "realistic" else {}),
                 "temperature": work.temperature,
             },
             "algorithm": {"preset": "grpo"},
@@ -216,13 +377,19 @@ def run_ours(work: Work) -> RunTiming:
         }
     )
     sink = _StepTimes(work)
-    train(cfg, make_env(ENV, seed=0), _our_reward, sink)
+    train(cfg, _env(work), _our_reward_fn(_reward_of(work)), sink)
     return sink.run
 
 
 # ----- TRL ----------------------------------------------------------------------------
-def _trl_reward(completions, **_):
-    return [says_answer(c) for c in completions]
+def _trl_reward_fn(score):
+    def reward(completions, **_):
+        # Conversational prompts get completions as [{"role": "assistant", ...}].
+        return [
+            score(c if isinstance(c, str) else c[-1]["content"]) for c in completions
+        ]
+
+    return reward
 
 
 def run_trl(work: Work) -> RunTiming:
@@ -251,15 +418,32 @@ def run_trl(work: Work) -> RunTiming:
                 run.step_s.append(time.perf_counter() - self.t0)
 
     torch.manual_seed(work.seed)  # as trainer.loop.train does before building
-    env = make_env(ENV, seed=0)
-    policy = Policy.build(ModelConfig(size=work.size, device="cpu"), env.vocabulary())
-    model, tok = policy.model, copy.deepcopy(policy.tokenizer)
-    # TRL always stops on the tokenizer's <eos>; ours stops on <eoa> only: make <eoa>
-    # the end token on this side so both sample under the same stopping rule.
-    tok.eos_token = EOA
-    model.config.eos_token_id = model.generation_config.eos_token_id = policy.eoa_id
-    # Our prompts start with <bos>; the word tokenizer adds no special tokens itself.
-    rows = [f"{tok.bos_token} {p}" for step in prompts_per_step(work) for p in step]
+    if work.shape == "realistic":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        # The same directory; both sides stop at the model's own end tokens
+        # (generation_config: <|im_end|> and <|endoftext|>).
+        model = AutoModelForCausalLM.from_pretrained(
+            work.model_path, local_files_only=True
+        )
+        tok = AutoTokenizer.from_pretrained(work.model_path, local_files_only=True)
+        rows = [
+            [{"role": "user", "content": p}]
+            for step in prompts_per_step(work)
+            for p in step
+        ]
+    else:
+        env = make_env(ENV, seed=0)
+        policy = Policy.build(
+            ModelConfig(size=work.size, device="cpu"), env.vocabulary()
+        )
+        model, tok = policy.model, copy.deepcopy(policy.tokenizer)
+        # TRL always stops on the tokenizer's <eos>; ours stops on <eoa> only: make
+        # <eoa> the end token on this side so both sample under the same stopping rule.
+        tok.eos_token = EOA
+        model.config.eos_token_id = model.generation_config.eos_token_id = policy.eoa_id
+        # Our prompts start with <bos>; the word tokenizer adds no special tokens.
+        rows = [f"{tok.bos_token} {p}" for step in prompts_per_step(work) for p in step]
     batch = work.prompts * work.group_size
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-bench-"),
@@ -291,7 +475,7 @@ def run_trl(work: Work) -> RunTiming:
     )
     trainer = Timed(
         model=model,
-        reward_funcs=_trl_reward,
+        reward_funcs=_trl_reward_fn(_reward_of(work)),
         args=args,
         train_dataset=Dataset.from_dict({"prompt": rows}),
         processing_class=tok,
@@ -301,7 +485,39 @@ def run_trl(work: Work) -> RunTiming:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # TRL calls deprecated aliases
         trainer.train()
+    shutil.rmtree(args.output_dir, ignore_errors=True)  # saves nothing; leave no dir
     for gen_s, tokens in gen_log[1:]:  # the first generation belongs to the warm-up
         run.gen_s.append(gen_s)
         run.tokens.append(float(tokens))
     return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", choices=("calc", "realistic"), default="calc")
+    ap.add_argument("--size", default="tiny", help="calc shape: the built-in size")
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per run")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each, interleaved")
+    ap.add_argument("--prompts", type=int, default=None, help="distinct prompts a step")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads for both sides (1 on a shared machine: small ops under "
+        "oversubscribed OpenMP threads run several times slower)",
+    )
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = compare(
+        args.size,
+        steps=args.steps,
+        repeats=args.repeats,
+        shape=args.shape,
+        prompts=args.prompts,
+    )
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

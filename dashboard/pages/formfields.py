@@ -29,12 +29,14 @@ from trainer.config import (
     AlgorithmConfig,
     CheckpointConfig,
     EvalConfig,
+    LoraConfig,
     ModelConfig,
     OptimConfig,
     RolloutConfig,
     RolloutCorrectionConfig,
     TrainConfig,
 )
+from trainer.recording import AUTO_MAX_ROLLOUTS, MAX_GROUPS, RecordConfig
 
 _ROW = re.compile(r"^reward\.(components|judges)\.(\d+)\.name$")
 _DIM = re.compile(r"^reward\.judges\.(\d+)\.rubric\.(\d+)\.name$")
@@ -46,12 +48,18 @@ _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _INT = re.compile(r"^[+-]?\d+$")
 
 
-def number_problem(raw: str, kind: str) -> str | None:
-    """Why ``raw`` (already stripped) is not a number of ``kind`` (int/float), or None.
+def number_problem(raw: str, kind: str, words: tuple[str, ...] = ()) -> str | None:
+    """Why ``raw`` (already stripped) is not a number of ``kind`` (int/float), nor one
+    of ``words``, or None.
 
     The message names the text as typed so that nothing is silently replaced."""
+    if raw in words:
+        return None
     if kind == "int":
-        return None if _INT.match(raw) else f"\u201c{raw}\u201d is not a whole number"
+        if _INT.match(raw):
+            return None
+        alt = "".join(f" or \u201c{w}\u201d" for w in words)
+        return f"\u201c{raw}\u201d is not a whole number{alt}"
     if not _FLOAT.match(raw):
         return f"\u201c{raw}\u201d is not a number"
     if not math.isfinite(float(raw)):
@@ -95,12 +103,45 @@ ALGORITHM = [
     replace(s, optional=True, default=None, label=f"Rollout correction {s.name}")
     for s in sc.model_specs(RolloutCorrectionConfig, "algorithm.rollout_correction")
 ]
+# LoRA (a nested option, like rollout correction): every input blank means no LoRA
+# (None); any set turns it on, the blank ones at the schema's defaults.
+LORA = [
+    replace(
+        s,
+        optional=True,
+        default=None,
+        label=f"LoRA {s.name.replace('_', ' ')}",
+        placeholder=f"default: {s.default_text}",
+    )
+    for s in sc.model_specs(LoraConfig, "model.lora")
+]
+RECORD = [
+    replace(s, label="Record every (steps)")
+    if s.name == "every"
+    else replace(
+        s,
+        kind="int",
+        label="Groups per recorded step",
+        words=("auto",),
+        blank_none=True,
+        placeholder="all",
+        min=1,
+        max=MAX_GROUPS,
+        help="A whole number, auto (all up to "
+        f"{AUTO_MAX_ROLLOUTS} rollouts a step, else that many rollouts' worth), or "
+        "blank: all. The best, the worst and alerted groups are always kept.",
+    )
+    if s.name == "groups"
+    else replace(s, label="Per-token arrays")
+    for s in sc.model_specs(RecordConfig, "record")
+]
 OPTIM = sc.model_specs(OptimConfig, "optim")
 CHECKPOINT = sc.model_specs(CheckpointConfig, "checkpoint")
 EVAL = sc.model_specs(EvalConfig, "eval")
 STATIC_SPECS = [
     *BASIC,
     *MODEL,
+    *LORA,
     *ROLLOUT,
     PRESET,
     *OVERRIDES,
@@ -108,6 +149,7 @@ STATIC_SPECS = [
     *OPTIM,
     *CHECKPOINT,
     *EVAL,
+    *RECORD,
 ]
 
 COMPONENT_ROW = [
@@ -288,15 +330,21 @@ def _read(
         out[name] = chosen
         return
     raw = str(data.get(path, "")).strip()
+    if raw == "" and spec.blank_none:
+        out[name] = None
+        return
     if raw == "":
         if spec.kind in ("int", "float") and not spec.optional and path in data:
             # a cleared input would otherwise launch with the default, unseen
             problems[path] = f"Enter a number (the default is {spec.default_text})"
         return
     if spec.kind in ("int", "float"):
-        problem = number_problem(raw, spec.kind)
+        problem = number_problem(raw, spec.kind, spec.words)
         if problem is not None:
             problems[path] = problem
+        elif spec.kind == "int" and raw not in spec.words:
+            out[name] = int(raw)  # exact; a union with words takes no numeric text
+            return
         out[name] = raw  # kept: the schema refuses it too, and stops before validators
     elif spec.kind == "csv":
         out[name] = [p.strip() for p in raw.split(",") if p.strip()]

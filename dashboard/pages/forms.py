@@ -27,6 +27,7 @@ from dashboard.pages.formfields import (
     _ROW,
     _TRUE,
     DIMENSION_ROW,
+    LORA,
     REWARD_TOP,
     SCHEDULE_ROW,
     STATIC_SPECS,
@@ -147,6 +148,14 @@ class RunForm:
         )
 
     @property
+    def lora_shown(self) -> bool:
+        """The LoRA inputs are for a pretrained model (a path); shown also when any
+        is filled in, so that nothing typed is out of sight (run_form.js: the same)."""
+        if sc._text(_first(self.values.get("model.path", ""))).strip():
+            return True
+        return any(self.value(s) not in ("", None) for s in LORA)
+
+    @property
     def preset(self) -> str:
         return sc._text(_first(self.values.get("algorithm.preset", "grpo"))) or "grpo"
 
@@ -206,11 +215,13 @@ class RunForm:
             "env.name",
             f"envp.{self.env}",
             "model",
+            "model.lora",
             "rollout",
             "algorithm",
             "optim",
             "checkpoint",
             "eval",
+            "record",
             "reward",
             "reward.components",
             "reward.judges",

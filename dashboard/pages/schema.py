@@ -42,7 +42,11 @@ _SKIP = {
 @dataclass(frozen=True)
 class FieldSpec:
     """One input. ``kind``: int, float, bool, choice, multi, text or csv (a list of
-    names typed comma-separated). ``optional``: blank means None (the default)."""
+    names typed comma-separated). ``optional``: blank means None (the default).
+    ``words``: what a number input also accepts, as typed (``record.groups``:
+    "auto"); ``blank_none``: blank means None even where the default is not
+    (``record.groups``: blank is "all", the default "auto"); ``placeholder``: what a
+    blank optional input shows (else "default")."""
 
     path: str
     label: str
@@ -54,6 +58,9 @@ class FieldSpec:
     min: float | None = None
     max: float | None = None
     max_length: int | None = None
+    words: tuple[str, ...] = ()
+    blank_none: bool = False
+    placeholder: str = ""
 
     @property
     def name(self) -> str:

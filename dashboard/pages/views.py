@@ -58,7 +58,18 @@ def run_info(run: Run) -> dict[str, Any]:
         "env": str(_section(cfg, "env").get("name") or ""),
         "steps": steps if isinstance(steps, int) and steps >= 0 else 0,
         "model": str(model.get("path") or model.get("size") or ""),
+        "lora": _lora_text(model.get("lora")),
     }
+
+
+def _lora_text(lora: Any) -> str:
+    """``LoRA r 8, alpha 16.0, dropout 0.0 on q_proj, v_proj``; "" without LoRA."""
+    if not isinstance(lora, dict):
+        return ""
+    parts = [f"{k} {lora[k]}" for k in ("r", "alpha", "dropout") if k in lora]
+    modules = lora.get("target_modules")
+    on = f" on {', '.join(map(str, modules))}" if isinstance(modules, list) else ""
+    return f"LoRA {', '.join(parts)}{on}".rstrip()
 
 
 @csp

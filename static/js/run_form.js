@@ -132,7 +132,9 @@ const INT = /^[+-]?\d+$/;
 function numberProblem(input) {
   const raw = input.value.trim();
   if (raw === "") return input.hasAttribute("data-default") ? `Enter a number (the default is ${input.dataset.default})` : null;
-  if (input.dataset.number === "int") return INT.test(raw) ? null : `“${raw}” is not a whole number`;
+  const words = (input.dataset.words || "").split(" ").filter(Boolean); // record.groups: "auto"
+  if (words.includes(raw)) return null;
+  if (input.dataset.number === "int") return INT.test(raw) ? null : `“${raw}” is not a whole number${words.map((w) => ` or “${w}”`).join("")}`;
   if (!FLOAT.test(raw)) return `“${raw}” is not a number`;
   if (!Number.isFinite(Number(raw))) return `“${raw}” is too large to be a number`;
   return null;
@@ -147,6 +149,16 @@ function numberProblems() {
     if (problem) out[input.name] = [problem];
   }
   return out;
+}
+
+// --- LoRA: for a pretrained model; shown while model.path is set or any input is filled
+// (the same rule as RunForm.lora_shown), so nothing typed is out of sight -----------------
+function showLora() {
+  const box = form.querySelector("[data-lora]");
+  if (!box) return;
+  const path = form.querySelector("[name='model.path']")?.value.trim() || "";
+  const filled = [...box.querySelectorAll("input")].some((i) => i.value.trim() !== "");
+  box.hidden = !(path || filled);
 }
 
 // --- live check -------------------------------------------------------------------------
@@ -219,6 +231,7 @@ const check = debounce(runCheck, 350);
 form.addEventListener("input", (e) => {
   if (e.target instanceof Element && e.target.closest("[data-reward-section]")) rewardDirty = true;
   if (e.target instanceof Element && e.target.matches("[name^='algorithm.']")) showPreset();
+  if (e.target instanceof Element && e.target.matches("[name='model.path'], [data-lora] input")) showLora();
   if (e.target instanceof Element && e.target.matches("input[data-number]")) {
     delete serverErrors[e.target.name]; // answered about the old text
     showAll(lastOk);

@@ -7,6 +7,7 @@ import pytest
 from django.http import QueryDict
 
 from dashboard.models import Run
+from dashboard.pages import forms as f
 from dashboard.pages.forms import RunForm, default_config, normalise, values_from_config
 from dashboard.pages.seed import seed_run
 from dashboard.pages.wiring import wire
@@ -339,3 +340,154 @@ def test_a_from_scratch_model_without_a_warm_start_gets_a_hint(owner_client):
     assert with_path.warmstart_hint == ""  # a pretrained model needs none
     page = owner_client.get("/runs/new/?env=swarm").content.decode()
     assert "data-warmstart-hint" not in page  # the learning config has one
+
+
+# --- LoRA and the recording policy ----------------------------------------------------
+def test_lora_and_recording_inputs_become_the_config():
+    form = RunForm(
+        post_for(
+            **{
+                "model.path": "/models/chat",
+                "model.lora.r": "4",
+                "model.lora.dropout": "0.05",
+                "model.lora.target_modules": "q_proj, v_proj",
+                "record.every": "5",
+                "record.groups": "3",
+                "record.token_arrays": False,
+            }
+        )
+    )
+    assert form.is_valid(), form.errors
+    assert form.cleaned["model"]["lora"] == {
+        "r": 4,
+        "alpha": 16.0,  # left blank: the schema's default
+        "dropout": 0.05,
+        "target_modules": ["q_proj", "v_proj"],
+    }
+    assert form.cleaned["record"] == {"every": 5, "groups": 3, "token_arrays": False}
+
+
+def test_blank_lora_inputs_mean_no_lora_and_blank_groups_mean_all():
+    values = values_from_config(default_config())
+    assert values["record.groups"] == "auto"  # the default, shown as such
+    form = RunForm(post_for(**{"record.groups": "auto"}))
+    assert form.is_valid(), form.errors
+    assert form.cleaned["model"]["lora"] is None
+    assert form.cleaned["record"]["groups"] == "auto"
+    q = post_for()
+    q["record.groups"] = ""  # the browser sends the blank input
+    form = RunForm(q)
+    assert form.is_valid(), form.errors
+    assert form.cleaned["record"]["groups"] is None
+
+
+@pytest.mark.parametrize(
+    "field, typed, message",
+    [
+        ("model.lora.r", "4.5", "“4.5” is not a whole number"),
+        ("model.lora.alpha", "big", "“big” is not a number"),
+        ("record.every", "", "Enter a number (the default is 1)"),
+        ("record.every", "2x", "“2x” is not a whole number"),
+        ("record.groups", "Auto", "“Auto” is not a whole number or “auto”"),
+        ("record.groups", "1e3", "“1e3” is not a whole number or “auto”"),
+    ],
+)
+def test_a_mistyped_lora_or_recording_number_is_refused_next_to_it(
+    field, typed, message
+):
+    form = RunForm(post_for(**{"model.path": "/models/chat", field: typed}))
+    assert not form.is_valid()
+    assert form.errors == {field: [message]}
+
+
+def test_schema_refusals_of_lora_and_recording_are_filed_under_their_inputs():
+    form = RunForm(
+        post_for(
+            **{
+                "model.path": "/models/chat",
+                "model.lora.r": "0",
+                "model.lora.dropout": "1",
+                "model.lora.target_modules": "q_proj, bad-name",
+                "record.every": "0",
+                "record.groups": "0",
+            }
+        )
+    )
+    assert not form.is_valid()
+    e = form.errors
+    assert "greater than or equal to 1" in e["model.lora.r"][0]
+    assert "less than 1" in e["model.lora.dropout"][0]
+    assert "should match pattern" in e["model.lora.target_modules"][0]
+    assert "greater than or equal to 1" in e["record.every"][0]
+    assert "whole number from 1 to 65536" in e["record.groups"][0]
+    # LoRA without a pretrained model: filed with the LoRA inputs
+    form = RunForm(post_for(**{"model.lora.r": "8"}))
+    assert not form.is_valid()
+    assert form.errors == {
+        "model.lora": ["LoRA adapters need a pretrained model directory (model.path)"]
+    }
+
+
+def test_the_lora_inputs_show_for_a_pretrained_model_or_when_filled(owner_client):
+    def lora_box(html: str) -> str:
+        return html[
+            html.index("data-lora") : html.index("</fieldset>", html.index("data-lora"))
+        ]
+
+    assert lora_box(owner_client.get("/runs/new/").content.decode()).startswith(
+        "data-lora hidden"
+    )
+    shown = RunForm(post_for(**{"model.path": "/models/chat"}))
+    assert shown.lora_shown
+    assert RunForm(post_for(**{"model.lora.alpha": "4"})).lora_shown
+    assert not RunForm(post_for()).lora_shown
+
+
+def test_a_clone_shows_the_parents_lora_and_recording_and_launches_them_again(
+    owner, owner_client, enqueued, commit, settings, tmp_path
+):
+    from dashboard.pages.seed import valid_config
+
+    root = tmp_path / "models"
+    (root / "chat").mkdir(parents=True)
+    (root / "chat" / "config.json").write_text("{}")
+    settings.MODEL_ROOTS = [root]
+    cfg = valid_config("calc", "grpo", 4, name="parent")
+    cfg["model"] = {
+        **cfg["model"],
+        "path": str(root / "chat"),
+        "lora": {"r": 4, "alpha": 8.0, "dropout": 0.1, "target_modules": ["q_proj"]},
+    }
+    cfg["record"] = {"every": 3, "groups": None, "token_arrays": False}
+    parent = seed_run(owner, name="parent", env="calc", steps=4, config=cfg)
+    html = owner_client.get(f"/runs/{parent.pk}/clone/").content.decode()
+    for name, shown in [
+        ("model.lora.r", "4"),
+        ("model.lora.alpha", "8.0"),
+        ("model.lora.dropout", "0.1"),
+        ("model.lora.target_modules", "q_proj"),
+        ("record.every", "3"),
+        ("record.groups", ""),  # all (placeholder "all")
+    ]:
+        field = html[html.index(f'name="{name}"') :]
+        assert f'value="{shown}"' in field[: field.index(">")], name
+    assert 'name="record.token_arrays" value="on" checked' not in html
+    assert "data-lora hidden" not in html
+    # the browser submits what it shows (a blank text input as "")
+    values = values_from_config(f.normalise(parent.config))
+    data = as_post(values, name="child")
+    data["record.groups"] = ""
+    with commit():
+        r = owner_client.post(f"/runs/{parent.pk}/clone/", body(data))
+    assert r.status_code == 302, r.content.decode()[:2000]
+    child = Run.objects.get(name="child")
+    assert child.config["model"]["lora"] == cfg["model"]["lora"]
+    assert child.config["record"] == cfg["record"]
+    # the run page says both at a glance
+    page = owner_client.get(f"/runs/{child.pk}/").content.decode()
+    assert (
+        "<span data-lora-summary>LoRA r 4, alpha 8.0, dropout 0.1 on q_proj</span>"
+        in page
+    )
+    recorded = page[page.index("data-recording>") :]
+    assert "every 3rd step" in recorded[: recorded.index("</div>")]

@@ -68,6 +68,10 @@ def test_upload_pick_launch_and_read_a_tool_call(roots_live, page, shots, ui, tm
     page.fill("[name='rollout.group_size']", "2")
     page.fill("[name='rollout.max_turns']", "2")
     page.fill("[name='rollout.max_action_tokens']", "48")
+    # LoRA (shown once a pretrained model is picked) and the recording policy
+    assert page.is_visible("[name='model.lora.r']")
+    page.fill("[name='model.lora.r']", "4")
+    page.fill("[name='record.every']", "2")
     ui.until(
         page,
         "document.querySelector('[data-check-status]').textContent.includes('Valid')",
@@ -77,6 +81,13 @@ def test_upload_pick_launch_and_read_a_tool_call(roots_live, page, shots, ui, tm
     page.click("[data-launch]")
     page.wait_for_url(RUN_URL)
     run_id = RUN_URL.match(page.url).group(1)
+    config = live.script(
+        "from dashboard.models import Run\n"
+        f"print(json.dumps(Run.objects.get(pk='{run_id}').config))"
+    )
+    assert config["model"]["lora"]["r"] == 4 and config["record"]["every"] == 2
+    assert "LoRA r 4" in page.text_content("[data-lora-summary]")
+    assert "every 2nd step" in page.text_content("[data-recording]")
     ui.until(
         page,
         "document.querySelector('[data-run-status] .badge').textContent === 'succeeded'",

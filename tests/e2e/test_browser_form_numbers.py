@@ -10,6 +10,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 WEIGHT = "[name='reward.components.1.weight']"  # swarm's r_parallel, 0.3
 TEMPERATURE = "[name='rollout.temperature']"
+GROUPS = "[name='record.groups']"
 
 
 def _errors(page, name: str) -> str:
@@ -58,6 +59,14 @@ def test_mistyped_numbers_show_an_error_beside_the_field_and_never_launch(
     page.fill(TEMPERATURE, "1e400")
     assert _errors(page, "rollout.temperature") == "“1e400” is too large to be a number"
 
+    # Groups per recorded step: a whole number, "auto" or blank (all), by the same rule.
+    assert page.input_value(GROUPS) == "auto"
+    page.fill(GROUPS, "Auto")
+    assert _errors(page, "record.groups") == "“Auto” is not a whole number or “auto”"
+    page.fill(GROUPS, "")
+    assert _errors(page, "record.groups") == ""
+    page.fill(GROUPS, "4")
+
     page.click("[data-launch]")
     page.wait_for_timeout(500)
     assert page.url.endswith("/runs/new/")
@@ -75,6 +84,9 @@ def test_mistyped_numbers_show_an_error_beside_the_field_and_never_launch(
 
     # A number written plainly launches exactly as typed.
     page.fill("[name=steps]", "2")
+    # No warm start: its 300 steps are not cancellable and, on loaded cores, outlast
+    # the module's teardown, which cancels what is left running.
+    page.fill("[name='model.warmstart_steps']", "0")
     page.fill("[name='rollout.tasks_per_step']", "1")
     page.fill("[name='rollout.group_size']", "2")
     page.fill(WEIGHT, "0.25")
@@ -85,10 +97,11 @@ def test_mistyped_numbers_show_an_error_beside_the_field_and_never_launch(
     with page.expect_navigation():
         page.click("[data-launch]")
     run_id = page.url.rstrip("/").rsplit("/", 1)[-1]
-    weight = live.script(
+    weight, groups = live.script(
         "from dashboard.models import Run\n"
         f"run = Run.objects.get(pk={run_id!r})\n"
-        "print(json.dumps(run.config['reward']['components'][1]['weight']))"
+        "print(json.dumps([run.config['reward']['components'][1]['weight'],"
+        " run.config['record']['groups']]))"
     )
-    assert weight == 0.25
+    assert weight == 0.25 and groups == 4
     page.guard.check()
