@@ -286,6 +286,9 @@ class Alert(_StepRow):
     severity = models.CharField(max_length=16, default="warning")
     message = models.TextField(blank=True, default="")
     evidence = models.JSONField(default=dict)
+    # The trajectories of this step that made it fire: [{"group", "index",
+    # "task_id", "why"}] (``rewards.evidence``); empty for older alerts.
+    trajectories = models.JSONField(default=list)
 
     class Meta:
         constraints = [

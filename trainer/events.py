@@ -41,7 +41,11 @@ Event shapes (``type`` is always present; every ``step`` is the 1-based training
   "target_step": int|None}``
 * ``{"type": "critical_path", "step", "group", "index", "stages": [...],
   "critical_steps": int, "total_steps": int, "path": [...]}``
-* ``{"type": "alert", "step", "detector", "severity", "message", "evidence": {...}}``
+* ``{"type": "alert", "step", "detector", "severity", "message", "evidence": {...},
+  "trajectories": [{"group", "index", "task_id", "why"}, ...]}``: the trajectories of
+  the alert's step that made it fire (``rewards.evidence``; the recording policy keeps
+  their groups). ``trajectories`` is optional (older events have none); the groups in
+  ``evidence["group"]`` / ``evidence["groups"]`` are kept as well.
 * ``{"type": "checkpoint", "step": int, "path": str}``
 * ``{"type": "run_finished", "status": "succeeded"|"failed"|"cancelled", "step": int,
   "error": str|None}``

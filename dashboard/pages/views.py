@@ -133,7 +133,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
     stats = run_reads.run_stats(run)
-    alerts = run_reads.alerts(run)
+    alerts = run_reads.alert_dicts(run, run_reads.alerts(run))
     traj_steps = trajs.trajectory_steps(run)
     keys = metrics.metric_keys(run)
     page_data = {
@@ -149,7 +149,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
         "trajectories_url": reverse("pages:trajectories", args=[run.pk]),
         "ws_path": f"/ws/runs/{run.pk}/",
         "alerts": [
-            {"step": a.step, "detector": a.detector, "severity": a.severity}
+            {"step": a["step"], "detector": a["detector"], "severity": a["severity"]}
             for a in alerts
         ],
         "latest_trajectory_step": trajs.nearest(traj_steps, None),
