@@ -101,6 +101,8 @@ class TrajectoryEvent(_Event):
     length: Annotated[StrictInt, Field(ge=0, lt=2**31)] = 0
     truncated: StrictBool = False
     facts: dict[str, Any] = {}
+    # Per-trajectory numbers the server's detectors read as evidence (optional).
+    metrics: Annotated[dict[Key, OptNum], Field(max_length=MAX_METRICS)] = {}
     steps: Annotated[list[dict[str, Any]], Field(max_length=MAX_ITEMS)] = []
     segments: Annotated[list[Segment], Field(max_length=MAX_SEGMENTS)] = []
 

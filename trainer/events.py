@@ -27,7 +27,10 @@ Event shapes (``type`` is always present; every ``step`` is the 1-based training
 * ``{"type": "trajectory", "step", "group", "index", "task_id", "dropped": bool,
   "reward": float, "advantage": float, "rewards": {"total", "components": {name: v},
   "per_step": {name: [v per agent step]}}, "num_turns": int, "length": int,
-  "truncated": bool, "facts": {...}, "segments": [segment, ...]}`` where a segment is
+  "truncated": bool, "facts": {...}, "metrics": {name: float} (optional: this
+  trajectory's numbers, e.g. ``parallelism``, ``judge/score``, that the server's
+  detectors read to name an alert's evidence), "segments": [segment, ...]}`` where a
+  segment is
   ``{"turn": int, "kind": "prompt"|"action"|"tool"|"subagent", "role":
   "user"|"assistant"|"tool" (the chat role of the kind), "text": str,
   "token_ids": [int], "tokens": [str], "logprob": [float|None], "old_logprob": [...],
