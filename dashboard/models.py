@@ -225,6 +225,8 @@ class Trajectory(_StepRow):
                 fields=["run", "step", "group", "index"], name="traj_unique"
             ),
         ]
+        # A task's history (dashboard.reads.tasks) without reading the whole run.
+        indexes = [models.Index(fields=["run", "task_id", "step"], name="traj_task")]
 
 
 class GroupPrompt(_StepRow):

@@ -14,6 +14,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from dashboard import retention, services, whatif
@@ -265,6 +266,9 @@ def compare(request: HttpRequest) -> HttpResponse:
             "tasks": tasks,
             "task": task,
             "side_by_side": side_by_side,
+            "task_query": urlencode(
+                {"runs": ",".join(str(r.pk) for r in runs), "task": task}
+            ),
             "page_data": page_data,
             "ids": ",".join(str(r.pk) for r in runs),
             "error": error,

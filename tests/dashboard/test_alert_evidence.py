@@ -96,7 +96,9 @@ def test_a_server_alert_names_the_rollouts_that_fired_it_and_they_are_kept(api):
     assert alert.evidence["trajectories_matched"] == 3
     # The policy records no step, yet the alerted step keeps the alerted groups.
     assert _stored(run_id, alert.step) == {(g, i) for g in (1, 3) for i in (0, 1)}
-    assert Trajectory.objects.filter(run_id=run_id).exclude(step=alert.step).count() == 0
+    assert (
+        Trajectory.objects.filter(run_id=run_id).exclude(step=alert.step).count() == 0
+    )
 
 
 def test_rollouts_arriving_after_their_steps_alert_are_judged_and_kept(api):
