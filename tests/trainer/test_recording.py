@@ -153,10 +153,10 @@ def _run_monitored(record, reward_fn):
     )
     cfg = TrainConfig.model_validate(
         {
-            "steps": 6,
+            "steps": 3,
             "seed": 3,
             "env": {"name": "calc"},
-            "rollout": {"tasks_per_step": 6, "group_size": 2, "max_turns": 2},
+            "rollout": {"tasks_per_step": 4, "group_size": 2, "max_turns": 2},
             "record": record,
         }
     )
