@@ -278,7 +278,12 @@ def late_evidence(run: Run, events: list[dict[str, Any]]) -> dict[int, set[int]]
         if len(merged) > len(alert.trajectories):
             from rewards.evidence import MAX_TRAJECTORIES
 
+            matched = alert.evidence.get("trajectories_matched")
+            matched = matched if type(matched) is int else 0
+            alert.evidence["trajectories_matched"] = (
+                max(matched, 0) + len(merged) - len(alert.trajectories)
+            )
             alert.trajectories = merged[:MAX_TRAJECTORIES]
-            alert.save(update_fields=["trajectories"])
+            alert.save(update_fields=["trajectories", "evidence"])
         out[alert.step].update(r["group"] for r in alert.trajectories)
     return out

@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 
 from dashboard import tokens
-from dashboard.models import Alert, Trajectory
+from dashboard.models import Alert, Run, Trajectory
 from trainer.event_schema import EventError, check_event
 
 pytestmark = pytest.mark.django_db
@@ -111,6 +111,7 @@ def test_rollouts_arriving_after_their_steps_alert_are_judged_and_kept(api):
     assert api.post_events(run_id, later).status_code == 200
     alert.refresh_from_db()
     assert {(t["group"], t["index"]) for t in alert.trajectories} == LOW
+    assert alert.evidence["trajectories_matched"] == 3
     assert _stored(run_id, alert.step) == {(g, i) for g in (1, 3) for i in (0, 1)}
 
 
@@ -183,3 +184,26 @@ def test_alert_events_without_trajectories_stay_valid_and_bad_ones_name_the_fiel
             }
         )
     assert info.value.field.startswith("trajectories")
+
+
+def test_the_servers_evidence_reads_a_trajectorys_own_metrics_and_judges(api):
+    from dashboard.detection import trajectory_rows
+
+    run_id = _run(api)
+    run = Run.objects.get(pk=run_id)
+    events = [
+        {**_rollouts(3)[0], "metrics": {"parallelism": 1.0, "bad": "x"}},
+        {"type": "judgement", "step": 3, "group": 0, "index": 0, "judge": "a",
+         "score": 0.9},
+        {"type": "judgement", "step": 3, "group": 0, "index": 0, "judge": "b",
+         "score": 0.5},
+    ]  # fmt: skip
+    [(key, numbers)] = trajectory_rows(run, 3, events)
+    assert key == (0, 0, "task-0")
+    assert numbers == {
+        "parallelism": 1.0,
+        "length": 5.0,
+        "truncated": 0.0,
+        "entropy": 1.9,
+        "judge/score": pytest.approx(0.7),
+    }
