@@ -10,6 +10,7 @@ rollout with per-token arrays; see ``trainer.events`` for the shapes.
 from __future__ import annotations
 
 import gc
+import inspect
 import random
 import time
 from collections.abc import Callable
@@ -365,13 +366,14 @@ def _train_step(
         metrics.update(evaluate(policy, env, reward_fn, config, step))
     alerts = []
     if monitor is not None:  # before the records: an alert's groups are recorded
-        alerts = monitor(
-            step,
-            metrics,
-            [r.episode for r in sampled.rollouts],
-            sampled.results,
-            trajectories=_evidence_info(sampled, kept_idx, row_entropy),
-        )
+        episodes = [r.episode for r in sampled.rollouts]
+        if _takes_trajectories(monitor):
+            info = _evidence_info(sampled, kept_idx, row_entropy)
+            alerts = monitor(
+                step, metrics, episodes, sampled.results, trajectories=info
+            )
+        else:  # a monitor written before alerts named their trajectories
+            alerts = monitor(step, metrics, episodes, sampled.results)
     records: list[dict[str, Any]] = []
     if capture:  # built before the step event so that it can say what they cost
         t_records = time.perf_counter()
@@ -451,6 +453,14 @@ def _row_means(values: torch.Tensor, mask: torch.Tensor) -> list[float]:
     means = (values.detach() * m).sum(1) / n.clamp(min=1)
     means[n == 0] = float("nan")
     return means.float().cpu().tolist()
+
+
+def _takes_trajectories(monitor: Monitor) -> bool:
+    try:
+        params = inspect.signature(monitor).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "trajectories" or p.kind is p.VAR_KEYWORD for p in params)
 
 
 def _evidence_info(
