@@ -67,10 +67,67 @@ def events(n: int, G: int, components: list, rng: random.Random):
         }
 
 
+def profile(run) -> None:
+    """Where one what-if's time goes, in this process's CPU seconds (the wall clock
+    of a loaded machine mostly measures waiting for a core): the SQL alone (rows as
+    the driver returns them), the same rows through Django's converters, the rows
+    into rollouts, the whole report, its JSON; then cProfile's top functions."""
+    import cProfile
+    import json
+    import pstats
+
+    from django.core.serializers.json import DjangoJSONEncoder
+    from django.db import connection
+
+    from dashboard import whatif
+    from dashboard.models import Trajectory
+
+    qs = Trajectory.objects.filter(run=run).values_list(
+        "step", "group", "index", "task_id", "dropped", "truncated", "length",
+        "rewards", "facts__action_tokens",
+    )  # fmt: skip
+    sql, params = qs.query.sql_with_params()
+
+    def cpu(fn):
+        best = None
+        for _ in range(3):
+            c0 = time.process_time()
+            out = fn()
+            c = time.process_time() - c0
+            best = c if best is None else min(best, c)
+        return best, out
+
+    def raw_sql():
+        with connection.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall()
+
+    t_sql, raw = cpu(raw_sql)
+    t_django, _ = cpu(lambda: list(qs.all()))
+    t_load, rows = cpu(lambda: whatif.load_rollouts(run, None))
+    t_all, report = cpu(lambda: whatif.whatif(run, {"r_parallel": 0}))
+    t_json, body = cpu(lambda: json.dumps(report, cls=DjangoJSONEncoder))
+    print(
+        f"profile (CPU s, best of 3): SQL alone {t_sql:.3f} ({len(raw)} rows), "
+        f"through Django {t_django:.3f}, into rollouts {t_load:.3f}, "
+        f"whole what-if {t_all:.3f} (math {t_all - t_load:.3f}), "
+        f"JSON answer {t_json:.3f} ({len(body)} bytes)"
+    )
+    prof = cProfile.Profile(time.process_time)
+    prof.runcall(whatif.whatif, run, {"r_parallel": 0})
+    pstats.Stats(prof).sort_stats("tottime").print_stats(10)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trajectories", type=int, default=10_000)
     ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="first say where one what-if's time goes: the SQL alone, the rows "
+        "into Python, the math, the JSON of the answer, and cProfile's top functions",
+    )
     args = ap.parse_args()
     user = setup(require_postgres=False)
     from django.db import connection
@@ -103,6 +160,8 @@ def main() -> None:
             batch = ingest.Batch()
     ingest.write(run.id, batch)
 
+    if args.profile:
+        profile(run)
     load, total, cpu = [], [], []
     for _ in range(5):
         t0 = time.perf_counter()

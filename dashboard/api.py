@@ -34,7 +34,7 @@ from dashboard.models import Alert, Checkpoint, CriticalPath, Judgement, Run, Tr
 from dashboard.reads import metrics as metric_reads
 from dashboard.reads import stream
 from dashboard.reads import trajectories as trajs
-from dashboard.reads.runs import alert_dict, checkpoint_dict, run_dict
+from dashboard.reads.runs import alert_dicts, checkpoint_dict, run_dict
 
 
 class SafeJSONRenderer(JSONRenderer):
@@ -419,7 +419,7 @@ def critical_paths(request: HttpRequest, run_id: str, q: Query[StepRange]):
 def alerts(request: HttpRequest, run_id: str, q: Query[StepRange]):
     run = services.get_run_for_user(request.user, run_id)
     qs = _in_range(Alert, run, q).order_by("step", "detector")
-    return {"alerts": [alert_dict(a) for a in qs[q.offset : q.offset + q.limit]]}
+    return {"alerts": alert_dicts(run, list(qs[q.offset : q.offset + q.limit]))}
 
 
 # --- what-if reweighting (issue 12) ---------------------------------------------------

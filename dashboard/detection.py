@@ -6,6 +6,13 @@ TRL, verl and imported runs do not, so the dashboard runs the same pure detector
 keeps no state between requests: the window is read back from the database, and the
 monitor's firing rule (at onset, then at most once per window while the pattern lasts)
 is read from the stored alerts, so replaying a batch fires nothing twice.
+
+An alert names the trajectories of its step that show its pattern
+(``rewards.evidence``): those arriving in the same batch and those stored before.
+Detection runs before the batch is stored, and its alerts are stored with the batch,
+so the recording policy keeps the groups they point at. Trajectories of an alerted
+step that arrive in a later batch (a trainer that sends the step's metrics first)
+are judged by the same predicate as they arrive, added to the alert, and kept.
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from dashboard import ingest
-from dashboard.models import Alert, MetricPoint, Run, Trajectory
+from dashboard.frames import alert_trajectories, as_int
+from dashboard.models import Alert, Judgement, MetricPoint, Run, Trajectory
+from rewards.config import DetectorConfig
 
 # Frameworks that run the detectors themselves and stream their alerts.
 SELF_MONITORING = frozenset({"agentic-rl"})
@@ -33,24 +41,47 @@ def _summary_keys() -> dict[str, str]:
     return keys
 
 
-def summaries(run: Run, first: int, last: int) -> dict[int, dict[str, float]]:
-    """Per step in [first, last]: the detectors' summary, from stored metrics (and the
-    share of truncated trajectories where no metric says it)."""
+def summaries(
+    run: Run, first: int, last: int, events: list[dict[str, Any]] = ()
+) -> dict[int, dict[str, float]]:
+    """Per step in [first, last]: the detectors' summary, from stored metrics and
+    those of ``events`` (not stored yet), and the share of truncated trajectories
+    where no metric says it."""
     keys = _summary_keys()
     out: dict[int, dict[str, float]] = defaultdict(dict)
     rows = MetricPoint.objects.filter(
         run=run, key__in=list(keys), step__gte=first, step__lte=last
     ).values_list("step", "key", "value")
-    for step, key, value in rows:
-        if value is not None and math.isfinite(value):
-            out[step][keys[key]] = float(value)
-    trunc = (
+    fresh = [
+        (e["step"], k, v)
+        for e in events
+        if e["type"] == "step" and first <= e["step"] <= last
+        for k, v in e["metrics"].items()
+        if k in keys
+    ]
+    for step, key, value in [*rows, *fresh]:
+        value = _finite(value)
+        if value is not None:
+            out[step][keys[key]] = value
+    counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    arriving = {
+        (e["step"], e["group"], e["index"]): bool(e.get("truncated"))
+        for e in events
+        if e["type"] == "trajectory" and first <= e["step"] <= last
+    }
+    stored = (
         Trajectory.objects.filter(run=run, step__gte=first, step__lte=last)
         .values("step")
         .annotate(n=Count("id"), t=Count("id", filter=Q(truncated=True)))
         .values_list("step", "n", "t")
     )
-    for step, n, t in trunc:
+    for step, n, t in stored:
+        counts[step][0] += n
+        counts[step][1] += t
+    for (step, _, _), truncated in arriving.items():  # a replayed one counts twice
+        counts[step][0] += 1
+        counts[step][1] += truncated
+    for step, (n, t) in counts.items():
         if n and "truncated" not in out[step]:
             out[step]["truncated"] = t / n
     for step, s in out.items():
@@ -58,22 +89,32 @@ def summaries(run: Run, first: int, last: int) -> dict[int, dict[str, float]]:
     return out
 
 
-def detect_external(run: Run, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Alert events (already stored) that the new steps of ``events`` set off."""
-    if run.framework in SELF_MONITORING:
-        return []
-    new_steps = sorted({e["step"] for e in events if e["type"] == "step"})
-    if not new_steps:
-        return []
-    from rewards.config import DetectorConfig
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _settings(run: Run) -> tuple[DetectorConfig, list[Any]]:
     from rewards.monitor import enabled_detectors
 
     cfg = DetectorConfig()
     env = run.config.get("env") if isinstance(run.config, dict) else None
     env_name = env.get("name", "") if isinstance(env, dict) else ""
-    specs = enabled_detectors(cfg, str(env_name))
+    return cfg, enabled_detectors(cfg, str(env_name))
+
+
+def detect_external(run: Run, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Alert events that the new steps of ``events`` set off (not stored: the caller
+    stores them with the batch), each naming the trajectories that show it."""
+    if run.framework in SELF_MONITORING:
+        return []
+    new_steps = sorted({e["step"] for e in events if e["type"] == "step"})
+    if not new_steps:
+        return []
+    cfg, specs = _settings(run)
     first = max(new_steps[0] - cfg.window + 1, 0)
-    by_step = summaries(run, first, new_steps[-1])
+    by_step = summaries(run, first, new_steps[-1], events)
     fired = defaultdict(list)
     for detector, step in Alert.objects.filter(
         run=run, step__gte=first - cfg.window, step__lte=new_steps[-1]
@@ -84,6 +125,7 @@ def detect_external(run: Run, events: list[dict[str, Any]]) -> list[dict[str, An
         window = [by_step[s] for s in sorted(by_step) if step - cfg.window < s <= step]
         if len(window) < cfg.min_steps:
             continue
+        rows: list[tuple[tuple[int, int, str], dict[str, float]]] | None = None
         for spec in specs:
             recent = [s for s in fired[spec.name] if step - cfg.window < s <= step]
             if recent:
@@ -96,6 +138,10 @@ def detect_external(run: Run, events: list[dict[str, Any]]) -> list[dict[str, An
                 **finding.evidence,
                 "source": "server",
             }
+            if rows is None:
+                rows = trajectory_rows(run, step, events)
+            refs, matched = _pick(spec.name, rows, evidence, cfg)
+            evidence["trajectories_matched"] = matched
             out.append(
                 {
                     "type": "alert",
@@ -104,12 +150,140 @@ def detect_external(run: Run, events: list[dict[str, Any]]) -> list[dict[str, An
                     "severity": spec.severity,
                     "message": finding.message,
                     "evidence": evidence,
+                    "trajectories": refs,
                 }
             )
             fired[spec.name].append(step)
-    if out:
-        batch = ingest.Batch()
-        for ev in out:
-            batch.add(run.pk, ev)
-        ingest.write(run.pk, batch)
+    return out
+
+
+def _pick(
+    detector: str,
+    rows: list[tuple[tuple[int, int, str], dict[str, float]]],
+    evidence: dict[str, Any],
+    cfg: DetectorConfig,
+) -> tuple[list[dict[str, Any]], int]:
+    from rewards.evidence import pick
+
+    picked, matched = pick(detector, [r for _, r in rows], evidence, cfg)
+    refs = [
+        {"group": g, "index": i, "task_id": task, "why": why}
+        for (g, i, task), why in ((rows[p][0], why) for p, why in picked)
+    ]
+    return refs, matched
+
+
+def trajectory_rows(
+    run: Run, step: int, events: list[dict[str, Any]], *, stored: bool = True
+) -> list[tuple[tuple[int, int, str], dict[str, float]]]:
+    """The trajectories of ``step`` as the evidence predicates read them, in (group,
+    index) order: ``((group, index, task_id), numbers)``, from ``events`` and (with
+    ``stored``) the rows stored before."""
+    found: dict[tuple[int, int], tuple[str, dict[str, float]]] = {}
+    if stored:
+        for g, i, task, length, truncated, facts in Trajectory.objects.filter(
+            run=run, step=step
+        ).values_list("group", "index", "task_id", "length", "truncated", "facts"):
+            found[(g, i)] = (task, _numbers(length, truncated, facts, {}))
+    for ev in events:
+        if ev["type"] == "trajectory" and ev["step"] == step:
+            numbers = _numbers(
+                ev.get("length", 0), ev.get("truncated"), ev.get("facts"), ev
+            )
+            found[(ev["group"], ev["index"])] = (ev.get("task_id", ""), numbers)
+    for key, score in _judge_scores(run, step, events, stored).items():
+        if key in found:
+            found[key][1].setdefault("judge/score", score)
+    return [((g, i, task), nums) for (g, i), (task, nums) in sorted(found.items())]
+
+
+def _numbers(
+    length: Any, truncated: Any, facts: Any, event: dict[str, Any]
+) -> dict[str, float]:
+    """One trajectory's numbers: its per-trajectory ``metrics`` when the trainer sent
+    them (``parallelism``, ``judge/score``...), its length, truncation, success,
+    and the mean entropy of its trained tokens when the event carries it."""
+    out: dict[str, float] = {}
+    metrics = event.get("metrics")
+    for key, value in metrics.items() if isinstance(metrics, dict) else ():
+        value = _finite(value)
+        if value is not None:
+            out[str(key)] = value
+    out.setdefault("length", float(as_int(length)))
+    out.setdefault("truncated", float(bool(truncated)))
+    if isinstance(facts, dict) and "success" in facts:
+        out.setdefault("success", float(facts.get("success") is True))
+    entropy = _entropy(event.get("segments"))
+    if entropy is not None:
+        out.setdefault("entropy", entropy)
+    return out
+
+
+def _entropy(segments: Any) -> float | None:
+    values = [
+        v
+        for seg in (segments if isinstance(segments, list) else [])
+        if isinstance(seg, dict) and seg.get("mask") is None
+        for v in (seg.get("entropy") or [])
+        if _finite(v) is not None
+    ]
+    return sum(values) / len(values) if values else None
+
+
+def _judge_scores(
+    run: Run, step: int, events: list[dict[str, Any]], stored: bool
+) -> dict[tuple[int, int], float]:
+    """(group, index) -> the mean of its judges' usable scores at ``step``."""
+    scores: dict[tuple[int, int], dict[str, float]] = defaultdict(dict)
+    if stored:
+        for g, i, judge, score in Judgement.objects.filter(
+            run=run, step=step, ok=True, score__isnull=False
+        ).values_list("group", "index", "judge", "score"):
+            scores[(g, i)][judge] = score
+    for ev in events:
+        if ev["type"] == "judgement" and ev["step"] == step and ev.get("ok", True):
+            score = _finite(ev.get("score"))
+            if score is not None:
+                scores[(ev["group"], ev["index"])][ev["judge"]] = score
+    return {
+        key: sum(v for v in by.values() if math.isfinite(v)) / len(by)
+        for key, by in scores.items()
+        if by
+    }
+
+
+def late_evidence(run: Run, events: list[dict[str, Any]]) -> dict[int, set[int]]:
+    """Trajectories of ``events`` whose step already has a server alert stored (its
+    metrics came in an earlier batch): each alert's predicate judges them, the ones
+    that show its pattern are added to the alert, and their groups are returned
+    (step -> groups) for the recording policy to keep."""
+    if run.framework in SELF_MONITORING:
+        return {}
+    steps = {e["step"] for e in events if e["type"] == "trajectory"}
+    if not steps:
+        return {}
+    alerts = list(
+        Alert.objects.filter(
+            run=run, step__in=steps, evidence__source="server"
+        ).order_by("step", "detector")
+    )
+    cfg = DetectorConfig()
+    out: dict[int, set[int]] = defaultdict(set)
+    rows_of: dict[int, Any] = {}
+    for alert in alerts:
+        if alert.step not in rows_of:
+            rows_of[alert.step] = trajectory_rows(run, alert.step, events, stored=False)
+        refs, _ = _pick(alert.detector, rows_of[alert.step], alert.evidence, cfg)
+        merged = alert_trajectories([*alert.trajectories, *refs])
+        if len(merged) > len(alert.trajectories):
+            from rewards.evidence import MAX_TRAJECTORIES
+
+            matched = alert.evidence.get("trajectories_matched")
+            matched = matched if type(matched) is int else 0
+            alert.evidence["trajectories_matched"] = (
+                max(matched, 0) + len(merged) - len(alert.trajectories)
+            )
+            alert.trajectories = merged[:MAX_TRAJECTORIES]
+            alert.save(update_fields=["trajectories", "evidence"])
+        out[alert.step].update(r["group"] for r in alert.trajectories)
     return out

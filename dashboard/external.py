@@ -26,7 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from dashboard import frames, ingest
-from dashboard.detection import detect_external
+from dashboard.detection import detect_external, late_evidence
 from dashboard.models import (
     Alert,
     Checkpoint,
@@ -253,8 +253,17 @@ def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
         found = _existing(run.pk, events)
         duplicates = sum(_is_duplicate(ev, found, run) for ev in events)
         record, seed = recording_of(run)
+        # Detected before storing, stored with the batch: the recording policy keeps
+        # the groups an alert points at (dashboard.detection).
+        alerted = late_evidence(run, events)
+        alerts = detect_external(run, events)
         _, parts = ingest.store(
-            run.pk, events, supersede_on_start=False, record=record, seed=seed
+            run.pk,
+            [*events, *alerts],
+            supersede_on_start=False,
+            record=record,
+            seed=seed,
+            alerted=alerted,
         )
         fields = {"heartbeat_at": timezone.now()}
         last_step = ingest.last_step_after(
@@ -271,9 +280,6 @@ def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
         Run.objects.filter(pk=run.pk).update(**fields)
         for name, value in fields.items():
             setattr(run, name, value)
-        alerts = detect_external(run, events)
-        for alert in alerts:
-            frames.summarise(alert, parts)
         parts.status = run.status
         parts.last_step = run.last_step
         if duplicates < len(events) or "status" in fields:

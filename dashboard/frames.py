@@ -7,7 +7,8 @@ A frame says what was committed since the previous frame of the run::
      "trajectories": [{"step", "group", "index", "task_id", "reward", "advantage",
                        "dropped", "num_turns", "length"}, ...],
      "judgements": [{"step", "group", "index", "judge", "ok", "score"}, ...],
-     "alerts": [{"step", "detector", "severity", "message"}, ...],
+     "alerts": [{"step", "detector", "severity", "message",
+                 "trajectories": [{"group", "index", "task_id", "why"}]}, ...],
      "checkpoints": [{"step"}], "truncated": false}
 
 Frames go to the channel group ``run-<id>``, which each web process joins once per
@@ -175,6 +176,7 @@ def summarise(ev: dict[str, Any], parts: FrameParts) -> None:
                 "detector": jsonsafe.text(ev.get("detector"), 64),
                 "severity": jsonsafe.text(ev.get("severity"), 16),
                 "message": jsonsafe.text(ev.get("message"), 2000),
+                "trajectories": alert_trajectories(ev.get("trajectories"))[:64],
             }
         )
     elif kind == "checkpoint":
@@ -190,3 +192,25 @@ def as_int(value: Any, default: int = 0) -> int:
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**31:
         return int(value)
     return default
+
+
+def alert_trajectories(refs: Any) -> list[dict[str, Any]]:
+    """An alert event's ``trajectories`` as stored: ``{"group", "index", "task_id",
+    "why"}`` each, untrusted strings bounded, duplicates dropped."""
+    out, seen = [], set()
+    for ref in refs if isinstance(refs, list) else []:
+        if not isinstance(ref, dict):
+            continue
+        key = (as_int(ref.get("group")), as_int(ref.get("index")))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(
+            {
+                "group": key[0],
+                "index": key[1],
+                "task_id": jsonsafe.text(ref.get("task_id"), 200),
+                "why": jsonsafe.text(ref.get("why"), 200),
+            }
+        )
+    return out

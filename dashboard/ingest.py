@@ -10,7 +10,7 @@ Callers run these inside a transaction; nothing here commits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,14 +69,16 @@ def store(
     supersede_on_start: bool = True,
     record: RecordConfig | None = None,
     seed: int = 0,
+    alerted: Mapping[int, Iterable[int]] | None = None,
 ) -> tuple[int, FrameParts]:
     """Write ``events`` in order (inside the caller's transaction): the one write path
     of the worker's sink and the HTTP ingest. Returns (rows written, what the next
     frame reports). A ``run_started`` first deletes the rows from its ``start_step`` on
     (``supersede_on_start``: a resumed attempt replays them). ``record``: the
-    recording policy to apply first (external runs; our trainer applies it itself)."""
+    recording policy to apply first (external runs; our trainer applies it itself),
+    keeping the groups alerts of the batch point at and ``alerted[step]``."""
     if record is not None:
-        events = recorded(events, record, seed)
+        events = recorded(events, record, seed, alerted)
     rows, parts, batch = 0, FrameParts(), Batch()
     for ev in events:
         if ev.get("type") == "run_started":
@@ -159,6 +161,7 @@ class Batch:
                 severity=jsonsafe.text(event.get("severity") or "warning", 16),
                 message=jsonsafe.text(event.get("message"), 10000),
                 evidence=jsonsafe.clean(event.get("evidence") or {}),
+                trajectories=frames.alert_trajectories(event.get("trajectories")),
             )
             self.alerts[(step, row.detector)] = row
         elif kind == "checkpoint":

@@ -225,6 +225,8 @@ class Trajectory(_StepRow):
                 fields=["run", "step", "group", "index"], name="traj_unique"
             ),
         ]
+        # A task's history (dashboard.reads.tasks) without reading the whole run.
+        indexes = [models.Index(fields=["run", "task_id", "step"], name="traj_task")]
 
 
 class GroupPrompt(_StepRow):
@@ -286,6 +288,9 @@ class Alert(_StepRow):
     severity = models.CharField(max_length=16, default="warning")
     message = models.TextField(blank=True, default="")
     evidence = models.JSONField(default=dict)
+    # The trajectories of this step that made it fire: [{"group", "index",
+    # "task_id", "why"}] (``rewards.evidence``); empty for older alerts.
+    trajectories = models.JSONField(default=list)
 
     class Meta:
         constraints = [

@@ -4,20 +4,25 @@ it itself before it builds its records. Pure: events in, events out."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dashboard import jsonsafe
 from dashboard.frames import as_int
-from trainer.recording import RecordConfig, alerted_groups, select
+from trainer.recording import RecordConfig, alert_event_groups, select
 
 
 def recorded(
-    events: Iterable[dict[str, Any]], record: RecordConfig, seed: int = 0
+    events: Iterable[dict[str, Any]],
+    record: RecordConfig,
+    seed: int = 0,
+    alerted: Mapping[int, Iterable[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """``events`` less what the recording policy leaves out (``trainer.recording``):
     per step, the trajectories, judgements and critical paths of unchosen groups;
-    without token arrays, each segment's arrays. Metrics and alerts all stay."""
+    without token arrays, each segment's arrays. Metrics and alerts all stay. The
+    groups alerts of the batch point at are kept, and so are ``alerted[step]`` (those
+    of alerts stored before the batch)."""
     events = list(events)
     rewards: dict[int, dict[int, list[float | None]]] = {}
     alerts: dict[int, list[Any]] = {}
@@ -27,11 +32,12 @@ def recorded(
             group = rewards.setdefault(step, {}).setdefault(as_int(ev.get("group")), [])
             group.append(_reward(ev.get("reward")))
         elif kind == "alert":
-            alerts.setdefault(step, []).append(ev.get("evidence"))
-    chosen = {
-        step: select(record, step, groups, alerted_groups(alerts.get(step, ())), seed)
-        for step, groups in rewards.items()
-    }
+            alerts.setdefault(step, []).append(ev)
+    chosen = {}
+    for step, groups in rewards.items():
+        pointed = alert_event_groups(alerts.get(step, ()))
+        pointed.update((alerted or {}).get(step, ()))
+        chosen[step] = select(record, step, groups, pointed, seed)
     out = []
     for ev in events:
         kind = ev.get("type")

@@ -80,38 +80,60 @@ def check_steps(steps: Any) -> list[int] | None:
 
 
 def load_rollouts(run: Run, steps: list[int] | None) -> list[Any]:
-    """The run's stored rollouts as :class:`trainer.whatif.StoredRollout`."""
+    """The run's stored rollouts as :class:`trainer.whatif.StoredRollout`.
+
+    The rows' own conversion is most of a what-if's time (10,000 rollouts: more
+    than the SQL and the JSON decoding together), so the loop stays flat: one type
+    test per value, no helper call per value."""
     from trainer.whatif import StoredRollout
 
     qs = Trajectory.objects.filter(run=run)
     if steps is not None:
         qs = qs.filter(step__in=steps)
     cols = ("step", "group", "index", "task_id", "dropped", "truncated", "length")
+    isfinite, fsum = math.isfinite, math.fsum
     out = []
-    for *head, length, rewards, action_tokens in qs.values_list(
-        *cols, "rewards", "facts__action_tokens"
-    ):
-        rewards = rewards if isinstance(rewards, dict) else {}
-        comps = _floats(rewards.get("components"))
-        per_step = rewards.get("per_step")
+    for (
+        step,
+        group,
+        index,
+        task,
+        dropped,
+        truncated,
+        length,
+        rewards,
+        tokens,
+    ) in qs.values_list(*cols, "rewards", "facts__action_tokens"):
+        if type(rewards) is not dict:
+            rewards = {}
+        comps = rewards.get("components")
+        comps = (
+            {
+                k: float(v)
+                for k, v in comps.items()
+                if type(v) in _NUMBER and isfinite(v)
+            }
+            if type(comps) is dict
+            else {}
+        )
         total = rewards.get("total")
+        if type(total) not in _NUMBER or not isfinite(total):
+            total = fsum(comps.values())
         out.append(
             StoredRollout(
-                *head[:3],
-                total=total if _finite(total) else math.fsum(comps.values()),
-                components=comps,
-                per_step=_per_step(per_step),
-                tokens_per_step=_tokens(action_tokens, length),
-                task_id=head[3],
-                dropped=head[4],
-                truncated=head[5],
+                step,
+                group,
+                index,
+                total,
+                comps,
+                _per_step(rewards.get("per_step")),
+                _tokens(tokens, length),
+                dropped,
+                truncated,
+                task,
             )
         )
     return out
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 _NUMBER = (float, int)
@@ -120,19 +142,13 @@ _NUMBER = (float, int)
 def _per_step(d: Any) -> dict[str, list[float]]:
     """Per-step values; JSON holds no NaN (stored as strings), so anything that is not
     a plain number reads as 0 (a type test per value: this loop runs 100k times)."""
-    if not isinstance(d, dict):
+    if type(d) is not dict:
         return {}
     return {
         k: [x if type(x) in _NUMBER else 0.0 for x in v]
         for k, v in d.items()
-        if isinstance(v, list)
+        if type(v) is list
     }
-
-
-def _floats(d: Any) -> dict[str, float]:
-    if not isinstance(d, dict):
-        return {}
-    return {k: float(v) for k, v in d.items() if _finite(v)}
 
 
 def _tokens(action_tokens: Any, length: int) -> list[int]:

@@ -270,12 +270,13 @@ def length_drift(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | No
     length, trunc = series(window, "length"), series(window, "truncated")
     growth_limit = cfg.threshold("length_drift.max_growth")
     trunc_limit = cfg.threshold("length_drift.max_truncated")
-    reasons, evidence = [], {}
+    reasons, evidence, drift = [], {}, []
     if _enough(cfg, length):
         l0, l1 = halves(length)
         evidence.update(length_early=l0, length_late=l1, length=_tail(length))
         if l0 > 0 and l1 / l0 >= growth_limit:
             reasons.append(f"mean length {l0:.1f} -> {l1:.1f}")
+            drift.append("length")
     if _enough(cfg, trunc):
         t0, t1 = halves(trunc)
         evidence.update(truncated_early=t0, truncated_late=t1)
@@ -283,9 +284,11 @@ def length_drift(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | No
             "length_drift.min_truncated_rise"
         ):
             reasons.append(f"truncated {t0:.0%} -> {t1:.0%}")
+            drift.append("truncated")
     if not reasons:
         return None
-    return Finding("length drift: " + "; ".join(reasons), evidence)
+    # ``drift``: what drifted, so the evidence names the rollouts that show it.
+    return Finding("length drift: " + "; ".join(reasons), {**evidence, "drift": drift})
 
 
 @_register("entropy_collapse", "warning")

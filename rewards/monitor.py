@@ -4,16 +4,27 @@ Called once per training step after the update. A detector's alert fires at onse
 not again while the pattern persists; it re-arms only after the pattern has been
 absent for ``window`` consecutive steps (hysteresis: a finding that flickers at its
 threshold, or a state that lasts the whole run, is one alert, not one per window).
+Given where the step's rollouts are stored, an alert names those of its step that show
+the pattern (``rewards.evidence``), which the recording policy then keeps.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rewards.config import DetectorConfig, RewardConfig
 from rewards.detectors import DETECTORS, DetectorSpec, Summary, summarize
-from rewards.types import Alert, Episode, Monitor, RewardResult
+from rewards.evidence import pick
+from rewards.types import (
+    Alert,
+    Episode,
+    Monitor,
+    RewardResult,
+    TrajectoryInfo,
+    TrajectoryRef,
+)
 
 
 def enabled_detectors(cfg: DetectorConfig, env_name: str) -> list[DetectorSpec]:
@@ -40,11 +51,25 @@ class RewardMonitor:
         metrics: Mapping[str, float],
         episodes: Sequence[Episode],
         results: Sequence[RewardResult],
+        trajectories: Sequence[TrajectoryInfo] | None = None,
     ) -> list[Alert]:
-        return self.observe(summarize(step, metrics, episodes, results))
+        summary = summarize(step, metrics, episodes, results)
+        if trajectories is None:
+            return self.observe(summary)
+        rows = [
+            {**r.metrics, **t.stats} for r, t in zip(results, trajectories, strict=True)
+        ]
+        return self.observe(summary, rows, trajectories)
 
-    def observe(self, summary: Summary) -> list[Alert]:
-        """Alerts for one more step's summary (also: replaying a recorded run)."""
+    def observe(
+        self,
+        summary: Summary,
+        rows: Sequence[Mapping[str, Any]] = (),
+        trajectories: Sequence[TrajectoryInfo] = (),
+    ) -> list[Alert]:
+        """Alerts for one more step's summary (also: replaying a recorded run).
+        ``rows``: the step's per-trajectory numbers, ``trajectories`` where each is
+        stored; a firing alert names those that show its pattern."""
         self.window.append(summary)
         step = int(summary["step"])
         window = list(self.window)
@@ -63,8 +88,20 @@ class RewardMonitor:
                 "window": [int(window[0]["step"]), int(window[-1]["step"])],
                 **finding.evidence,
             }
+            picked, matched = pick(spec.name, rows, evidence, self.cfg)
+            refs = tuple(
+                TrajectoryRef(
+                    trajectories[i].group,
+                    trajectories[i].index,
+                    trajectories[i].task_id,
+                    why,
+                )
+                for i, why in picked
+            )
+            if rows:
+                evidence["trajectories_matched"] = matched
             alerts.append(
-                Alert(spec.name, spec.severity, finding.message, step, evidence)
+                Alert(spec.name, spec.severity, finding.message, step, evidence, refs)
             )
         return alerts
 

@@ -107,14 +107,39 @@ class RewardResult:
 
 
 @dataclass(frozen=True)
+class TrajectoryInfo:
+    """Where one rollout of the batch is stored (its step's ``group`` and ``index``,
+    its task) and what the trainer measured of it beyond its reward metrics
+    (``length``: generated tokens, ``entropy``: mean over trained tokens): what a
+    detector's evidence reads (``rewards.evidence``)."""
+
+    group: int
+    index: int
+    task_id: str = ""
+    stats: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrajectoryRef:
+    """One trajectory an alert points at (of the alert's step), and why it counts."""
+
+    group: int
+    index: int
+    task_id: str = ""
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class Alert:
-    """A reward-hacking (or training-health) detector firing, with its evidence."""
+    """A reward-hacking (or training-health) detector firing, with its evidence and
+    the trajectories of its step that show the pattern (``trajectories``)."""
 
     detector: str
     severity: str  # "warning" | "critical"
     message: str
     step: int
     evidence: Mapping[str, Any] = field(default_factory=dict)
+    trajectories: tuple[TrajectoryRef, ...] = ()
 
 
 class RewardFn(Protocol):
@@ -126,7 +151,9 @@ class RewardFn(Protocol):
 
 
 class Monitor(Protocol):
-    """Stateful detector runner, called once per training step after the update."""
+    """Stateful detector runner, called once per training step after the update.
+    ``trajectories`` (one per episode, same order) lets an alert name the
+    trajectories that made it fire; without it alerts name none."""
 
     def __call__(
         self,
@@ -134,4 +161,5 @@ class Monitor(Protocol):
         metrics: Mapping[str, float],
         episodes: Sequence[Episode],
         results: Sequence[RewardResult],
+        trajectories: Sequence[TrajectoryInfo] | None = None,
     ) -> list[Alert]: ...

@@ -32,6 +32,7 @@ MAX_TOKENS = 262_144
 MAX_SEGMENTS = 1024
 MAX_TEXT = 4_000_000
 MAX_ITEMS = 100_000
+MAX_ALERT_TRAJECTORIES = 1024
 
 Step = Annotated[StrictInt, Field(ge=0, lt=2**31)]
 Index = Annotated[StrictInt, Field(ge=0, lt=2**31)]
@@ -100,6 +101,8 @@ class TrajectoryEvent(_Event):
     length: Annotated[StrictInt, Field(ge=0, lt=2**31)] = 0
     truncated: StrictBool = False
     facts: dict[str, Any] = {}
+    # Per-trajectory numbers the server's detectors read as evidence (optional).
+    metrics: Annotated[dict[Key, OptNum], Field(max_length=MAX_METRICS)] = {}
     steps: Annotated[list[dict[str, Any]], Field(max_length=MAX_ITEMS)] = []
     segments: Annotated[list[Segment], Field(max_length=MAX_SEGMENTS)] = []
 
@@ -131,6 +134,15 @@ class CriticalPathEvent(_Event):
     path: Annotated[list[Any], Field(max_length=MAX_ITEMS)] = []
 
 
+class AlertTrajectory(_Event):
+    """A trajectory of the alert's step that made it fire."""
+
+    group: Index
+    index: Index
+    task_id: Short = ""
+    why: Short = ""
+
+
 class AlertEvent(_Event):
     type: Literal["alert"]
     step: Step
@@ -138,6 +150,10 @@ class AlertEvent(_Event):
     severity: Annotated[str, Field(min_length=1, max_length=16)] = "warning"
     message: Annotated[str, Field(max_length=10_000)] = ""
     evidence: dict[str, Any] = {}
+    # Absent in older events: an alert that names no trajectory.
+    trajectories: Annotated[
+        list[AlertTrajectory], Field(max_length=MAX_ALERT_TRAJECTORIES)
+    ] = []
 
 
 class CheckpointEvent(_Event):

@@ -27,7 +27,10 @@ Event shapes (``type`` is always present; every ``step`` is the 1-based training
 * ``{"type": "trajectory", "step", "group", "index", "task_id", "dropped": bool,
   "reward": float, "advantage": float, "rewards": {"total", "components": {name: v},
   "per_step": {name: [v per agent step]}}, "num_turns": int, "length": int,
-  "truncated": bool, "facts": {...}, "segments": [segment, ...]}`` where a segment is
+  "truncated": bool, "facts": {...}, "metrics": {name: float} (optional: this
+  trajectory's numbers, e.g. ``parallelism``, ``judge/score``, that the server's
+  detectors read to name an alert's evidence), "segments": [segment, ...]}`` where a
+  segment is
   ``{"turn": int, "kind": "prompt"|"action"|"tool"|"subagent", "role":
   "user"|"assistant"|"tool" (the chat role of the kind), "text": str,
   "token_ids": [int], "tokens": [str], "logprob": [float|None], "old_logprob": [...],
@@ -41,7 +44,11 @@ Event shapes (``type`` is always present; every ``step`` is the 1-based training
   "target_step": int|None}``
 * ``{"type": "critical_path", "step", "group", "index", "stages": [...],
   "critical_steps": int, "total_steps": int, "path": [...]}``
-* ``{"type": "alert", "step", "detector", "severity", "message", "evidence": {...}}``
+* ``{"type": "alert", "step", "detector", "severity", "message", "evidence": {...},
+  "trajectories": [{"group", "index", "task_id", "why"}, ...]}``: the trajectories of
+  the alert's step that made it fire (``rewards.evidence``; the recording policy keeps
+  their groups). ``trajectories`` is optional (older events have none); the groups in
+  ``evidence["group"]`` / ``evidence["groups"]`` are kept as well.
 * ``{"type": "checkpoint", "step": int, "path": str}``
 * ``{"type": "run_finished", "status": "succeeded"|"failed"|"cancelled", "step": int,
   "error": str|None}``

@@ -10,6 +10,7 @@ rollout with per-token arrays; see ``trainer.events`` for the shapes.
 from __future__ import annotations
 
 import gc
+import inspect
 import random
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-from rewards.types import Monitor, RewardFn, RewardResult
+from rewards.types import Monitor, RewardFn, RewardResult, TrajectoryInfo
 from trainer.algorithms import (
     ResolvedAlgorithm,
     adaptive_kl_coef,
@@ -321,6 +322,7 @@ def _train_step(
     upd: dict[str, float] = {}
     arrays: list[dict[str, list[float]] | None] = [None] * len(sampled.rollouts)
     per_traj_adv = [0.0] * len(sampled.rollouts)
+    row_entropy: list[float] = []  # per kept rollout: mean over its trained tokens
     if kept:
         batch = collate(kept, policy.pad_id, policy.device)
         if algo.mask_truncated:  # DAPO's overlong filtering: no gradient from them
@@ -347,6 +349,7 @@ def _train_step(
             generator=state.sample_gen,
         )
         upd.update(_token_summaries(batch.loss_mask, adv, scores.entropy))
+        row_entropy = _row_means(scores.entropy, batch.loss_mask)
         upd.update(_kl_step(algo, state, scores, upd.get("kl", kl_reward)))
         if batch.sampler_logprobs is not None:
             upd.update(
@@ -374,9 +377,14 @@ def _train_step(
         metrics.update(evaluate(policy, env, reward_fn, config, step))
     alerts = []
     if monitor is not None:  # before the records: an alert's groups are recorded
-        alerts = monitor(
-            step, metrics, [r.episode for r in sampled.rollouts], sampled.results
-        )
+        episodes = [r.episode for r in sampled.rollouts]
+        if _takes_trajectories(monitor):
+            info = _evidence_info(sampled, kept_idx, row_entropy)
+            alerts = monitor(
+                step, metrics, episodes, sampled.results, trajectories=info
+            )
+        else:  # a monitor written before alerts named their trajectories
+            alerts = monitor(step, metrics, episodes, sampled.results)
     records: list[dict[str, Any]] = []
     if capture:  # built before the step event so that it can say what they cost
         t_records = time.perf_counter()
@@ -449,6 +457,38 @@ def _token_summaries(
     }
 
 
+def _row_means(values: torch.Tensor, mask: torch.Tensor) -> list[float]:
+    """Per row, the mean of ``values`` (B, T) over its trained tokens (NaN: none)."""
+    m = (mask > 0).to(values.dtype)
+    n = m.sum(1)
+    means = (values.detach() * m).sum(1) / n.clamp(min=1)
+    means[n == 0] = float("nan")
+    return means.float().cpu().tolist()
+
+
+def _takes_trajectories(monitor: Monitor) -> bool:
+    try:
+        params = inspect.signature(monitor).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "trajectories" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _evidence_info(
+    sampled: Sampled, kept_idx: list[int], row_entropy: list[float]
+) -> list[TrajectoryInfo]:
+    """Where each rollout is stored and what the detectors' evidence reads of it
+    beyond its reward metrics (``rewards.evidence``)."""
+    entropy = dict(zip(kept_idx, row_entropy, strict=False))
+    out = []
+    for i, ro in enumerate(sampled.rollouts):
+        stats = {"length": float(ro.action_tokens)}
+        if i in entropy:
+            stats["entropy"] = entropy[i]
+        out.append(TrajectoryInfo(ro.group, ro.index, ro.task.id, stats))
+    return out
+
+
 def _rows(
     attn, loss_mask, new_lp, old_lp, entropy, adv
 ) -> list[dict[str, list[float | None]]]:
@@ -494,6 +534,7 @@ def _recorded(
     for ro, res in zip(sampled.rollouts, sampled.results, strict=True):
         rewards.setdefault(ro.group, []).append(float(res.breakdown.total))
     alerted = alerted_groups(a.evidence for a in alerts)
+    alerted.update(t.group for a in alerts for t in a.trajectories)
     return select(config.record, step, rewards, alerted, config.seed)
 
 

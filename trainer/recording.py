@@ -1,10 +1,12 @@
 """The recording policy: which trajectories of a step are stored, and with what.
 
 Metrics are stored on every step; trajectories (with their judgements and critical
-paths) only on every ``every``-th step, and on such a step only some groups:
+paths) only on every ``every``-th step (and, on any step, the groups an alert points
+at: an alert leads to its evidence), and on such a step only some groups:
 
 * the best and the worst group by mean reward (what a user looks for first),
-* every group an alert of that step points at (``evidence["group"]`` or
+* every group an alert of that step points at (the groups of its ``trajectories``,
+  the trajectories its detector names, and ``evidence["group"]`` or
   ``evidence["groups"]``),
 * then a sample of the other groups, seeded by (run seed, step), up to ``groups``.
 
@@ -124,8 +126,9 @@ def select(
     """The groups of ``step`` to store. ``rewards``: group -> its rollouts' rewards
     (None or NaN: unscored, left out of the mean); ``alerted``: groups an alert of
     this step points at (kept when present in ``rewards``)."""
-    if not is_recorded(policy, step):
-        return Selection(False, frozenset(), policy.token_arrays)
+    if not is_recorded(policy, step):  # an alert's evidence is stored all the same
+        pointed = frozenset(g for g in alerted if g in rewards)
+        return Selection(bool(pointed), pointed, policy.token_arrays)
     groups = sorted(rewards)
     n_rollouts = sum(len(v) for v in rewards.values())
     budget = group_budget(policy, len(groups), n_rollouts)
@@ -159,6 +162,20 @@ def alerted_groups(evidences: Iterable[Mapping[str, Any]]) -> set[int]:
         for g in ([one] if one is not None else []) + (
             list(many) if isinstance(many, (list, tuple)) else []
         ):
+            if isinstance(g, int) and not isinstance(g, bool):
+                out.add(g)
+    return out
+
+
+def alert_event_groups(alerts: Iterable[Mapping[str, Any]]) -> set[int]:
+    """The groups alert events point at: their ``trajectories``' groups and those in
+    their ``evidence`` (:func:`alerted_groups`)."""
+    alerts = [a for a in alerts if isinstance(a, Mapping)]
+    out = alerted_groups(a.get("evidence") for a in alerts)
+    for a in alerts:
+        refs = a.get("trajectories")
+        for ref in refs if isinstance(refs, (list, tuple)) else ():
+            g = ref.get("group") if isinstance(ref, Mapping) else None
             if isinstance(g, int) and not isinstance(g, bool):
                 out.add(g)
     return out

@@ -159,4 +159,8 @@ def alert_event(alert: Any) -> dict[str, Any]:
         "severity": alert.severity,
         "message": alert.message,
         "evidence": dict(alert.evidence),
+        "trajectories": [
+            {"group": t.group, "index": t.index, "task_id": t.task_id, "why": t.why}
+            for t in getattr(alert, "trajectories", ())
+        ],
     }

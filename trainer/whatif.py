@@ -110,18 +110,26 @@ def reweigh(
     """The rollout's total and per-step totals under ``factors`` (see
     :func:`step_factors` at the rollout's step). Records in ``missing`` (component ->
     steps) what could not be recovered and in ``fixed`` what is kept as stored."""
-    n_steps = max((len(v) for v in ro.per_step.values()), default=0) or 1
+    # Runs twice per rollout per request (old and new weights): a flat loop, no
+    # generator or helper per value.
+    per_step = ro.per_step
+    n_steps = 1
+    for v in per_step.values():
+        if len(v) > n_steps:
+            n_steps = len(v)
     steps = [0.0] * n_steps
     parts = []
     for key, stored in ro.components.items():
-        factor = factors.get(key, 1.0)
-        if key not in factors:
+        if key in factors:
+            factor = factors[key]
+            if factor is None:
+                missing.setdefault(key, set()).add(ro.step)
+                factor = 1.0
+        else:
             fixed.add(key)
-        elif factor is None:
-            missing.setdefault(key, set()).add(ro.step)
             factor = 1.0
         parts.append(stored * factor)
-        per = ro.per_step.get(key)
+        per = per_step.get(key)
         if per:
             for t, v in enumerate(per):
                 steps[t] += v * factor

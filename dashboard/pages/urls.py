@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboard.pages import datasets, launch, tokens, trajectories, views
+from dashboard.pages import datasets, launch, tasks, tokens, trajectories, views
 
 app_name = "pages"
 
@@ -42,7 +42,13 @@ urlpatterns = [
         trajectories.critical_path,
         name="critical_path",
     ),
+    path(
+        "runs/<uuid:run_id>/tasks/<path:task_id>/",
+        tasks.task_history,
+        name="task_history",
+    ),
     path("compare/", views.compare, name="compare"),
+    path("compare/task/", tasks.compare_task, name="compare_task"),
     path("datasets/", datasets.dataset_list, name="datasets"),
     path("datasets/<int:dataset_id>/", datasets.dataset_detail, name="dataset_detail"),
     path(

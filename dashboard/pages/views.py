@@ -14,6 +14,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from dashboard import retention, services, whatif
@@ -144,7 +145,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
     stats = run_reads.run_stats(run)
-    alerts = run_reads.alerts(run)
+    alerts = run_reads.alert_dicts(run, run_reads.alerts(run))
     traj_steps = trajs.trajectory_steps(run)
     keys = metrics.metric_keys(run)
     page_data = {
@@ -160,7 +161,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
         "trajectories_url": reverse("pages:trajectories", args=[run.pk]),
         "ws_path": f"/ws/runs/{run.pk}/",
         "alerts": [
-            {"step": a.step, "detector": a.detector, "severity": a.severity}
+            {"step": a["step"], "detector": a["detector"], "severity": a["severity"]}
             for a in alerts
         ],
         "latest_trajectory_step": trajs.nearest(traj_steps, None),
@@ -276,6 +277,9 @@ def compare(request: HttpRequest) -> HttpResponse:
             "tasks": tasks,
             "task": task,
             "side_by_side": side_by_side,
+            "task_query": urlencode(
+                {"runs": ",".join(str(r.pk) for r in runs), "task": task}
+            ),
             "page_data": page_data,
             "ids": ",".join(str(r.pk) for r in runs),
             "error": error,

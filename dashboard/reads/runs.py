@@ -18,6 +18,7 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Cast
+from django.urls import reverse
 from django.utils import timezone
 
 from dashboard.models import (
@@ -27,6 +28,7 @@ from dashboard.models import (
     MetricPoint,
     Run,
     RunStatus,
+    Trajectory,
 )
 from dashboard.reads.metrics import _latest, finite
 
@@ -156,13 +158,49 @@ def run_dict(run: Run, *, detail: bool = False) -> dict[str, Any]:
 
 
 def alert_dict(a: Alert) -> dict[str, Any]:
+    """An alert as stored; ``trajectories``: those of its step that made it fire
+    (``{"group", "index", "task_id", "why"}``)."""
     return {
         "step": a.step,
         "detector": a.detector,
         "severity": a.severity,
         "message": a.message,
         "evidence": a.evidence,
+        "trajectories": [dict(t) for t in a.trajectories or []],
     }
+
+
+def alert_dicts(run: Run, alerts: list[Alert]) -> list[dict[str, Any]]:
+    """:func:`alert_dict` of each, every evidence trajectory with ``stored`` (is it
+    in the database: pruned or never recorded ones are not) and ``url``, its
+    trajectory page (None when not stored). One query for all of them."""
+    wanted: dict[int, set[int]] = {}
+    for a in alerts:
+        for t in a.trajectories or []:
+            wanted.setdefault(a.step, set()).add(t.get("group"))
+    stored: set[tuple[int, int, int]] = set()
+    if wanted:
+        where = Q()
+        for step, groups in wanted.items():
+            where |= Q(step=step, group__in=sorted(g for g in groups if g is not None))
+        stored = set(
+            Trajectory.objects.filter(where, run=run).values_list(
+                "step", "group", "index"
+            )
+        )
+    out = []
+    for a in alerts:
+        d = alert_dict(a)
+        for t in d["trajectories"]:
+            key = (a.step, t.get("group"), t.get("index"))
+            t["stored"] = key in stored
+            t["url"] = (
+                reverse("pages:trajectory", args=[run.pk, *key])
+                if t["stored"]
+                else None
+            )
+        out.append(d)
+    return out
 
 
 def checkpoint_dict(c: Checkpoint) -> dict[str, Any]:

@@ -63,8 +63,22 @@ function addAlert(a) {
   const list = document.querySelector("[data-alerts]");
   if (list && a.message !== undefined) {
     const link = el("a", { href: `${data.trajectories_url}?step=${a.step}`, text: `step ${a.step}` });
-    list.append(el("li", {}, el("span", { class: `sev-${a.severity || "warning"}`, text: "●" }), " ", link, " ",
-      el("strong", { text: a.detector }), " ", el("span", { class: "muted", text: a.message || "" })));
+    const item = el("li", {}, el("span", { class: `sev-${a.severity || "warning"}`, text: "●" }), " ", link, " ",
+      el("strong", { text: a.detector }), " ", el("span", { class: "muted", text: a.message || "" }));
+    // The trajectories that made it fire (stored with the alert's step: the recording
+    // policy keeps the groups an alert points at).
+    const refs = Array.isArray(a.trajectories) ? a.trajectories : [];
+    if (refs.length) {
+      const box = el("div", { class: "small", "data-alert-evidence": a.detector }, "evidence:");
+      refs.forEach((t, i) => {
+        const href = `${data.trajectories_url}${a.step}/${Number(t.group)}/${Number(t.index)}/`;
+        box.append(" ", el("a", { href, "data-evidence-link": "", title: t.why || "", text: `group ${t.group} #${t.index}` }));
+        if (t.why) box.append(" ", el("span", { class: "muted", text: `(${t.why})` }));
+        if (i < refs.length - 1) box.append(",");
+      });
+      item.append(box);
+    }
+    list.append(item);
   }
   document.querySelector("[data-no-alerts]")?.setAttribute("hidden", "");
   const stat = document.querySelector("[data-stat=alerts]");

@@ -1,6 +1,7 @@
 """The what-if panel in a real browser: on a stored swarm run, set r_parallel to 0,
 see advantage sign flips and an example linking to its trajectory, and launch a clone
-with the new weights (its config carries them)."""
+with the new weights (its config carries them); then open a group and follow its task
+across steps (issue 12.3)."""
 
 from __future__ import annotations
 
@@ -100,3 +101,23 @@ def test_reweight_a_swarm_run_and_launch_the_clone(live, page, shots, ui):
     page.wait_for_selector("h1")
     ui.shot(page, shots, "whatif_03_example_trajectory")
     json.dumps(config)  # the clone's config is plain JSON
+
+
+def test_open_a_group_and_follow_its_task_across_steps(live, page, shots, ui):
+    run_id = live.script(SEED)
+    ui.login(page, live.url)
+    page.goto(f"{live.url}/runs/{run_id}/trajectories/?step=3")
+    page.locator("section[aria-label='group 1'] [data-task-link]").click()
+    page.wait_for_url(re.compile(rf"/runs/{run_id}/tasks/task-1/$"))
+    steps = page.locator("[data-task-history] tbody tr")
+    assert [steps.nth(i).get_attribute("data-task-step") for i in range(6)] == [
+        "6", "5", "4", "3", "2", "1",
+    ]  # fmt: skip
+    assert steps.nth(0).locator("[data-rollout-link]").count() == 4
+    page.wait_for_selector("[data-chart=task][data-points='6'] canvas")
+    ui.shot(page, shots, "task_01_history")
+
+    # Each advantage opens its rollout, of that step's group.
+    steps.nth(4).locator("[data-rollout-link]").nth(2).click()
+    page.wait_for_url(re.compile(rf"/runs/{run_id}/trajectories/2/1/2/$"))
+    assert page.locator("[data-task-link]").text_content() == "task-1"

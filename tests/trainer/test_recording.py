@@ -83,7 +83,8 @@ def test_the_run_page_line_says_what_is_recorded():
 
 
 class _PointAtGroup:
-    """A monitor that raises one alert on step 2, pointing at group 4."""
+    """A monitor that raises one alert on step 2, pointing at group 4 (written
+    before monitors were told where the rollouts are stored: still called)."""
 
     def __call__(self, step, metrics, episodes, results):
         if step != 2:
@@ -137,3 +138,61 @@ def test_the_loop_records_exactly_the_groups_the_policy_promises(reward_fn):
             set(s) == {"turn", "kind", "role", "text", "mask", "n"}
             for s in t["segments"]
         )
+
+
+def _run_monitored(record, reward_fn):
+    from rewards.config import DetectorConfig
+    from rewards.monitor import RewardMonitor
+
+    # Length drift at a growth of 1x fires whenever a step's rollouts are not shorter
+    # than the step before; its evidence is the rollouts at least that long.
+    detectors = DetectorConfig(
+        enabled=["length_drift"],
+        window=2,
+        min_steps=2,
+        thresholds={"length_drift.max_growth": 1.0},
+    )
+    cfg = TrainConfig.model_validate(
+        {
+            "steps": 3,
+            "seed": 3,
+            "env": {"name": "calc"},
+            "rollout": {"tasks_per_step": 4, "group_size": 2, "max_turns": 2},
+            "record": record,
+        }
+    )
+    sink = ListSink()
+    monitor = RewardMonitor(detectors, "calc")
+    assert train(cfg, make_env("calc", seed=0), reward_fn, sink, monitor=monitor)
+    return sink
+
+
+def test_the_loop_names_the_rollouts_an_alert_fired_on_and_records_their_groups(
+    reward_fn,
+):
+    full = _run_monitored({"groups": None}, reward_fn)
+    bounded = _run_monitored({"groups": 1, "every": 1000}, reward_fn)
+    alerts = full.of_type("alert")
+    assert alerts and alerts == bounded.of_type("alert")
+    for alert in alerts:
+        step, early = alert["step"], alert["evidence"]["length_early"]
+        rollouts = [t for t in full.of_type("trajectory") if t["step"] == step]
+        named = [(t["group"], t["index"]) for t in alert["trajectories"]]
+        # Exactly the rollouts at least as long as the early half's mean length.
+        assert named == [
+            (t["group"], t["index"]) for t in rollouts if t["length"] >= early
+        ]
+        assert 0 < len(named) < len(rollouts)
+        assert all(t["task_id"] and t["why"] for t in alert["trajectories"])
+        # The bounded run (1 group, and no step is a recorded one) keeps exactly the
+        # groups the alert points at, and every named rollout is stored.
+        kept = {
+            (t["group"], t["index"])
+            for t in bounded.of_type("trajectory")
+            if t["step"] == step
+        }
+        groups = {g for g, _ in named}
+        assert {g for g, _ in kept} == groups
+        assert set(named) <= kept
+    unalerted = {s["step"] for s in full.of_type("step")} - {a["step"] for a in alerts}
+    assert not any(t["step"] in unalerted for t in bounded.of_type("trajectory"))

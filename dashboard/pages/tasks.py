@@ -1,0 +1,97 @@
+"""A task's history pages (issue 12.3): one task followed across a run's steps, and
+the same task in several runs side by side (from compare). Thin: read
+(:mod:`dashboard.reads.tasks`), render; the chart's series travel in a
+``json_script`` block and the task id (untrusted, from the environment or a
+trainer) is escaped wherever it appears."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.http import urlencode
+
+from dashboard import services
+from dashboard.pages.csp import csp
+from dashboard.reads import tasks
+
+SERIES_LABELS = {
+    "mean_reward": "group mean reward",
+    "best_reward": "best reward",
+    "advantage_max": "largest advantage",
+    "advantage_min": "smallest advantage",
+}
+
+
+@csp
+def task_history(request: HttpRequest, run_id: Any, task_id: str) -> HttpResponse:
+    run = services.get_run_for_user(request.user, run_id)
+    history = tasks.task_history(run, task_id)
+    if not history:
+        raise Http404("no recorded rollout of this task in this run")
+    page_data = {
+        "steps_url": reverse("pages:trajectories", args=[run.pk]),
+        "charts": [
+            {
+                "id": "task",
+                "keys": list(SERIES_LABELS),
+                "labels": list(SERIES_LABELS.values()),
+                "series": tasks.series(history),
+            }
+        ],
+    }
+    return render(
+        request,
+        "pages/task.html",
+        {
+            "run": run,
+            "task_id": task_id,
+            "history": history[::-1],  # newest first in the table
+            "recorded_steps": len({h.step for h in history}),
+            "page_data": page_data,
+        },
+    )
+
+
+@csp
+def compare_task(request: HttpRequest) -> HttpResponse:
+    """``?runs=a,b&task=t``: the task's history in each run, the mean rewards on one
+    chart."""
+    from dashboard.pages.views import COMPARE_MAX, COMPARE_MIN, _compare_ids
+
+    ids = _compare_ids(request)
+    task_id = request.GET.get("task", "")
+    error = ""
+    if not COMPARE_MIN <= len(ids) <= COMPARE_MAX:
+        error = f"runs: pick between {COMPARE_MIN} and {COMPARE_MAX} runs."
+    elif not task_id:
+        error = "task: pick a task id from the compare page."
+    if error:
+        return render(request, "pages/compare_task.html", {"error": error}, status=400)
+    runs = [services.get_run_for_user(request.user, i) for i in ids]
+    columns, keys, labels, series = [], [], [], {}
+    for n, run in enumerate(runs):
+        history = tasks.task_history(run, task_id)
+        columns.append({"run": run, "history": history[::-1]})
+        key = f"run{n}"
+        keys.append(key)
+        labels.append(f"{run.name}: group mean reward")
+        series[key] = tasks.series(history)["mean_reward"]
+    page_data = {
+        "charts": [{"id": "task", "keys": keys, "labels": labels, "series": series}]
+    }
+    return render(
+        request,
+        "pages/compare_task.html",
+        {
+            "runs": runs,
+            "task_id": task_id,
+            "columns": columns,
+            "page_data": page_data,
+            "compare_url": reverse("pages:compare")
+            + "?"
+            + urlencode({"runs": ",".join(str(r.pk) for r in runs), "task": task_id}),
+        },
+    )

@@ -1,0 +1,157 @@
+"""Which trajectories made a detector fire: the evidence an alert links to.
+
+A detector (:mod:`rewards.detectors`) judges a window of per-step means; when it fires
+at step ``s``, the trajectories of step ``s`` that show the pattern themselves are
+its evidence. Each detector has a predicate here over one trajectory's numbers (its
+``RewardResult.metrics``: ``parallelism``, ``finish_rate``, ``success``,
+``judge/score``..., plus what the trainer measured: ``length``, ``truncated``,
+``entropy``) and the finding's own evidence (the early-half means it compared with).
+A predicate returns why the trajectory counts ("1.0 sub-agents per stage"), or None.
+
+The trainer calls :func:`pick` with the step's rollouts; the server calls it for
+external runs with the stored or arriving trajectories of that step (``dashboard.
+detection``), so both name the same trajectories for the same numbers. A detector
+registered without a predicate (a plugin's) names none. Pure: no Django, no tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rewards.config import DetectorConfig
+
+# At most this many trajectories named per alert (the first, in batch order); the
+# alert's evidence says how many matched in all (``trajectories_matched``).
+MAX_TRAJECTORIES = 32
+
+Row = Mapping[str, Any]
+Predicate = Callable[[Row, Mapping[str, Any], DetectorConfig], "str | None"]
+PREDICATES: dict[str, Predicate] = {}
+
+
+def _predicate(name: str) -> Callable[[Predicate], Predicate]:
+    def deco(fn: Predicate) -> Predicate:
+        PREDICATES[name] = fn
+        return fn
+
+    return deco
+
+
+def _num(row: Row, key: str) -> float | None:
+    v = row.get(key)
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, int | float) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def pick(
+    detector: str,
+    rows: Sequence[Row],
+    evidence: Mapping[str, Any],
+    cfg: DetectorConfig,
+) -> tuple[list[tuple[int, str]], int]:
+    """``(position in rows, why)`` of the rows that show ``detector``'s pattern (at
+    most :data:`MAX_TRAJECTORIES`, in order), and how many matched in all."""
+    fn = PREDICATES.get(detector)
+    if fn is None:
+        return [], 0
+    found = []
+    for i, row in enumerate(rows):
+        why = fn(row, evidence, cfg)
+        if why is not None:
+            found.append((i, why))
+    return found[:MAX_TRAJECTORIES], len(found)
+
+
+@_predicate("serial_collapse")
+def _serial(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    # Spawned sub-agents, but about one per stage (none at all is not serial work).
+    p = _num(row, "parallelism")
+    limit = cfg.threshold("serial_collapse.max_parallelism")
+    floor = cfg.threshold("serial_collapse.min_parallelism")
+    if p is None or not floor <= p <= limit:
+        return None
+    return f"{p:.2f} sub-agents per stage"
+
+
+@_predicate("spurious_parallelism")
+def _spurious(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    p, fin = _num(row, "parallelism"), _num(row, "finish_rate")
+    yld = _num(row, "subagent_yield")
+    if p is None or p < cfg.threshold("spurious_parallelism.min_parallelism"):
+        return None
+    low_fin = fin is not None and fin <= cfg.threshold(
+        "spurious_parallelism.max_finish_rate"
+    )
+    low_yield = yld is not None and yld <= cfg.threshold(
+        "spurious_parallelism.max_yield"
+    )
+    if not (low_fin or low_yield):
+        return None
+    done = f"{fin:.0%} of subtasks finished" if fin is not None else ""
+    per = f"{yld:.2f} done per sub-agent" if yld is not None else ""
+    return f"{p:.1f} sub-agents per stage, " + ", ".join(x for x in (done, per) if x)
+
+
+@_predicate("single_search_exit")
+def _single_search(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    x = _num(row, "single_search_exit")
+    return "answered after at most one search" if x is not None and x >= 0.5 else None
+
+
+@_predicate("one_at_a_time_pruning")
+def _pruning(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    prunes, single = _num(row, "prunes"), _num(row, "single_doc_prunes")
+    if prunes is None or single is None or prunes <= 0:
+        return None
+    share = single / prunes
+    min_prunes = cfg.threshold("one_at_a_time_pruning.min_prunes")
+    if prunes < min_prunes or share < cfg.threshold(
+        "one_at_a_time_pruning.min_single_frac"
+    ):
+        return None
+    return f"{prunes:.0f} prunes, {share:.0%} of one document"
+
+
+@_predicate("judge_verifier_divergence")
+def _judge(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    # Failed by the verifier, yet scored by the judge at or above the late-window
+    # mean: the rollouts the judge is being talked into.
+    judge, success = _num(row, "judge/score"), _num(row, "success")
+    bar = ev.get("judge_late")
+    if judge is None or success is None or success >= 0.5:
+        return None
+    if isinstance(bar, int | float) and math.isfinite(bar) and judge < bar:
+        return None
+    return f"judge {judge:.2f}, verifier: failed"
+
+
+@_predicate("length_drift")
+def _length(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    drift = ev.get("drift") or ()
+    if "truncated" in drift and _num(row, "truncated") == 1.0:
+        return "truncated"
+    length, early = _num(row, "length"), ev.get("length_early")
+    if "length" not in drift:
+        return None
+    growth = cfg.threshold("length_drift.max_growth")
+    if length is None or not isinstance(early, int | float) or early <= 0:
+        return None
+    if length / early < growth:
+        return None
+    return f"{length:.0f} tokens ({length / early:.1f}x the early mean)"
+
+
+@_predicate("entropy_collapse")
+def _entropy(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    e, early = _num(row, "entropy"), ev.get("entropy_early")
+    if e is None:
+        return None
+    low = e <= cfg.threshold("entropy_collapse.min_entropy")
+    if isinstance(early, int | float) and early > 0:
+        low = low or e / early <= cfg.threshold("entropy_collapse.max_ratio")
+    return f"entropy {e:.3f} nats/token" if low else None
