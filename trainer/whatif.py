@@ -144,6 +144,105 @@ def reweigh(
 
 
 @dataclass
+class StoredMatrix:
+    """One step's rollouts as arrays, built once per request and reweighed twice (old
+    and new weights): ``comps`` (N, K) stored values of ``keys``; ``per`` (N, K, T)
+    their per-step values (a component without them sits on the rollout's last step,
+    as :func:`reweigh` puts it); ``totals`` and ``step_totals`` as stored (the
+    unattributed residual included); ``n_steps`` each rollout's agent steps."""
+
+    step: int
+    keys: list[str]
+    comps: np.ndarray
+    per: np.ndarray
+    totals: np.ndarray
+    step_totals: np.ndarray
+    n_steps: list[int]
+    residual: bool
+
+
+def stored_matrix(rows: Sequence[StoredRollout]) -> StoredMatrix:
+    """:class:`StoredMatrix` of rows of one training step."""
+    index: dict[str, int] = {}
+    for ro in rows:
+        for key in ro.components:
+            if key not in index:
+                index[key] = len(index)
+    n_steps = []
+    for ro in rows:
+        n = 1
+        for v in ro.per_step.values():
+            if len(v) > n:
+                n = len(v)
+        n_steps.append(n)
+    N, K, T = len(rows), len(index), max(n_steps, default=1)
+    comps = np.zeros((N, K))
+    per = np.zeros((N, K, T))
+    totals = np.empty(N)
+    residual = False
+    for i, ro in enumerate(rows):
+        row, last = per[i], n_steps[i] - 1
+        for key, stored in ro.components.items():
+            k = index[key]
+            comps[i, k] = stored
+            values = ro.per_step.get(key)
+            if values:
+                row[k, : len(values)] = values
+            else:
+                row[k, last] = stored
+        totals[i] = ro.total
+    # Summed in component order from 0.0, as reweigh does: the same float totals.
+    step_totals = per.sum(axis=1) if K else np.zeros((N, T))
+    for i, ro in enumerate(rows):
+        r = ro.total - math.fsum(ro.components.values())
+        if abs(r) > 1e-9:
+            residual = True
+            step_totals[i, n_steps[i] - 1] += r
+    return StoredMatrix(
+        rows[0].step if rows else 0,
+        list(index),
+        comps,
+        per,
+        totals,
+        step_totals,
+        n_steps,
+        residual,
+    )
+
+
+def reweigh_matrix(
+    m: StoredMatrix,
+    factors: Mapping[str, float | None],
+    missing: dict[str, set[int]],
+    fixed: set[str],
+) -> list[Reweighed]:
+    """:func:`reweigh` of every rollout of ``m`` at once. Written as the stored values
+    plus each component's change (``stored * (factor - 1)``), so that with every
+    factor 1 the totals are exactly the stored ones, whatever the summation order."""
+    delta = np.zeros(len(m.keys))
+    for k, key in enumerate(m.keys):
+        if key in factors:
+            factor = factors[key]
+            if factor is None:
+                missing.setdefault(key, set()).add(m.step)
+                factor = 1.0
+        else:
+            fixed.add(key)
+            factor = 1.0
+        delta[k] = factor - 1.0
+    if m.residual:
+        fixed.add("(unattributed)")
+    if delta.any():
+        totals = (m.totals + m.comps @ delta).tolist()
+        steps = (m.step_totals + np.einsum("nkt,k->nt", m.per, delta)).tolist()
+    else:
+        totals, steps = m.totals.tolist(), m.step_totals.tolist()
+    return [
+        Reweighed(t, s[:n]) for t, s, n in zip(totals, steps, m.n_steps, strict=True)
+    ]
+
+
+@dataclass
 class StepAdvantages:
     """Per rollout of one step: the trajectory's advantage (None: not trained) and
     the advantage of each agent step's tokens."""
@@ -268,8 +367,10 @@ __all__ = [
     "best_of",
     "kendall_tau_b",
     "reweigh",
+    "reweigh_matrix",
     "sign",
     "step_advantages",
     "step_factors",
+    "stored_matrix",
     "weighting_from_components",
 ]

@@ -26,10 +26,11 @@ from trainer.whatif import (
     best_of,
     dumps_missing,
     kendall_tau_b,
-    reweigh,
+    reweigh_matrix,
     sign,
     step_advantages,
     step_factors,
+    stored_matrix,
 )
 
 _COUNTS = (
@@ -79,8 +80,9 @@ def compare(
             continue
         same = dict.fromkeys(old.weights, 1.0)
         factors = step_factors(old, new, step)
-        before = [reweigh(r, same, {}, set()) for r in whole]
-        after = [reweigh(r, factors, missing, fixed) for r in whole]
+        stored = stored_matrix(whole)
+        before = reweigh_matrix(stored, same, {}, set())
+        after = reweigh_matrix(stored, factors, missing, fixed)
         counts = _step_counts(whole, before, after, algo, G, found)
         counts["step"] = step
         for g in range(len(whole) // G):
