@@ -21,6 +21,7 @@ This module knows nothing of Django or of how processes are launched.
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 from collections.abc import Sequence
@@ -100,8 +101,14 @@ class Parallel:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [self.device.index] if self.device.type == "cuda" else None
-        # The rotary tables are buffers computed alike everywhere: no broadcast.
-        self._scorer = DDP(_Scorer(policy), device_ids=ids, broadcast_buffers=False)
+        # The rotary tables are buffers computed alike everywhere: no broadcast before
+        # every forward (the keyword's name changed in torch 2.13).
+        quiet = (
+            {"forward_sync_buffers": False}
+            if "forward_sync_buffers" in inspect.signature(DDP).parameters
+            else {"broadcast_buffers": False}
+        )
+        self._scorer = DDP(_Scorer(policy), device_ids=ids, **quiet)
 
     def token_stats(self, *args: Any, **kwargs: Any) -> Any:
         if self._scorer is None:
