@@ -304,7 +304,7 @@ class EvalConfig(_Strict):
 class ResourcesConfig(_Strict):
     """How many processes train the run together (``torch.distributed``, launched with
     ``torchrun``): each takes its share of a step's task groups, gradients are
-    all-reduced (DDP) or sharded (FSDP2). One process: today's single-device run."""
+    all-reduced (DDP). One process: today's single-device run."""
 
     processes: int = Field(
         1,
@@ -313,11 +313,12 @@ class ResourcesConfig(_Strict):
         description="Training processes (one per device); at most "
         "rollout.tasks_per_step, since a group never spans processes.",
     )
-    strategy: Literal["ddp", "fsdp"] = Field(
+    # FSDP2 ("fsdp": parameters, gradients and optimizer state sharded) joins this
+    # list when the trainer implements it.
+    strategy: Literal["ddp"] = Field(
         "ddp",
         description="ddp: every process holds the whole model, gradients are "
-        "all-reduced; fsdp: parameters, gradients and optimizer state are sharded "
-        "(FSDP2) for models that do not fit on one device.",
+        "all-reduced (DistributedDataParallel).",
     )
 
 

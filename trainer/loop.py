@@ -418,7 +418,7 @@ def _train_step(
             algo, state, batch, scores, row_results, par
         )
         adv, returns, traj_adv = token_advantages(
-            algo, batch, kept_results, config.rollout.group_size, scores.values
+            algo, batch, kept_results, config.rollout.group_size, scores.values, par
         )
         upd, new_lp = optimise(
             policy,

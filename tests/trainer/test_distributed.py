@@ -41,7 +41,7 @@ BASE = {
     "model": {"warmstart_steps": 2},
 }
 # One scenario per loss aggregation (each has its own global normaliser), one of them
-# with a KL term. (Several minibatches are not compared: one process cuts the global batch at
+# with a KL term; then the batch-wide advantage scalings. (Several minibatches are not compared: one process cuts the global batch at
 # random, each rank cuts its share, so the minibatches differ.)
 SCENARIOS = {
     "token_mean": {"algorithm": {"agg": "token_mean"}},
@@ -49,6 +49,9 @@ SCENARIOS = {
     "seq_mean_token_sum_norm": {
         "algorithm": {"agg": "seq_mean_token_sum_norm", "kl_beta": 0.1}
     },
+    # What spans the batch is taken over every rank: the "batch" std, GAE's whitening.
+    "batch_std": {"algorithm": {"std_scaling": "batch"}},
+    "ppo": {"algorithm": {"preset": "ppo"}},
 }
 SKIP = ("timing_s/", "perf/")
 
