@@ -101,6 +101,13 @@ def train(
     others' is not written to), its ``should_stop`` decides for all."""
     sink = sink or NullSink()
     par = parallel if parallel is not None and parallel.world > 1 else None
+    world = 1 if par is None else par.world
+    if config.resources.processes != world:
+        raise ValueError(
+            f"resources.processes: the config asks for {config.resources.processes} "
+            f"processes, this trainer runs as {world} (launch it with python -m "
+            f"trainer run --nproc-per-node {config.resources.processes})"
+        )
     algo = resolve_algorithm(config.algorithm)
     torch.manual_seed(config.seed)
     policy = Policy.build(

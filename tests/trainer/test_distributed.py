@@ -356,3 +356,8 @@ def _initial_params(name: str) -> dict[str, torch.Tensor]:
         warmstart(policy, env, cfg)
         _INITIAL[name] = _params(policy.state_dict())
     return _INITIAL[name]
+
+
+def test_a_single_process_refuses_a_config_that_asks_for_two():
+    with pytest.raises(ValueError, match="resources.processes"):
+        loop.train(_config("token_mean", 2), make_env("calc", seed=0), reward)
