@@ -70,18 +70,7 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    if getattr(policy, "lora", False):
-        # LoRA: the adapter as peft writes it (what export-model merges), and the
-        # trained weights alone (adapters, value head) for a resume; the base model
-        # stays where model.path says.
-        policy.model.save_pretrained(tmp / "adapter")
-        save_file(
-            {n: p.detach().contiguous() for n, p in _trainable(policy).items()},
-            str(tmp / "policy.safetensors"),
-        )
-    else:
-        # save_model (not save_file) handles tied embeddings, which share storage.
-        save_model(policy, str(tmp / "policy.safetensors"))
+    write_weights(tmp, policy)
     torch.save(
         {
             "optimizer": optimizer.state_dict(),
@@ -105,6 +94,22 @@ def save_checkpoint(
     for old in list_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def write_weights(directory: Path, policy: torch.nn.Module) -> None:
+    """The weights file(s) of a checkpoint directory."""
+    if getattr(policy, "lora", False):
+        # LoRA: the adapter as peft writes it (what export-model merges), and the
+        # trained weights alone (adapters, value head) for a resume; the base model
+        # stays where model.path says.
+        policy.model.save_pretrained(directory / "adapter")
+        save_file(
+            {n: p.detach().contiguous() for n, p in _trainable(policy).items()},
+            str(directory / "policy.safetensors"),
+        )
+    else:
+        # save_model (not save_file) handles tied embeddings, which share storage.
+        save_model(policy, str(directory / "policy.safetensors"))
 
 
 def list_checkpoints(root: str | os.PathLike[str]) -> list[Path]:

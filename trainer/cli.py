@@ -2,6 +2,7 @@
 
     python -m trainer run CONFIG.yaml|json [--steps N] [--out DIR] [--no-resume]
                                            [--report-to URL] [--plugin MODULE ...]
+                                           [--nproc-per-node N]
     python -m trainer import events.jsonl|SPOOL_DIR --report-to URL [--name N]
     python -m trainer import --from verl DIR --report-to URL [--follow]
     python -m trainer presets
@@ -13,6 +14,11 @@ resumes from the newest checkpoint. ``--report-to URL`` also streams the run to 
 dashboard (:mod:`trainer.reporting`); ``import`` is :mod:`trainer.importers.command`.
 ``run`` loads the ``--plugin`` modules and the ``agentic_rl.plugins`` entry points
 first (:mod:`trainer.plugins`), so a config may name what they register.
+
+A run of N > 1 processes (``resources.processes``, or ``--nproc-per-node N`` which
+overrides it) is relaunched through ``torch.distributed.run`` (torchrun) with this same
+command; each process then trains as one rank (:mod:`trainer.distributed`) and rank 0
+alone writes ``events.jsonl``, prints and reports.
 """
 
 from __future__ import annotations
@@ -36,7 +42,12 @@ def load_config_file(path: str, overrides: dict[str, Any] | None = None) -> Trai
     data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
     if not isinstance(data, dict):
         raise ValueError("the config file must hold a mapping at the top level")
-    data.update(overrides or {})
+    for key, value in (overrides or {}).items():
+        # A section's override replaces only the fields it names.
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
     return TrainConfig.model_validate(data)
 
 
@@ -52,16 +63,18 @@ def _cmd_presets() -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from trainer.events import JsonlSink, NullSink
     from trainer.plugins import PluginError, load_plugins
-    from trainer.runner import run_from_config
 
     try:
         load_plugins(args.plugin)
     except PluginError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    overrides = {"steps": args.steps} if args.steps is not None else {}
+    overrides: dict[str, Any] = {}
+    if args.steps is not None:
+        overrides["steps"] = args.steps
+    if args.nproc_per_node is not None:
+        overrides["resources"] = {"processes": args.nproc_per_node}
     try:
         cfg = load_config_file(args.config, overrides)
     except FileNotFoundError:
@@ -72,7 +85,81 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for line in format_errors(exc):
             print(f"  {line}", file=sys.stderr)
         return 2
+    parallel = None
+    if cfg.resources.processes > 1:
+        import torch.distributed as dist
+
+        if not dist.is_torchelastic_launched():
+            return _launch(args, cfg.resources.processes)
+        from trainer.distributed import start
+
+        parallel = start(cfg.model.device, cfg.resources.strategy)
+        if parallel.world != cfg.resources.processes:
+            print(
+                f"error: resources.processes is {cfg.resources.processes}, torchrun "
+                f"started {parallel.world} processes",
+                file=sys.stderr,
+            )
+            parallel.close()
+            return 2
+    try:
+        return _train(args, cfg, parallel)
+    finally:
+        if parallel is not None:
+            parallel.close()
+
+
+def _launch(args: argparse.Namespace, processes: int) -> int:
+    """This command again, as ``processes`` ranks under ``torch.distributed.run``
+    (one machine: ``--standalone`` picks a free rendezvous port)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser, run
+
+    again = ["run", args.config, "--nproc-per-node", str(processes)]
+    if args.steps is not None:
+        again += ["--steps", str(args.steps)]
+    if args.out:
+        again += ["--out", args.out]
+    if args.no_resume:
+        again.append("--no-resume")
+    if args.report_to:
+        again += ["--report-to", args.report_to]
+    for plugin in args.plugin:
+        again += ["--plugin", plugin]
+    launch = get_args_parser().parse_args(
+        ["--standalone", "--nproc-per-node", str(processes), "--module", "trainer"]
+        + again
+    )
+    try:
+        run(launch)
+    except ChildFailedError as exc:
+        print(f"error: a training process failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _train(args: argparse.Namespace, cfg: TrainConfig, parallel: Any) -> int:
+    from trainer.events import JsonlSink, NullSink
+    from trainer.runner import run_from_config
+
+    main_rank = parallel is None or parallel.main
     out = Path(args.out) if args.out else None
+    if not main_rank:  # rank 0 alone writes, prints and reports the run
+        try:
+            result = run_from_config(
+                cfg,
+                NullSink(),
+                checkpoint_dir=(out / "checkpoints") if out else None,
+                resume=not args.no_resume,
+                parallel=parallel,
+            )
+        except Exception as exc:
+            print(
+                f"error: rank {parallel.rank} failed: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
+            return 1
+        return 0 if result.status == "succeeded" else 1
     sink = JsonlSink(out / "events.jsonl") if out else NullSink()
     reporter = None
     if args.report_to:
@@ -99,6 +186,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             printer,
             checkpoint_dir=(out / "checkpoints") if out else None,
             resume=not args.no_resume,
+            parallel=parallel,
         )
     except Exception as exc:
         print(f"error: training failed: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -180,6 +268,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="MODULE",
         help="import this plugin module first (repeatable)",
+    )
+    run.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        metavar="N",
+        help="train with N processes (torchrun); overrides resources.processes",
     )
     sub.add_parser("presets", help="list the algorithm presets and the fields they set")
     from trainer.importers.command import add_import_parser

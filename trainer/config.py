@@ -301,6 +301,27 @@ class EvalConfig(_Strict):
     )
 
 
+class ResourcesConfig(_Strict):
+    """How many processes train the run together (``torch.distributed``, launched with
+    ``torchrun``): each takes its share of a step's task groups, gradients are
+    all-reduced (DDP). One process: today's single-device run."""
+
+    processes: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Training processes (one per device); at most "
+        "rollout.tasks_per_step, since a group never spans processes.",
+    )
+    # FSDP2 ("fsdp": parameters, gradients and optimizer state sharded) joins this
+    # list when the trainer implements it.
+    strategy: Literal["ddp"] = Field(
+        "ddp",
+        description="ddp: every process holds the whole model, gradients are "
+        "all-reduced (DistributedDataParallel).",
+    )
+
+
 class TrainConfig(_Strict):
     """A whole run. ``reward`` is built into a reward function by ``rewards``; the
     trainer itself only receives that function."""
@@ -323,6 +344,10 @@ class TrainConfig(_Strict):
         None,
         description="Reward components and judges; None: the environment's default.",
     )
+    resources: ResourcesConfig = Field(
+        default_factory=ResourcesConfig,
+        description="Processes (devices) that train the run together.",
+    )
 
     @model_validator(mode="after")
     def _algorithm_resolves(self) -> TrainConfig:
@@ -336,6 +361,17 @@ class TrainConfig(_Strict):
             msg = str(exc)
             names = dict.fromkeys(re.findall(r"algorithm\.[a-z_]+", msg))
             raise ValueError("\n".join(f"{n}: {msg}" for n in names) or msg) from None
+        return self
+
+    @model_validator(mode="after")
+    def _resources_fit(self) -> TrainConfig:
+        n = self.resources.processes
+        if n > 1 and n > self.rollout.tasks_per_step:
+            # A group never spans processes: each needs at least one task a step.
+            raise ValueError(
+                f"resources.processes: {n} processes need at least {n} tasks a "
+                f"step, rollout.tasks_per_step is {self.rollout.tasks_per_step}"
+            )
         return self
 
     @model_validator(mode="after")

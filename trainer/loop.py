@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -55,6 +55,9 @@ from trainer.rollout import Rollout, play
 from trainer.update import Scores, on_policy, optimise, score, token_kl
 from trainer.warmstart import warmstart
 
+if TYPE_CHECKING:
+    from trainer.distributed import Parallel
+
 
 @dataclass
 class TrainResult:
@@ -74,6 +77,9 @@ class Sampled:
     groups_dropped: int
     gen_s: float = 0.0
     reward_s: float = 0.0
+    # Per rollout: mean entropy over its trained tokens (None: not trained), for the
+    # detectors' evidence; set after the update.
+    row_entropy: list[float | None] = field(default_factory=list)
 
 
 def train(
@@ -87,12 +93,25 @@ def train(
     checkpoint_dir: str | Path | None = None,
     resume: bool = True,
     init_checkpoint: str | Path | None = None,
+    parallel: Parallel | None = None,
 ) -> TrainResult:
     """Train ``config.steps`` steps (continuing from the newest checkpoint in
     ``checkpoint_dir`` when ``resume``; else starting from the weights of
     ``init_checkpoint`` when given). ``should_stop`` is checked before every step:
-    a True stops the run cleanly with status ``cancelled``."""
+    a True stops the run cleanly with status ``cancelled``.
+
+    ``parallel``: this process's rank in a run of several (``trainer.distributed``);
+    every rank calls ``train``, rank 0's ``sink`` receives the run's events (the
+    others' is not written to), its ``should_stop`` decides for all."""
     sink = sink or NullSink()
+    par = parallel if parallel is not None and parallel.world > 1 else None
+    world = 1 if par is None else par.world
+    if config.resources.processes != world:
+        raise ValueError(
+            f"resources.processes: the config asks for {config.resources.processes} "
+            f"processes, this trainer runs as {world} (launch it with python -m "
+            f"trainer run --nproc-per-node {config.resources.processes})"
+        )
     algo = resolve_algorithm(config.algorithm)
     torch.manual_seed(config.seed)
     policy = Policy.build(
@@ -110,14 +129,19 @@ def train(
     )
     state = TrainState(
         step=0,
-        task_rng=random.Random(config.seed),
-        sample_gen=torch.Generator().manual_seed(config.seed),
+        task_rng=random.Random(config.seed),  # alike on every rank: see my_tasks
+        sample_gen=torch.Generator().manual_seed(
+            config.seed if par is None else par.sample_seed(config.seed)
+        ),
     )
     ckpt = latest_checkpoint(checkpoint_dir) if resume else None
     if ckpt is not None:
-        state = load_checkpoint(ckpt, policy=policy, optimizer=optimizer)
+        state = _load(ckpt, policy, optimizer, par)
     elif init_checkpoint is not None:
         load_weights(init_checkpoint, policy=policy)
+    if par is not None:
+        # Records are built on every rank when rank 0's sink listens.
+        par.listening = par.broadcast(not isinstance(sink, NullSink))
     sink.emit(
         {
             "type": "run_started",
@@ -130,7 +154,12 @@ def train(
     # The warm start's last loss is logged with step 1 (charts start at step 1).
     warm: dict[str, float] = {}
     if ckpt is None and init_checkpoint is None and config.model.warmstart_steps:
-        loss = warmstart(policy, env, config, should_stop)
+        stop_warm = should_stop
+        if par is not None:  # every rank stops at the same warm-start step
+            stop_warm = lambda: par.broadcast(  # noqa: E731
+                should_stop is not None and should_stop()
+            )
+        loss = warmstart(policy, env, config, stop_warm)
         if loss is None:  # cancelled (or interrupted) during the warm start
             sink.emit(
                 {
@@ -142,13 +171,18 @@ def train(
             )
             return TrainResult("cancelled", 0, {})
         warm["warmstart/loss"] = loss
-    ref = _reference(policy, algo, checkpoint_dir)
+    ref = _reference(policy, algo, checkpoint_dir, par)
+    if par is not None:
+        par.wrap(policy)
     step = state.step
     metrics: dict[str, float] = {}
     frozen = _freeze_long_lived()
     try:
         for step in range(state.step + 1, config.steps + 1):
-            if should_stop is not None and should_stop():
+            stop = should_stop is not None and should_stop()
+            if par is not None:
+                stop = par.broadcast(stop)
+            if stop:
                 sink.emit(
                     {
                         "type": "run_finished",
@@ -171,6 +205,7 @@ def train(
                 sink,
                 monitor,
                 extra=warm if step == 1 else None,
+                par=par,
             )
             state.step = step
             every = config.checkpoint.every
@@ -179,14 +214,7 @@ def train(
                 and every
                 and (step % every == 0 or step == config.steps)
             ):
-                path = save_checkpoint(
-                    checkpoint_dir,
-                    policy=policy,
-                    optimizer=optimizer,
-                    state=state,
-                    meta={"config": config.model_dump(mode="json")},
-                    keep=config.checkpoint.keep,
-                )
+                path = _save(checkpoint_dir, policy, optimizer, state, config, par)
                 sink.emit({"type": "checkpoint", "step": step, "path": str(path)})
     except Exception as exc:
         sink.emit(
@@ -212,6 +240,46 @@ def train(
     return TrainResult("succeeded", config.steps, metrics)
 
 
+def _load(
+    path: Path,
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    par: Parallel | None,
+) -> TrainState:
+    from trainer.dist_checkpoint import is_sharded, load_sharded
+
+    if par is None and not is_sharded(path):
+        return load_checkpoint(path, policy=policy, optimizer=optimizer)
+    return load_sharded(path, policy=policy, optimizer=optimizer, par=par)
+
+
+def _save(
+    root: str | Path,
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    state: TrainState,
+    config: TrainConfig,
+    par: Parallel | None,
+) -> Path:
+    meta = {"config": config.model_dump(mode="json")}
+    keep = config.checkpoint.keep
+    if par is None:
+        return save_checkpoint(
+            root, policy=policy, optimizer=optimizer, state=state, meta=meta, keep=keep
+        )
+    from trainer.dist_checkpoint import save_sharded
+
+    return save_sharded(
+        root,
+        policy=policy,
+        optimizer=optimizer,
+        state=state,
+        meta=meta,
+        keep=keep,
+        par=par,
+    )
+
+
 def _freeze_long_lived() -> bool:
     """Move what is alive when the step loop starts (imported modules, the model, the
     environment's corpus: hundreds of thousands of objects that live as long as the
@@ -227,10 +295,14 @@ def _freeze_long_lived() -> bool:
 
 
 def _reference(
-    policy: Policy, algo: ResolvedAlgorithm, checkpoint_dir: str | Path | None
+    policy: Policy,
+    algo: ResolvedAlgorithm,
+    checkpoint_dir: str | Path | None,
+    par: Parallel | None = None,
 ) -> Policy | AdaptersOff | None:
     """The frozen KL reference is the policy as RL began (after any warm start); it is
-    saved once beside the checkpoints so a resumed run compares against the same one."""
+    saved once beside the checkpoints so a resumed run compares against the same one
+    (by rank 0; every rank holds the same one)."""
     if algo.kl_beta <= 0:
         return None
     if policy.lora:  # the base model, adapters off: no copy, nothing to save
@@ -240,9 +312,12 @@ def _reference(
     ref = policy.frozen_copy()
     if checkpoint_dir is not None:
         path = Path(checkpoint_dir) / "reference.safetensors"
-        if path.exists():
+        exists = path.exists()
+        if par is not None:
+            par.barrier()  # every rank has looked before rank 0 writes it
+        if exists:
             load_model(ref, str(path), strict=False)
-        else:
+        elif par is None or par.main:
             path.parent.mkdir(parents=True, exist_ok=True)
             save_model(ref, str(path))
     return ref
@@ -256,19 +331,35 @@ def sample(
     reward_fn: RewardFn,
     policy: Policy,
     state: TrainState,
+    par: Parallel | None = None,
 ) -> Sampled:
     """Roll out and score. DAPO's dynamic sampling (arXiv 2503.14476 §3.2): groups whose
     rewards are all equal carry no gradient, so they are dropped and new tasks sampled
-    until the batch holds ``tasks_per_step`` groups or the round cap is hit."""
+    until the batch holds ``tasks_per_step`` groups or the round cap is hit.
+
+    With ``par`` this rank plays its share of the step's tasks (and of each
+    resampling round's), numbered after the lower ranks' groups."""
     G = config.rollout.group_size
-    need = config.rollout.tasks_per_step
+    need = (
+        config.rollout.tasks_per_step
+        if par is None
+        else par.share(config.rollout.tasks_per_step)
+    )
     out = Sampled([], [], [], 0)
     rounds = 1 + (
         algo.max_resample_rounds if algo.group_filter == "drop_zero_variance" else 0
     )
     kept_groups = 0
     for _ in range(rounds):
-        tasks = env.sample_tasks(need - kept_groups, state.task_rng)
+        if par is None:
+            tasks = env.sample_tasks(need - kept_groups, state.task_rng)
+        else:  # every rank takes part in every round, if only to draw in step
+            mine = par.my_tasks(env, need - kept_groups, state.task_rng)
+            if mine is None:
+                break
+            if not mine:
+                continue
+            tasks = mine
         t0 = time.perf_counter()
         rollouts = play(
             policy,
@@ -293,8 +384,12 @@ def sample(
         out.kept += [k for k in keep for _ in range(G)]
         out.groups_dropped += keep.count(False)
         kept_groups += keep.count(True)
-        if kept_groups >= need:
+        if par is None and kept_groups >= need:
             break
+    if par is not None:
+        offset = par.group_offset(len(out.rollouts) // G)
+        for ro in out.rollouts:
+            ro.group += offset
     return out
 
 
@@ -311,10 +406,14 @@ def _train_step(
     sink: Sink,
     monitor: Monitor | None,
     extra: dict[str, float] | None = None,
+    par: Parallel | None = None,
 ) -> dict[str, float]:
+    """One step. With ``par`` (several processes) this rank trains on its share; the
+    metrics, the detectors and the recording policy see the whole step on rank 0."""
     t_start = time.perf_counter()
-    capture = not isinstance(sink, NullSink)  # records are costly: skip them unheard
-    sampled = sample(step, config, algo, env, reward_fn, policy, state)
+    # Records are costly: skip them unheard.
+    capture = not isinstance(sink, NullSink) if par is None else par.listening
+    sampled = sample(step, config, algo, env, reward_fn, policy, state, par)
     kept_idx = [i for i, k in enumerate(sampled.kept) if k]
     kept = [sampled.rollouts[i] for i in kept_idx]
     kept_results = [sampled.results[i] for i in kept_idx]
@@ -323,18 +422,31 @@ def _train_step(
     arrays: list[dict[str, list[float]] | None] = [None] * len(sampled.rollouts)
     per_traj_adv = [0.0] * len(sampled.rollouts)
     row_entropy: list[float] = []  # per kept rollout: mean over its trained tokens
-    if kept:
-        batch = collate(kept, policy.pad_id, policy.device)
+    # Several processes update together or not at all: a rank whose groups were all
+    # dropped takes part with its rollouts and nothing trained (a zero gradient).
+    update = bool(kept) if par is None else par.any(bool(kept))
+    if update:
+        rows, row_results = (
+            (kept, kept_results)
+            if kept
+            else (
+                sampled.rollouts,
+                sampled.results,
+            )
+        )
+        batch = collate(rows, policy.pad_id, policy.device)
+        if not kept:
+            batch.loss_mask.zero_()
         if algo.mask_truncated:  # DAPO's overlong filtering: no gradient from them
             batch.loss_mask[[j for j, ro in enumerate(kept) if ro.truncated]] = 0.0
         scores = score(
             policy, ref, batch, policy_pass=not on_policy(algo, config.optim)
         )
         kl_reward, kept_results = _kl_in_reward(
-            algo, state, batch, scores, kept_results
+            algo, state, batch, scores, row_results, par
         )
         adv, returns, traj_adv = token_advantages(
-            algo, batch, kept_results, config.rollout.group_size, scores.values
+            algo, batch, kept_results, config.rollout.group_size, scores.values, par
         )
         upd, new_lp = optimise(
             policy,
@@ -347,16 +459,22 @@ def _train_step(
             returns,
             max_len=config.rollout.max_total_tokens,
             generator=state.sample_gen,
+            par=par,
         )
         upd.update(_token_summaries(batch.loss_mask, adv, scores.entropy))
-        row_entropy = _row_means(scores.entropy, batch.loss_mask)
-        upd.update(_kl_step(algo, state, scores, upd.get("kl", kl_reward)))
+        if kept:
+            row_entropy = _row_means(scores.entropy, batch.loss_mask)
+        mismatch = {}
         if batch.sampler_logprobs is not None:
-            upd.update(
-                mismatch_metrics(
-                    scores.old_logprobs, batch.sampler_logprobs, batch.loss_mask
-                )
+            mismatch = mismatch_metrics(
+                scores.old_logprobs, batch.sampler_logprobs, batch.loss_mask
             )
+        if par is not None:  # the whole batch's numbers, before the KL controller
+            trained = float(batch.loss_mask.sum())
+            upd = par.reduce_metrics(upd, trained)
+            mismatch = par.reduce_metrics(mismatch, trained) if mismatch else {}
+        upd.update(_kl_step(algo, state, scores, upd.get("kl", kl_reward)))
+        upd.update(mismatch)
         for j, i in enumerate(kept_idx):
             per_traj_adv[i] = float(traj_adv[j])
     else:  # every group dropped: no update, but the policy's entropy is still news
@@ -364,6 +482,8 @@ def _train_step(
         ent = score(policy, None, batch).entropy
         sel = batch.loss_mask > 0
         upd["entropy"] = float(ent[sel].mean()) if bool(sel.any()) else float("nan")
+        if par is not None:
+            upd = par.reduce_metrics(upd, float(sel.sum()))
     t_end = time.perf_counter()
     timing = {
         "gen": sampled.gen_s,
@@ -371,24 +491,40 @@ def _train_step(
         "update": t_end - t_update,
         "step": t_end - t_start,
     }
-    metrics = step_metrics(config, sampled, upd, timing)
-    metrics.update(extra or {})
-    if evaluation_due(config, step):  # the policy after this step's update
-        metrics.update(evaluate(policy, env, reward_fn, config, step))
+    sampled.row_entropy = [None] * len(sampled.rollouts)
+    for j, i in enumerate(kept_idx[: len(row_entropy)]):
+        sampled.row_entropy[i] = row_entropy[j]
+    # Several processes: rank 0 sees the whole step (``whole``), the others nothing.
+    whole: Sampled | None = sampled
+    if par is not None:
+        from trainer.distributed import merge_sampled
+
+        parts = par.gather(sampled)
+        whole = merge_sampled(parts) if parts is not None else None
+    metrics: dict[str, float] = {}
     alerts = []
-    if monitor is not None:  # before the records: an alert's groups are recorded
-        episodes = [r.episode for r in sampled.rollouts]
-        if _takes_trajectories(monitor):
-            info = _evidence_info(sampled, kept_idx, row_entropy)
-            alerts = monitor(
-                step, metrics, episodes, sampled.results, trajectories=info
-            )
-        else:  # a monitor written before alerts named their trajectories
-            alerts = monitor(step, metrics, episodes, sampled.results)
+    if whole is not None:
+        metrics = step_metrics(config, whole, upd, timing)
+        metrics.update(extra or {})
+        if evaluation_due(config, step):  # the policy after this step's update
+            metrics.update(evaluate(policy, env, reward_fn, config, step))
+        if monitor is not None:  # before the records: an alert's groups are recorded
+            episodes = [r.episode for r in whole.rollouts]
+            if _takes_trajectories(monitor):
+                info = _evidence_info(whole)
+                alerts = monitor(
+                    step, metrics, episodes, whole.results, trajectories=info
+                )
+            else:  # a monitor written before alerts named their trajectories
+                alerts = monitor(step, metrics, episodes, whole.results)
     records: list[dict[str, Any]] = []
     if capture:  # built before the step event so that it can say what they cost
         t_records = time.perf_counter()
-        chosen = _recorded(config, step, sampled, alerts)
+        if par is None:
+            chosen = _recorded(config, step, sampled, alerts)
+        else:
+            mine = _recorded(config, step, whole, alerts) if par.main else None
+            chosen = par.broadcast(mine)
         if kept and chosen.token_arrays and chosen.groups:
             rows = _rows(
                 batch.attention_mask,
@@ -401,7 +537,12 @@ def _train_step(
             for j, i in enumerate(kept_idx):
                 arrays[i] = rows[j]
         records = _records(step, sampled, arrays, per_traj_adv, policy, chosen)
+        if par is not None:  # every rank's records, each once, on rank 0
+            gathered = par.gather(records)
+            records = [r for part in gathered or [] for r in part]
         metrics["timing_s/records"] = time.perf_counter() - t_records
+    if whole is None:  # a rank other than 0: rank 0 speaks for the step
+        return metrics
     sink.emit({"type": "step", "step": step, "metrics": metrics})
     for event in records:
         sink.emit(event)
@@ -416,15 +557,22 @@ def _kl_in_reward(
     batch: Batch,
     scores: Scores,
     results: list[RewardResult],
+    par: Parallel | None = None,
 ) -> tuple[float | None, list[RewardResult]]:
     """Set this step's KL coefficient on ``scores``; with ``kl_in_reward`` subtract
     coef * KL from the rewards (the advantages see it, the logged reward does not).
-    Returns the mean per-token KL when it was measured here, and the results."""
+    Returns the mean per-token KL when it was measured here (over every rank's
+    tokens), and the results."""
     scores.kl_beta = algo.kl_beta if state.kl_coef is None else state.kl_coef
     if not algo.kl_in_reward or scores.ref_logprobs is None:
         return None, results
     kl = token_kl(algo, scores.old_logprobs, scores.ref_logprobs, batch.loss_mask)
-    mean = float(masked_mean(kl, batch.loss_mask))
+    if par is None:
+        mean = float(masked_mean(kl, batch.loss_mask))
+    else:
+        keep = batch.loss_mask > 0
+        total, count = par.all_sum([float(kl[keep].sum()), float(keep.sum())])
+        mean = total / max(count, 1.0)
     return mean, with_kl_penalty(results, kl, batch, scores.kl_beta)
 
 
@@ -474,16 +622,14 @@ def _takes_trajectories(monitor: Monitor) -> bool:
     return any(p.name == "trajectories" or p.kind is p.VAR_KEYWORD for p in params)
 
 
-def _evidence_info(
-    sampled: Sampled, kept_idx: list[int], row_entropy: list[float]
-) -> list[TrajectoryInfo]:
+def _evidence_info(sampled: Sampled) -> list[TrajectoryInfo]:
     """Where each rollout is stored and what the detectors' evidence reads of it
     beyond its reward metrics (``rewards.evidence``)."""
-    entropy = dict(zip(kept_idx, row_entropy, strict=False))
+    entropy = sampled.row_entropy
     out = []
     for i, ro in enumerate(sampled.rollouts):
         stats = {"length": float(ro.action_tokens)}
-        if i in entropy:
+        if i < len(entropy) and entropy[i] is not None:
             stats["entropy"] = entropy[i]
         out.append(TrajectoryInfo(ro.group, ro.index, ro.task.id, stats))
     return out

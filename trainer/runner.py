@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config import TrainConfig
+from trainer.distributed import Parallel
 from trainer.envs.base import make_env
 from trainer.events import Sink
 from trainer.loop import TrainResult, train
@@ -45,9 +46,12 @@ def run_from_config(
     resume: bool = True,
     endpoints: Mapping[str, Any] | None = None,
     init_checkpoint: str | Path | None = None,
+    parallel: Parallel | None = None,
 ) -> TrainResult:
     """Build and train; ``init_checkpoint``: the checkpoint directory that
-    ``model.init_from_run`` names (the platform resolves the run id to it)."""
+    ``model.init_from_run`` names (the platform resolves the run id to it);
+    ``parallel``: this process's rank when several train the run
+    (``trainer.distributed``)."""
     from rewards import build_monitor, build_reward_fn
 
     if config.model.init_from_run and init_checkpoint is None:
@@ -69,4 +73,5 @@ def run_from_config(
         checkpoint_dir=checkpoint_dir,
         resume=resume,
         init_checkpoint=init_checkpoint,
+        parallel=parallel,
     )

@@ -13,6 +13,7 @@ the gradient norm and steps AdamW.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -27,6 +28,9 @@ from trainer.algorithms import (
 from trainer.batch import Batch
 from trainer.config import OptimConfig
 from trainer.policy import Policy
+
+if TYPE_CHECKING:
+    from trainer.distributed import Parallel
 
 
 @dataclass
@@ -122,8 +126,14 @@ def optimise(
     *,
     max_len: int,
     generator: torch.Generator,
+    par: Parallel | None = None,
 ) -> tuple[dict[str, float], torch.Tensor]:
-    """Returns averaged metrics and the log-probs of the last epoch's forward (B, T-1)."""
+    """Returns averaged metrics and the log-probs of the last epoch's forward (B, T-1).
+
+    With ``par`` (several processes) ``batch`` is this rank's share: every rank cuts
+    it into exactly ``minibatches`` parts (the ranks' k-th parts make the k-th global
+    minibatch; an empty part trains one row with nothing trained in it, so that every
+    rank takes part in every gradient all-reduce)."""
     B = batch.size
     mb = max(1, -(-B // optim.minibatches))
     sums: dict[str, float] = {}
@@ -137,22 +147,33 @@ def optimise(
     policy.train()
     for _epoch in range(optim.epochs):
         order = torch.randperm(B, generator=generator)
-        for sl in _chunks(B, mb):
-            idx = order[sl].to(batch.input_ids.device)
+        parts = (
+            [order[sl] for sl in _chunks(B, mb)]
+            if par is None
+            else list(torch.tensor_split(order, optim.minibatches))
+        )
+        for part in parts:
+            blank = part.numel() == 0  # only with par: this rank's part is empty
+            idx = (order[:1] if blank else part).to(batch.input_ids.device)
+            mb_batch = batch.select(idx)
+            if blank:
+                mb_batch.loss_mask = torch.zeros_like(mb_batch.loss_mask)
             metrics, logprobs = _minibatch_step(
                 policy,
                 optimizer,
                 algo,
                 optim,
-                batch.select(idx),
+                mb_batch,
                 scores,
                 idx,
                 advantages[idx],
                 None if returns is None else returns[idx],
                 max_len,
                 fill=fill,
+                par=par,
             )
-            last_logprobs[idx] = logprobs
+            if not blank:
+                last_logprobs[idx] = logprobs
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
             count += 1
@@ -173,9 +194,16 @@ def _minibatch_step(
     max_len: int,
     *,
     fill: bool = False,
+    par: Parallel | None = None,
 ) -> tuple[dict[str, float], torch.Tensor]:
     mask = mb.loss_mask
-    st = policy.token_stats(
+    # Several processes: every loss is rescaled from this rank's normaliser to the
+    # whole minibatch's (all ranks' tokens), so the ranks' losses add up to the
+    # one-process loss.
+    scales = None if par is None else par.loss_scales(mask)
+    scale = 1.0 if scales is None else scales[algo.agg]
+    forward = policy.token_stats if par is None else par.token_stats
+    st = forward(
         mb.input_ids,
         mb.attention_mask,
         with_entropy=fill or algo.entropy_coef != 0,
@@ -209,13 +237,19 @@ def _minibatch_step(
         dual_clip=algo.dual_clip or None,
         weights=weights,
     )
+    if scales is not None:
+        loss = loss * scale
+        metrics["policy_loss"] *= scale
     metrics = {**metrics, **corr}
     if scores.ref_logprobs is not None and not algo.kl_in_reward:
-        kl = agg_loss(
-            token_kl(algo, st.logprobs, scores.ref_logprobs[idx], mask),
-            mask,
-            algo.agg,
-            max_len=max_len,
+        kl = (
+            agg_loss(
+                token_kl(algo, st.logprobs, scores.ref_logprobs[idx], mask),
+                mask,
+                algo.agg,
+                max_len=max_len,
+            )
+            * scale
         )
         loss = loss + scores.kl_beta * kl
         metrics["kl"] = float(kl.detach())
@@ -229,14 +263,15 @@ def _minibatch_step(
             agg="token_mean",
             old_values=None if not clip else scores.values[idx],
             clip=clip or None,
-        )
+        ) * (1.0 if scales is None else scales["token_mean"])
         loss = loss + algo.value_coef * vl
         metrics["value_loss"] = float(vl.detach())
     if algo.entropy_coef != 0 and st.entropy is not None:
-        ent = agg_loss(st.entropy, mask, algo.agg, max_len=max_len)
+        ent = agg_loss(st.entropy, mask, algo.agg, max_len=max_len) * scale
         loss = loss - algo.entropy_coef * ent
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    # DDP averages the ranks' gradients: N x each share makes it their sum.
+    (loss if par is None else loss * par.world).backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), optim.grad_clip)
     optimizer.step()
     metrics["grad_norm"] = float(grad_norm)

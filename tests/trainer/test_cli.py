@@ -93,3 +93,52 @@ def test_it_trains_writes_events_and_resumes_from_its_output_dir(tmp_path):
 def test_every_shipped_demo_config_is_valid(path):
     cfg = load_config_file(str(path))
     assert cfg.steps > 0 and cfg.env.name in ENV_NAMES
+
+
+@pytest.mark.slow
+def test_it_trains_with_two_processes_through_torchrun_and_resumes(tmp_path):
+    cfg = {
+        "steps": 2,
+        "env": {"name": "calc"},
+        "model": {"warmstart_steps": 1},
+        "rollout": {"tasks_per_step": 2, "group_size": 2, "max_turns": 2},
+        "checkpoint": {"every": 1},
+    }
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "trainer", "run", str(path), "--out", str(out)]
+    two = [*cmd, "--nproc-per-node", "2"]
+    first = subprocess.run(two, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    # Rank 0 alone prints and writes.
+    assert first.stdout.count("succeeded after step 2") == 1
+    assert (out / "checkpoints" / "step-000002" / "dcp").is_dir()
+    again = subprocess.run(
+        [*two, "--steps", "3"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stderr
+    events = [
+        json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()
+    ]
+    assert [e["step"] for e in events if e["type"] == "step"] == [1, 2, 3]
+    keys = [
+        (e["step"], e["group"], e["index"]) for e in events if e["type"] == "trajectory"
+    ]
+    assert len(keys) == len(set(keys)) == 3 * 2 * 2
+    started = [e for e in events if e["type"] == "run_started"]
+    assert [e["start_step"] for e in started] == [1, 3]
+    assert started[0]["config"]["resources"] == {"processes": 2, "strategy": "ddp"}
+    # The RNG streams are per rank: one process cannot continue a two-process run.
+    one = subprocess.run(
+        [*cmd, "--steps", "4"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert one.returncode == 1
+    assert "resources.processes" in one.stderr and "written by 2" in one.stderr
+
+
+def test_it_refuses_more_processes_than_tasks_naming_the_field(tmp_path, capsys):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"rollout": {"tasks_per_step": 2}}))
+    assert main(["run", str(path), "--nproc-per-node", "3"]) == 2
+    assert "resources.processes" in capsys.readouterr().err

@@ -1,0 +1,142 @@
+"""Checkpoints of a run of several processes, through ``torch.distributed.checkpoint``.
+
+The same ``step-NNNNNN`` directory as :mod:`trainer.checkpoint`, written by every rank
+together: ``dcp/`` holds the model and the optimizer (each rank writes what it holds;
+with DDP the replicated tensors once), ``rank-NNNNN.pt`` each rank's RNG states (every
+rank samples its own tokens), ``meta.json`` the step, the KL coefficient and the number
+of processes. Rank 0 also writes ``policy.safetensors`` (or a LoRA ``adapter/``) as the
+one-process checkpoint does, so ``export-model`` and ``model.init_from_run`` read either.
+Written under a temporary name, then renamed by rank 0 once every rank is done: a crash
+leaves the whole checkpoint or none of it. A resumed run needs the same number of
+processes (the RNG streams are per rank).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from trainer.checkpoint import (
+    TrainState,
+    _as_rng_state,
+    _fsync_dir,
+    _fsync_tree,
+    list_checkpoints,
+    write_weights,
+)
+
+if TYPE_CHECKING:
+    from trainer.distributed import Parallel
+
+
+def is_sharded(path: str | os.PathLike[str]) -> bool:
+    return (Path(path) / "dcp").is_dir()
+
+
+def save_sharded(
+    root: str | os.PathLike[str],
+    *,
+    policy: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: TrainState,
+    meta: dict[str, Any],
+    keep: int,
+    par: Parallel,
+) -> Path:
+    """Every rank calls it; returns ``root/step-NNNNNN``."""
+    root = Path(root)
+    final = root / f"step-{state.step:06d}"
+    tmp = root / f".tmp-{final.name}-dist"  # one name for every rank
+    if par.main:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+    par.barrier()
+    model_sd, optim_sd = get_state_dict(policy, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
+    torch.save(
+        {
+            "sample_gen": state.sample_gen.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state()
+            if par.device.type == "cuda"
+            else None,
+        },
+        tmp / f"rank-{par.rank:05d}.pt",
+    )
+    if par.main:
+        write_weights(tmp, policy)
+        (tmp / "meta.json").write_text(
+            json.dumps(
+                {
+                    "step": state.step,
+                    "kl_coef": state.kl_coef,
+                    "processes": par.world,
+                    "task_rng": state.task_rng.getstate(),
+                    **meta,
+                },
+                indent=2,
+            )
+        )
+    par.barrier()
+    if par.main:
+        _fsync_tree(tmp)
+        if final.exists():  # a re-run of the same step after a resume
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+        for old in list_checkpoints(root)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    par.barrier()  # nobody reads the directory before it has its final name
+    return final
+
+
+def load_sharded(
+    path: str | os.PathLike[str],
+    *,
+    policy: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    par: Parallel | None,
+) -> TrainState:
+    """Every rank calls it: restores weights, optimizer and this rank's RNGs."""
+    path = Path(path)
+    meta = json.loads((path / "meta.json").read_text())
+    wrote = meta.get("processes", 1) if is_sharded(path) else 1
+    have = 1 if par is None else par.world
+    if wrote != have:
+        raise ValueError(
+            f"resources.processes: checkpoint {path.name} was written by {wrote} "
+            f"process(es), this run has {have}; resume with {wrote}"
+        )
+    assert par is not None  # wrote == have > 1
+    model_sd, optim_sd = get_state_dict(policy, optimizer)
+    sd = {"model": model_sd, "optim": optim_sd}
+    dcp.load(sd, checkpoint_id=str(path / "dcp"))
+    set_state_dict(
+        policy, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"]
+    )
+    blob = torch.load(
+        path / f"rank-{par.rank:05d}.pt", weights_only=True, map_location="cpu"
+    )
+    gen = torch.Generator()
+    gen.set_state(blob["sample_gen"])
+    torch.set_rng_state(blob["torch_rng"])
+    if blob["cuda_rng"] is not None and par.device.type == "cuda":
+        torch.cuda.set_rng_state(blob["cuda_rng"])
+    task_rng = random.Random()
+    task_rng.setstate(_as_rng_state(meta["task_rng"]))
+    return TrainState(
+        step=int(meta["step"]),
+        task_rng=task_rng,
+        sample_gen=gen,
+        kl_coef=meta.get("kl_coef"),
+    )

@@ -1,0 +1,247 @@
+"""Several processes training one run with ``torch.distributed``: who does what.
+
+A run with ``resources.processes`` N > 1 is N processes (ranks), started by ``torchrun``
+(``python -m trainer run --nproc-per-node N``); gloo on CPU, nccl on CUDA. Each rank:
+
+* draws the step's tasks from a task stream seeded alike on every rank and keeps its
+  contiguous share (:meth:`Parallel.my_tasks`), so the ranks' tasks partition the tasks
+  one process would have drawn; a group (the G rollouts of one task) never spans ranks,
+  so group advantages are exact. Tokens are sampled from a generator of the rank's own
+  (rank 0's is the one-process run's);
+* rescales its loss from its own normaliser to the whole batch's
+  (:meth:`Parallel.loss_scales`: trained tokens, sequences or rows summed over ranks),
+  so the ranks' losses add up to the one-process loss; DDP averages gradients over ranks, so each rank back-propagates N
+  times its share and the averaged gradient is the one-process gradient;
+* reduces its update metrics with the others (:meth:`Parallel.reduce_metrics`) and
+  sends its rollouts and records to rank 0, which alone owns the sink: every trajectory
+  reaches it once.
+
+This module knows nothing of Django or of how processes are launched.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+# Update metrics that are one rank's share of a whole-batch loss: their sum is the
+# batch's value. Identical on every rank (taken as they are): the gradient norm after
+# the all-reduce, and the KL coefficient.
+_SUMMED = frozenset({"loss", "policy_loss", "kl", "value_loss"})
+_SAME = frozenset({"grad_norm", "kl/coef"})
+
+
+class _Scorer(nn.Module):
+    """``Policy.token_stats`` as a module's forward, so that the update's forward goes
+    through DDP (which syncs gradients only for a forward it saw)."""
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.policy.token_stats(*args, **kwargs)
+
+
+@dataclass
+class Parallel:
+    """This process's place in the run and the collectives the trainer uses."""
+
+    rank: int
+    world: int
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    strategy: str = "ddp"
+    listening: bool = False  # rank 0's sink records trajectories: all build them
+    _scorer: nn.Module | None = None
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    # ----- the split -------------------------------------------------------------
+    def share(self, n: int) -> int:
+        """This rank's part of ``n`` items split as evenly as possible."""
+        return n // self.world + (1 if self.rank < n % self.world else 0)
+
+    def sample_seed(self, seed: int) -> int:
+        """The token-sampling seed of this rank: the run's own on rank 0 (what one
+        process uses), a distinct stream on every other rank."""
+        if self.rank == 0:
+            return seed
+        return random.Random(f"{seed}/rank/{self.rank}").getrandbits(63)
+
+    def my_tasks(self, env: Any, missing: int, rng: random.Random) -> list | None:
+        """Every rank draws the tasks all ranks miss from the same stream and keeps
+        its contiguous slice; None when no rank misses any (sampling is over)."""
+        counts = self.all_gather_ints(missing)
+        total = sum(counts)
+        if total == 0:
+            return None
+        drawn = env.sample_tasks(total, rng)
+        lo = sum(counts[: self.rank])
+        return drawn[lo : lo + counts[self.rank]]
+
+    def group_offset(self, groups: int) -> int:
+        """Where this rank's groups start in the step's global numbering."""
+        return sum(self.all_gather_ints(groups)[: self.rank])
+
+    # ----- the update ------------------------------------------------------------
+    def wrap(self, policy: nn.Module) -> None:
+        """Put the policy's scoring forward under DDP (after any weights are loaded:
+        DDP starts every rank from rank 0's parameters)."""
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        # The rotary tables are buffers computed alike everywhere: no broadcast before
+        # every forward (the keyword's name changed in torch 2.13).
+        quiet = (
+            {"forward_sync_buffers": False}
+            if "forward_sync_buffers" in inspect.signature(DDP).parameters
+            else {"broadcast_buffers": False}
+        )
+        self._scorer = DDP(_Scorer(policy), device_ids=ids, **quiet)
+
+    def token_stats(self, *args: Any, **kwargs: Any) -> Any:
+        if self._scorer is None:
+            raise RuntimeError("Parallel.wrap(policy) was not called")
+        return self._scorer(*args, **kwargs)
+
+    def loss_scales(self, mask: torch.Tensor) -> dict[str, float]:
+        """For each loss aggregation (see ``agg_loss``), this rank's normaliser over
+        the whole batch's (trained tokens, sequences with a trained token, rows x
+        ``max_len``, summed over ranks): the factor that turns this rank's loss into
+        its share of the whole batch's loss. (An empty rank's loss is 0 anyway.)"""
+        keep = mask > 0
+        mine = [float(keep.sum()), float(keep.any(1).sum()), float(mask.shape[0])]
+        every = self.all_sum(mine)
+        tokens, seqs, rows = (
+            max(m, 1.0) / max(e, 1.0) for m, e in zip(mine, every, strict=True)
+        )
+        return {
+            "token_mean": tokens,
+            "seq_mean_token_mean": seqs,
+            "seq_mean_token_sum_norm": rows,
+        }
+
+    def reduce_metrics(
+        self, metrics: dict[str, float], weight: float
+    ) -> dict[str, float]:
+        """Every rank's update metrics -> the whole batch's: shares of a loss summed,
+        maxima and minima as such, the rest averaged weighted by ``weight`` (the
+        rank's trained tokens, which the metrics are means over)."""
+        parts = self.all_gather_objects((metrics, float(weight)))
+        names = list(dict.fromkeys(k for m, _ in parts for k in m))
+        out: dict[str, float] = {}
+        for name in names:
+            vals = [(m[name], w) for m, w in parts if name in m]
+            out[name] = _reduce(name, vals)
+        return out
+
+    # ----- collectives -----------------------------------------------------------
+    def all_sum(self, values: Sequence[float]) -> list[float]:
+        t = torch.tensor(list(values), dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def any(self, flag: bool) -> bool:
+        return self.all_sum([1.0 if flag else 0.0])[0] > 0
+
+    def all_gather_ints(self, value: int) -> list[int]:
+        t = torch.tensor([value], dtype=torch.long, device=self.device)
+        out = [torch.zeros_like(t) for _ in range(self.world)]
+        dist.all_gather(out, t)
+        return [int(x) for x in out]
+
+    def all_gather_objects(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        """Every rank's ``obj`` on rank 0, in rank order; None elsewhere."""
+        out: list[Any] | None = [None] * self.world if self.main else None
+        dist.gather_object(obj, out, dst=0)
+        return out
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _reduce(name: str, vals: list[tuple[float, float]]) -> float:
+    xs = [v for v, _ in vals]
+    if name in _SUMMED:
+        return float(math.fsum(xs))
+    if name in _SAME:
+        return float(xs[0])
+    if name.endswith(("/max", "_max")):
+        return float(max(xs))
+    if name.endswith(("/min", "_min")):
+        return float(min(xs))
+    weighted = [(v, w) for v, w in vals if w > 0]
+    if not weighted:  # no rank trained a token: the plain mean (NaN stays NaN)
+        return float(sum(xs) / len(xs))
+    total = math.fsum(w for _, w in weighted)
+    return float(math.fsum(v * w for v, w in weighted) / total)
+
+
+def start(
+    device: str = "auto",
+    strategy: str = "ddp",
+    *,
+    init_method: str | None = None,
+    rank: int | None = None,
+    world: int | None = None,
+    timeout_s: float = 1800.0,
+) -> Parallel:
+    """Join the run's process group: gloo on CPU, nccl on CUDA. Without
+    ``init_method`` the rank, world size and rendezvous come from ``torchrun``
+    (``env://``); a test passes ``tcp://HOST:PORT``, ``rank`` and ``world``."""
+    cuda = torch.cuda.is_available() and device != "cpu"
+    backend = "nccl" if cuda else "gloo"
+    kwargs: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
+    if init_method is not None:
+        kwargs.update(init_method=init_method, rank=rank, world_size=world)
+    dist.init_process_group(backend, **kwargs)
+    r, n = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cpu")
+    if cuda:
+        local = dist.get_node_local_rank(fallback_rank=r)
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+    return Parallel(rank=r, world=n, device=dev, strategy=strategy)
+
+
+def merge_sampled(parts: list[Any]) -> Any:
+    """The ranks' ``Sampled`` as one step's (rank order is global group order); the
+    wall-clock times are the slowest rank's."""
+    from trainer.loop import Sampled
+
+    out = Sampled([], [], [], 0)
+    for p in parts:
+        out.rollouts += p.rollouts
+        out.results += p.results
+        out.kept += p.kept
+        out.row_entropy += p.row_entropy
+        out.groups_dropped += p.groups_dropped
+        out.gen_s = max(out.gen_s, p.gen_s)
+        out.reward_s = max(out.reward_s, p.reward_s)
+    return out
