@@ -131,6 +131,13 @@ def check_platform(cfg: Any, user: Any) -> Any:
         endpoints=endpoints,
     )
     errors += check_init_from_run(user, config)
+    if cfg.resources.processes > 1:
+        # Nothing queued that will fail: the worker starts one process per run.
+        errors.append(
+            "config.resources.processes: this platform's workers run one process per "
+            "run; train on several with `python -m trainer run CONFIG "
+            "--nproc-per-node N --report-to URL`, which streams the run here"
+        )
     if errors:
         raise InvalidConfig(errors)
     return TrainConfig.model_validate(config)

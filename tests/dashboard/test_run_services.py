@@ -42,6 +42,16 @@ def test_launch_rejects_a_bad_config_naming_the_field(owner, tiny_config, enqueu
     assert Run.objects.count() == 0 and enqueued == []
 
 
+def test_a_run_on_several_processes_is_refused_at_submit(owner, tiny_config, enqueued):
+    tiny_config["rollout"]["tasks_per_step"] = 2
+    tiny_config["resources"] = {"processes": 2}
+    with pytest.raises(services.InvalidConfig) as exc:
+        services.launch_run(owner, tiny_config)
+    [error] = exc.value.errors
+    assert error.startswith("config.resources.processes:") and "--nproc-per-node" in error
+    assert Run.objects.count() == 0 and enqueued == []
+
+
 def test_launch_rejects_unknown_keys_and_deep_nesting(owner, tiny_config, enqueued):
     with pytest.raises(services.InvalidConfig, match="config.bogus"):
         services.launch_run(owner, {**tiny_config, "bogus": 1})
