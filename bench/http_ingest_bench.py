@@ -84,13 +84,17 @@ def start_servers(n: int) -> tuple[list[subprocess.Popen], list[str]]:
     env["SECURE_SSL_REDIRECT"] = "0"  # plain HTTP on loopback
     env["LOG_LEVEL"] = "WARNING"
     procs, urls = [], []
-    for _ in range(n):
+    logs = ROOT / "var" / "bench"
+    logs.mkdir(parents=True, exist_ok=True)
+    for k in range(n):
         port = free_port()
+        log = (logs / f"http_ingest_server{k}.log").open("wb")
+        print(f"server {k} logs to {log.name}")
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                  "dashboard.asgi:application"],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
             )
         )  # fmt: skip
         urls.append(f"http://127.0.0.1:{port}")

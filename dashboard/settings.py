@@ -139,7 +139,12 @@ if _db["ENGINE"].endswith("sqlite3"):
         )
     }
 else:
-    _db["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 0 if TESTING else 60, min_value=0)
+    # 0 (a connection per request) by default: under ASGI every request runs its sync
+    # code in a thread of its own, and a persistent connection is left behind with that
+    # thread, so a busy ingest server ran PostgreSQL out of connections ("too many
+    # clients", bench/http_ingest_bench.py). A worker's run keeps its connection for
+    # the whole task either way. Raise it only for a WSGI deployment.
+    _db["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 0, min_value=0)
     _db["CONN_HEALTH_CHECKS"] = True
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
