@@ -162,6 +162,12 @@ def test_the_api_and_the_run_page_link_each_alert_to_its_stored_trajectories(
     assert f'href="{mine[0]["url"]}" data-evidence-link' in page
     assert "group 9 #0 (not stored)" in page
     assert "<script>x</script>" not in page and "&lt;script&gt;x" in page
+    # The home page's recent alerts lead to the run page's evidence list too.
+    home = owner_client.get("/").content.decode()
+    assert (
+        f'href="/runs/{run_id}/#alerts" data-home-evidence>2 evidence trajectories'
+        in home
+    )
 
 
 def test_alert_events_without_trajectories_stay_valid_and_bad_ones_name_the_field():
