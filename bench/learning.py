@@ -1,7 +1,7 @@
 """Learning, not only running: each environment's demo config, trained from scratch.
 
     python bench/learning.py [calc search swarm calc_gspo calc_dapo] [--minutes 10]
-        [--threads 2]
+        [--threads 2] [--set optim.minibatches=4 ...]
 
 For every demo config named (``bench/configs/<name>.yaml``; ``calc_gspo`` and
 ``calc_dapo`` are calc with the gspo and dapo presets) this trains the default model on
@@ -63,7 +63,24 @@ class Recorder:
         pass
 
 
-def run_one(name: str, minutes: float) -> dict:
+def with_overrides(cfg, overrides: list[str]):
+    """``cfg`` with each ``dotted.key=value`` (a YAML value) set, validated again."""
+    import yaml
+
+    from trainer.config import TrainConfig
+
+    data = cfg.model_dump(mode="json")
+    for item in overrides:
+        path, _, raw = item.partition("=")
+        *parents, leaf = path.split(".")
+        node = data
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = yaml.safe_load(raw)
+    return TrainConfig.model_validate(data)
+
+
+def run_one(name: str, minutes: float, overrides: list[str] = ()) -> dict:
     from trainer.cli import load_config_file
     from trainer.runner import run_from_config
 
@@ -72,6 +89,9 @@ def run_one(name: str, minutes: float) -> dict:
 
         make_arith(["--out", str(ROOT / "var/data/arith.jsonl")])
     cfg = load_config_file(str(ROOT / "bench" / "configs" / f"{name}.yaml"))
+    if overrides:
+        cfg = with_overrides(cfg, list(overrides))
+        name = f"{name}[{','.join(overrides)}]"
     env = cfg.env.name
     rec = Recorder(minutes * 60)
     print(
@@ -105,14 +125,21 @@ def main() -> int:
     ap.add_argument("envs", nargs="*", default=["calc", "search", "swarm"])
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value in every run, e.g. --set optim.minibatches=4",
+    )
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
-    results = [run_one(env, args.minutes) for env in args.envs]
+    results = [run_one(env, args.minutes, args.set) for env in args.envs]
     print()
     print(
-        f"{'env':8s} {'steps':>5s} {'secs':>7s} {'first20':>8s} {'last20':>8s} "
+        f"{'config':8s} {'steps':>5s} {'secs':>7s} {'first20':>8s} {'last20':>8s} "
         f"{'gain':>7s} {'range':>12s} {'gain/range':>10s}  pass"
     )
     for r in results:

@@ -135,17 +135,20 @@ class RunForm:
         env = sc._text(_first(self.values.get("env.name", "calc")))
         return env if env in env_names() else "calc"
 
+    WARMSTART_HINT = (
+        "A model built from scratch knows no action grammar: without warm-start "
+        "steps it seldom earns a first reward. The learning demos use 300-500."
+    )
+
     @property
     def warmstart_hint(self) -> str:
-        """A from-scratch model with no warm start rarely finds its first reward."""
+        """A from-scratch model with no warm start rarely finds its first reward
+        (run_form.js shows and hides the same text by the same rule as you type)."""
         path = sc._text(_first(self.values.get("model.path", ""))).strip()
         steps = sc._text(_first(self.values.get("model.warmstart_steps", "0"))).strip()
         if path or steps not in ("", "0"):
             return ""
-        return (
-            "A model built from scratch knows no action grammar: without warm-start "
-            "steps it seldom earns a first reward. The learning demos use 300-500."
-        )
+        return self.WARMSTART_HINT
 
     @property
     def lora_shown(self) -> bool:

@@ -20,6 +20,10 @@ function finiteOrNull(v) {
 /** Tick labels with just enough decimals to tell neighbours apart and to say each
  *  value truly (not "3.978, 3.978"); thousands and millions as k / M so a label such
  *  as 10,000 fits the axis. */
+// The x axis counts training steps: whole-number ticks only (a 6-step run was
+// labelled 1, 1.25, 1.5, ...).
+const STEP_INCRS = [1, 2, 5].flatMap((m) => [1, 10, 100, 1e3, 1e4, 1e5, 1e6].map((p) => m * p)).sort((a, b) => a - b);
+
 export function tickLabels(splits) {
   if (!splits.length) return [];
   const finite = splits.filter((v) => v !== null && Number.isFinite(v));
@@ -181,7 +185,7 @@ export class MetricChart {
       legend: { live: true },
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
       scales: { x: { time: false }, y: { range: (u, min, max) => yRange(min, max) } },
-      axes: [{ ...axis }, { ...axis, size: axisWidth, values: (u, splits) => tickLabels(splits) }],
+      axes: [{ ...axis, incrs: STEP_INCRS }, { ...axis, size: axisWidth, values: (u, splits) => tickLabels(splits) }],
       hooks: {
         draw: [(u) => self._drawAlerts(u)],
         ready: [

@@ -161,6 +161,16 @@ function showLora() {
   box.hidden = !(path || filled);
 }
 
+// --- the warm-start hint: a from-scratch model (no path) with no warm-start steps
+// (the same rule as RunForm.warmstart_hint) --------------------------------------------
+function showWarmstartHint() {
+  const hint = form.querySelector("[data-warmstart-hint]");
+  if (!hint) return;
+  const path = form.querySelector("[name='model.path']")?.value.trim() || "";
+  const steps = form.querySelector("[name='model.warmstart_steps']")?.value.trim() ?? "0";
+  hint.hidden = Boolean(path) || !(steps === "" || steps === "0");
+}
+
 // --- live check -------------------------------------------------------------------------
 const status = form.querySelector("[data-check-status]");
 let checkSeq = 0;
@@ -232,6 +242,9 @@ form.addEventListener("input", (e) => {
   if (e.target instanceof Element && e.target.closest("[data-reward-section]")) rewardDirty = true;
   if (e.target instanceof Element && e.target.matches("[name^='algorithm.']")) showPreset();
   if (e.target instanceof Element && e.target.matches("[name='model.path'], [data-lora] input")) showLora();
+  if (e.target instanceof Element && e.target.matches("[name='model.path'], [name='model.warmstart_steps']")) {
+    showWarmstartHint();
+  }
   if (e.target instanceof Element && e.target.matches("input[data-number]")) {
     delete serverErrors[e.target.name]; // answered about the old text
     showAll(lastOk);

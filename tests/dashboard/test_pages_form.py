@@ -339,7 +339,8 @@ def test_a_from_scratch_model_without_a_warm_start_gets_a_hint(owner_client):
     with_path = RunForm(post_for(**{"model.warmstart_steps": "0", "model.path": "m"}))
     assert with_path.warmstart_hint == ""  # a pretrained model needs none
     page = owner_client.get("/runs/new/?env=swarm").content.decode()
-    assert "data-warmstart-hint" not in page  # the learning config has one
+    # The learning config has one: the hint is there for the page's script, hidden.
+    assert "data-warmstart-hint hidden>" in page
 
 
 # --- LoRA and the recording policy ----------------------------------------------------
