@@ -101,6 +101,26 @@ def step_factors(old: Weighting, new: Weighting, step: int) -> dict[str, float |
     return out
 
 
+def _factor(
+    key: str,
+    factors: Mapping[str, float | None],
+    step: int,
+    missing: dict[str, set[int]],
+    fixed: set[str],
+) -> float:
+    """What ``key``'s stored value is multiplied by: its factor; 1.0, recorded in
+    ``missing`` (at ``step``), where it cannot be recovered, or in ``fixed`` where the
+    config does not name it."""
+    if key not in factors:
+        fixed.add(key)
+        return 1.0
+    factor = factors[key]
+    if factor is None:
+        missing.setdefault(key, set()).add(step)
+        return 1.0
+    return factor
+
+
 def reweigh(
     ro: StoredRollout,
     factors: Mapping[str, float | None],
@@ -120,14 +140,7 @@ def reweigh(
     steps = [0.0] * n_steps
     parts = []
     for key, stored in ro.components.items():
-        if key in factors:
-            factor = factors[key]
-            if factor is None:
-                missing.setdefault(key, set()).add(ro.step)
-                factor = 1.0
-        else:
-            fixed.add(key)
-            factor = 1.0
+        factor = _factor(key, factors, ro.step, missing, fixed)
         parts.append(stored * factor)
         per = per_step.get(key)
         if per:
@@ -221,15 +234,7 @@ def reweigh_matrix(
     factor 1 the totals are exactly the stored ones, whatever the summation order."""
     delta = np.zeros(len(m.keys))
     for k, key in enumerate(m.keys):
-        if key in factors:
-            factor = factors[key]
-            if factor is None:
-                missing.setdefault(key, set()).add(m.step)
-                factor = 1.0
-        else:
-            fixed.add(key)
-            factor = 1.0
-        delta[k] = factor - 1.0
+        delta[k] = _factor(key, factors, m.step, missing, fixed) - 1.0
     if m.residual:
         fixed.add("(unattributed)")
     if delta.any():
