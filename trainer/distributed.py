@@ -233,7 +233,7 @@ def start(
 def merge_sampled(parts: list[Any]) -> Any:
     """The ranks' ``Sampled`` as one step's (rank order is global group order); the
     wall-clock times are the slowest rank's."""
-    from trainer.loop import Sampled
+    from trainer.sampled import Sampled
 
     out = Sampled([], [], [], 0)
     for p in parts:

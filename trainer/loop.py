@@ -51,7 +51,8 @@ from trainer.records import (
     judgement_events,
     trajectory_event,
 )
-from trainer.rollout import Rollout, play
+from trainer.rollout import play
+from trainer.sampled import Sampled
 from trainer.update import Scores, on_policy, optimise, score, token_kl
 from trainer.warmstart import warmstart
 
@@ -65,21 +66,6 @@ class TrainResult:
     last_step: int
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None
-
-
-@dataclass
-class Sampled:
-    """What one training step sampled: all rollouts, which were kept for the update."""
-
-    rollouts: list[Rollout]
-    results: list[RewardResult]
-    kept: list[bool]
-    groups_dropped: int
-    gen_s: float = 0.0
-    reward_s: float = 0.0
-    # Per rollout: mean entropy over its trained tokens (None: not trained), for the
-    # detectors' evidence; set after the update.
-    row_entropy: list[float | None] = field(default_factory=list)
 
 
 def train(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from trainer.config import TrainConfig
 
 if TYPE_CHECKING:
-    from trainer.loop import Sampled
+    from trainer.sampled import Sampled
 
 
 def _mean(xs: list[float]) -> float:
