@@ -10,7 +10,6 @@ compacts and reports as ``renames`` so errors find their way back.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -25,6 +24,7 @@ from dashboard.pages.catalog import (
     env_params,
     preset_choices,
 )
+from dashboard.pages.typednumbers import number_problem
 from trainer.config import (
     AlgorithmConfig,
     CheckpointConfig,
@@ -41,32 +41,6 @@ from trainer.recording import AUTO_MAX_ROLLOUTS, MAX_GROUPS, RecordConfig
 _ROW = re.compile(r"^reward\.(components|judges)\.(\d+)\.name$")
 _DIM = re.compile(r"^reward\.judges\.(\d+)\.rubric\.(\d+)\.name$")
 _TRUE = {"on", "true", "1", "yes"}
-# What the form accepts as a number: plain decimal, optional exponent. Python's float()
-# also takes "1_0", "inf" or " 1", which a person would not read as that number;
-# static/js/run_form.js applies the same rule as the user types.
-_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-_INT = re.compile(r"^[+-]?\d+$")
-
-
-def number_problem(raw: str, kind: str, words: tuple[str, ...] = ()) -> str | None:
-    """Why ``raw`` (already stripped) is not a number of ``kind`` (int/float), nor one
-    of ``words``, or None.
-
-    The message names the text as typed so that nothing is silently replaced."""
-    if raw in words:
-        return None
-    if kind == "int":
-        if _INT.match(raw):
-            return None
-        alt = "".join(f" or \u201c{w}\u201d" for w in words)
-        return f"\u201c{raw}\u201d is not a whole number{alt}"
-    if not _FLOAT.match(raw):
-        return f"\u201c{raw}\u201d is not a number"
-    if not math.isfinite(float(raw)):
-        return f"\u201c{raw}\u201d is too large to be a number"
-    return None
-
-
 BASIC = [
     sc.field_spec(TrainConfig, "name", ""),
     sc.field_spec(TrainConfig, "steps", ""),
