@@ -37,7 +37,8 @@ def find_checkpoint(src: str | Path) -> Path:
 def export_model(src: str | Path, out: str | Path) -> Path:
     from safetensors.torch import load_model
 
-    from trainer.policy import Policy, _load_local
+    from trainer.models import load_local
+    from trainer.policy import Policy
 
     ckpt = find_checkpoint(src)
     meta = json.loads((ckpt / "meta.json").read_text(encoding="utf-8"))
@@ -45,7 +46,7 @@ def export_model(src: str | Path, out: str | Path) -> Path:
     if cfg.model.lora is not None:
         from peft import PeftModel
 
-        base, tokenizer = _load_local(str(cfg.model.path))
+        base, tokenizer = load_local(str(cfg.model.path))
         model = PeftModel.from_pretrained(base, ckpt / "adapter").merge_and_unload()
     else:
         vocab: list[str] = []

@@ -48,7 +48,9 @@ def test_a_run_on_several_processes_is_refused_at_submit(owner, tiny_config, enq
     with pytest.raises(services.InvalidConfig) as exc:
         services.launch_run(owner, tiny_config)
     [error] = exc.value.errors
-    assert error.startswith("config.resources.processes:") and "--nproc-per-node" in error
+    assert (
+        error.startswith("config.resources.processes:") and "--nproc-per-node" in error
+    )
     assert Run.objects.count() == 0 and enqueued == []
 
 

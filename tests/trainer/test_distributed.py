@@ -24,6 +24,7 @@ import torch
 import torch.multiprocessing as mp
 
 import trainer.loop as loop
+import trainer.sampling as sampling
 from rewards.types import RewardBreakdown, RewardResult
 from trainer.config import TrainConfig
 from trainer.envs.base import make_env
@@ -93,7 +94,7 @@ def _params(policy_state: dict) -> dict[str, torch.Tensor]:
 
 
 class _Recorder:
-    """Wraps ``trainer.loop.play``: keeps every call's rollouts (one call a step)."""
+    """Wraps ``trainer.sampling.play``: keeps every call's rollouts (one call a step)."""
 
     def __init__(self, play):
         self.play, self.calls = play, []
@@ -131,18 +132,18 @@ class _Replay:
 def _patched(play=None):
     """Yields the list of policies ``train`` builds; ``play`` replaces rollouts."""
     built: list = []
-    real_build, real_play = loop.Policy.build, loop.play
+    real_build, real_play = loop.Policy.build, sampling.play
 
     def build(*a, **kw):
         built.append(real_build(*a, **kw))
         return built[-1]
 
     loop.Policy.build = build
-    loop.play = play or real_play
+    sampling.play = play or real_play
     try:
         yield built
     finally:
-        loop.Policy.build, loop.play = real_build, real_play
+        loop.Policy.build, sampling.play = real_build, real_play
 
 
 def _rank_main(rank: int, port: int, out: str) -> None:
@@ -221,7 +222,7 @@ def runs(tmp_path_factory):
 def _runs(out: Path):
     reference, calls = {}, {}
     for name in SCENARIOS:
-        recorder = _Recorder(loop.play)
+        recorder = _Recorder(sampling.play)
         sink = ListSink()
         with _patched(recorder) as built:
             loop.train(_config(name, 1), make_env("calc", seed=0), reward, sink)

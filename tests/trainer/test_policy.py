@@ -11,7 +11,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from trainer.batch import collate
 from trainer.config import ModelConfig
 from trainer.envs.base import Task
-from trainer.policy import Policy, PolicyError
+from trainer.models import PolicyError
+from trainer.policy import Policy
 from trainer.rollout import Rollout, Segment
 from trainer.tokenizer import EOA, build_word_tokenizer
 

@@ -1,0 +1,111 @@
+"""The JSON API (django-ninja) at ``/api/``; OpenAPI at ``/api/openapi.json``, docs at
+``/api/docs`` (both login-only, assets served locally).
+
+Authentication: a personal API token (``Authorization: Bearer <token>``, no CSRF; see
+``/settings/tokens/`` or ``manage.py create_token``), or the browser session with CSRF
+on unsafe methods (``X-CSRFToken`` header). Anonymous callers and revoked or unknown
+tokens get 401, other users' runs 404, staff see every run. Every error is JSON. Bad input is a 400 whose
+``errors`` are ``field: message`` lines; nothing is enqueued then. Numbers that are
+not finite are written as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
+Views are adapters: parse, call ``services``/``dashboard.reads``, return.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.renderers import JSONRenderer
+from ninja.responses import NinjaJSONEncoder
+from ninja.security import HttpBearer, django_auth
+
+from dashboard import jsonsafe, services, tokens
+
+
+class SafeJSONRenderer(JSONRenderer):
+    """Never emits bare NaN/Infinity (invalid JSON): they become strings."""
+
+    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> str:
+        safe = jsonsafe.clean(data, keep_objects=True)
+        return json.dumps(safe, cls=NinjaJSONEncoder, allow_nan=False)
+
+
+log = logging.getLogger(__name__)
+
+
+class BearerToken(HttpBearer):
+    """``Authorization: Bearer <token>``: the request acts as the token's user."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        user = tokens.user_for_token(token)
+        if user is not None:
+            request.user = user
+        return user
+
+
+api = NinjaAPI(
+    title="Agentic RL dashboard API",
+    version="1",
+    description=__doc__ or "",
+    auth=[BearerToken(), django_auth],
+    urls_namespace="api",
+    docs_decorator=login_required,
+    renderer=SafeJSONRenderer(),
+)
+
+
+@api.exception_handler(NinjaValidationError)
+def _validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
+    errors = []
+    for err in exc.errors:
+        loc = [
+            str(p)
+            for p in err.get("loc", ())
+            if p not in ("body", "payload", "query", "path")
+        ]
+        errors.append(f"{'.'.join(loc) or '(request)'}: {err.get('msg', 'invalid')}")
+    return api.create_response(
+        request, {"detail": "invalid request", "errors": errors}, status=400
+    )
+
+
+@api.exception_handler(services.ServiceError)
+def _service_error(request: HttpRequest, exc: services.ServiceError) -> HttpResponse:
+    return api.create_response(
+        request, {"detail": str(exc.errors[0]), "errors": exc.errors}, status=exc.status
+    )
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    return api.create_response(
+        request, {"detail": "request body too large", "errors": [str(exc)]}, status=413
+    )
+
+
+@api.exception_handler(Exception)
+def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # The traceback goes to the log; the caller gets JSON without server paths.
+    log.exception("API error on %s %s", request.method, request.path)
+    return api.create_response(
+        request,
+        {"detail": "internal error; the server log has the details"},
+        status=500,
+    )
+
+
+# The endpoints, by concept: external runs (create, events, finish, the event schema),
+# runs (launch, list, clone, cancel, the config schema), what a run produced. External
+# first: Django matches paths in order, and /runs/external must not be read as
+# /runs/{run_id}.
+from dashboard.api import data, external_runs, runs  # noqa: E402
+
+api.add_router("", external_runs.router)
+api.add_router("", runs.router)
+api.add_router("", data.router)

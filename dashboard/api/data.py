@@ -1,0 +1,186 @@
+"""What a run produced: metrics, frames, trajectories, judgements, critical paths,
+alerts, what-if reweighting, checkpoints, the export."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from ninja import Query, Router
+from ninja.errors import HttpError
+
+from dashboard import services
+from dashboard.api.schemas import ErrorOut, MetricsQuery, StepRange, WhatIfIn
+from dashboard.models import Alert, Checkpoint, CriticalPath, Judgement, Run, Trajectory
+from dashboard.reads import metrics as metric_reads
+from dashboard.reads import stream
+from dashboard.reads import trajectories as trajs
+from dashboard.reads.runs import alert_dicts, checkpoint_dict
+
+router = Router()
+
+
+def _in_range(model: type, run: Run, q: StepRange):
+    qs = model.objects.filter(run=run, step__gt=q.since_step)
+    return qs.filter(step=q.step) if q.step is not None else qs
+
+
+@router.get("/runs/{run_id}/metrics", tags=["data"])
+def metrics(request: HttpRequest, run_id: str, q: Query[MetricsQuery]):
+    """Downsampled series: per bucket of steps, min/max/last with the step of each.
+    Without ``keys``: the list of metric names."""
+    run = services.get_run_for_user(request.user, run_id)
+    keys = [k.strip() for k in q.keys.split(",") if k.strip()]
+    if not keys:
+        return {"run": str(run.pk), "keys": metric_reads.metric_keys(run)}
+    return HttpResponse(
+        metric_reads.downsample_metrics_json(
+            run, keys, since_step=q.since_step, points=q.points
+        ),
+        content_type="application/json",
+    )
+
+
+@router.get("/runs/{run_id}/backfill", tags=["data"])
+def backfill(
+    request: HttpRequest,
+    run_id: str,
+    since_step: int = Query(-1, ge=-1),
+    max_steps: int = Query(500, ge=1, le=5000),
+):
+    """What frames reported after ``since_step`` (for a client that missed frames)."""
+    return stream.backfill(
+        services.get_run_for_user(request.user, run_id), since_step, max_steps
+    )
+
+
+@router.get("/runs/{run_id}/trajectories", tags=["data"])
+def trajectories(request: HttpRequest, run_id: str, q: Query[StepRange]):
+    run = services.get_run_for_user(request.user, run_id)
+    qs = (
+        _in_range(Trajectory, run, q)
+        .defer("arrays", "segments", "facts", "agent_steps")
+        .order_by("step", "group", "index")
+    )
+    return {
+        "trajectories": [
+            trajs.trajectory_summary(t) for t in qs[q.offset : q.offset + q.limit]
+        ]
+    }
+
+
+@router.get("/runs/{run_id}/trajectories/{step}/{group}/{index}", tags=["data"])
+def trajectory(request: HttpRequest, run_id: str, step: int, group: int, index: int):
+    """One trajectory with its segments' per-token arrays decoded, its judgements and
+    critical path."""
+    run = services.get_run_for_user(request.user, run_id)
+    key = {"run": run, "step": step, "group": group, "index": index}
+    t = Trajectory.objects.filter(**key).first()
+    if t is None:
+        raise HttpError(404, "Not Found")
+    out = trajs.trajectory_detail(t)
+    where = (run, step, group, index)
+    out["judgements"] = [trajs.judgement_dict(j) for j in trajs.judgements_for(*where)]
+    cp = trajs.critical_path_for(*where)
+    out["critical_path"] = trajs.critical_path_dict(cp) if cp else None
+    return out
+
+
+@router.get("/runs/{run_id}/judgements", tags=["data"])
+def judgements(request: HttpRequest, run_id: str, q: Query[StepRange]):
+    run = services.get_run_for_user(request.user, run_id)
+    qs = _in_range(Judgement, run, q).order_by("step", "group", "index", "judge")
+    return {
+        "judgements": [
+            trajs.judgement_dict(j) for j in qs[q.offset : q.offset + q.limit]
+        ]
+    }
+
+
+@router.get("/runs/{run_id}/critical-paths", tags=["data"])
+def critical_paths(request: HttpRequest, run_id: str, q: Query[StepRange]):
+    run = services.get_run_for_user(request.user, run_id)
+    qs = _in_range(CriticalPath, run, q).order_by("step", "group", "index")
+    return {
+        "critical_paths": [
+            trajs.critical_path_dict(c) for c in qs[q.offset : q.offset + q.limit]
+        ]
+    }
+
+
+@router.get("/runs/{run_id}/alerts", tags=["data"])
+def alerts(request: HttpRequest, run_id: str, q: Query[StepRange]):
+    run = services.get_run_for_user(request.user, run_id)
+    qs = _in_range(Alert, run, q).order_by("step", "detector")
+    return {"alerts": alert_dicts(run, list(qs[q.offset : q.offset + q.limit]))}
+
+
+@router.post("/runs/{run_id}/whatif", response={200: Any, 400: ErrorOut}, tags=["data"])
+def whatif(request: HttpRequest, run_id: str, payload: WhatIfIn):
+    """The stored rollouts' advantages and ranks recomputed under other reward
+    weights: per step and in total, with examples (see ``trainer.whatif``)."""
+    from dashboard import whatif as wi
+
+    run = services.get_run_for_user(request.user, run_id)
+    return wi.whatif(run, payload.weights, payload.steps)
+
+
+@router.get("/runs/{run_id}/checkpoints", tags=["data"])
+def checkpoints(request: HttpRequest, run_id: str):
+    run = services.get_run_for_user(request.user, run_id)
+    return {
+        "checkpoints": [
+            checkpoint_dict(c)
+            for c in Checkpoint.objects.filter(run=run).order_by("step")
+        ]
+    }
+
+
+_EXPORT_INCLUDE = Query(
+    None,
+    description="Parts to include, repeated or comma-separated (default: all): "
+    + ", ".join(stream.EXPORT_PARTS),
+)
+
+
+@router.get("/runs/{run_id}/export", tags=["data"])
+def export(
+    request: HttpRequest,
+    run_id: str,
+    include: list[str] = _EXPORT_INCLUDE,
+):
+    """The run as JSON lines (``application/x-ndjson``), trainer event shapes, streamed
+    as it is read (gzip-compressed on the wire when the client accepts it)."""
+    run = services.get_run_for_user(request.user, run_id)
+    parts = [p.strip() for item in include or [] for p in item.split(",")]
+    parts = [p for p in parts if p] or list(stream.EXPORT_PARTS)
+    unknown = [p for p in parts if p not in stream.EXPORT_PARTS]
+    if unknown:
+        raise services.InvalidConfig(
+            f"include: unknown part {unknown[0]!r} "
+            f"(known: {', '.join(stream.EXPORT_PARTS)})"
+        )
+    chunks: Any = stream.export_lines(run, parts)
+    gzip_ok = "gzip" in request.headers.get("Accept-Encoding", "")
+    if gzip_ok:
+        chunks = stream.gzip_chunks(chunks)
+    response = StreamingHttpResponse(
+        _async_chunks(chunks), content_type="application/x-ndjson"
+    )
+    if gzip_ok:
+        response["Content-Encoding"] = "gzip"
+    response["Vary"] = "Accept-Encoding"
+    response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.jsonl"'
+    return response
+
+
+async def _async_chunks(chunks):
+    """An asynchronous iterator over a synchronous one (each ``next`` in the request's
+    own thread, where its database cursor lives): under ASGI, Django would read a
+    synchronous iterator to its end before sending the first byte."""
+    from asgiref.sync import sync_to_async
+
+    it = iter(chunks)
+    step = sync_to_async(lambda: next(it, None), thread_sensitive=True)
+    while (chunk := await step()) is not None:
+        yield chunk

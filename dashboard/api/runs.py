@@ -1,0 +1,73 @@
+"""Runs: list, launch, read, clone, cancel; the config schema."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from ninja import Query, Router, Status
+
+from dashboard import services
+from dashboard.api.schemas import (
+    CloneIn,
+    ErrorOut,
+    LaunchIn,
+    RunDetailOut,
+    RunList,
+    RunOut,
+)
+from dashboard.reads.runs import run_dict
+
+router = Router()
+
+
+@router.get("/runs", response=RunList, tags=["runs"])
+def list_runs(
+    request: HttpRequest,
+    limit: int = Query(50, ge=1, le=500),
+    offset: int = Query(0, ge=0),
+):
+    runs = services.visible_runs(request.user)
+    return {
+        "count": runs.count(),
+        "runs": [run_dict(r) for r in runs[offset : offset + limit]],
+    }
+
+
+@router.post(
+    "/runs", response={201: RunDetailOut, 400: ErrorOut, 409: ErrorOut}, tags=["runs"]
+)
+def launch_run(request: HttpRequest, payload: LaunchIn):
+    run = services.launch_run(request.user, payload.config, name=payload.name)
+    return Status(201, run_dict(run, detail=True))
+
+
+@router.get("/runs/{run_id}", response=RunDetailOut, tags=["runs"])
+def get_run(request: HttpRequest, run_id: str):
+    return run_dict(services.get_run_for_user(request.user, run_id), detail=True)
+
+
+@router.post(
+    "/runs/{run_id}/clone",
+    response={201: RunDetailOut, 400: ErrorOut, 409: ErrorOut},
+    tags=["runs"],
+)
+def clone_run(request: HttpRequest, run_id: str, payload: CloneIn):
+    source = services.get_run_for_user(request.user, run_id)
+    run = services.clone_run(request.user, source, payload.overrides, name=payload.name)
+    return Status(201, run_dict(run, detail=True))
+
+
+@router.post(
+    "/runs/{run_id}/cancel", response={200: RunOut, 409: ErrorOut}, tags=["runs"]
+)
+def cancel_run(request: HttpRequest, run_id: str):
+    return run_dict(
+        services.cancel_run(services.get_run_for_user(request.user, run_id))
+    )
+
+
+@router.get("/config/schema", tags=["runs"])
+def config_schema(request: HttpRequest):
+    """The JSON schema of TrainConfig: the one run schema (form, API, CLI)."""
+    from trainer.config import TrainConfig
+
+    return TrainConfig.model_json_schema()

@@ -1,0 +1,111 @@
+"""The API's request and response schemas."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from ninja import Field, Schema
+from pydantic import ConfigDict
+
+from dashboard.reads import metrics as metric_reads
+
+
+class RunOut(Schema):
+    id: UUID
+    name: str
+    owner: str
+    status: str
+    queue: str
+    attempt: int
+    last_step: int
+    frame_seq: int
+    cancel_requested: bool
+    error: str
+    external: bool
+    framework: str
+    parent: UUID | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+
+
+class RunDetailOut(RunOut):
+    config: dict[str, Any]
+
+
+class RunList(Schema):
+    count: int
+    runs: list[RunOut]
+
+
+class LaunchIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    config: dict[str, Any] = Field(
+        description="A TrainConfig (see /api/config/schema)."
+    )
+    name: str | None = Field(None, description="Defaults to config.name.")
+
+
+class CloneIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Deep-merged into the source config."
+    )
+    name: str | None = None
+
+
+class ExternalIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="The run's name in the dashboard.")
+    framework: str | None = Field(
+        None, description='What trains it: "agentic-rl", "trl", "verl", "import"...'
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="Any JSON config (shown and diffed)."
+    )
+
+
+class FinishIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    status: str = Field(description="succeeded, failed or cancelled.")
+    error: str | None = None
+
+
+class IngestOut(Schema):
+    accepted: int
+    duplicates: int
+    cancel_requested: bool
+
+
+class ErrorOut(Schema):
+    detail: str
+    errors: list[str] = []
+
+
+class MetricsQuery(Schema):
+    keys: str = Field("", max_length=4000, description="Comma-separated metric names.")
+    since_step: int = Field(-1, ge=-1)
+    points: int = Field(
+        1000,
+        ge=1,
+        le=metric_reads.MAX_POINTS,
+        description="Buckets at most (chart width).",
+    )
+
+
+class StepRange(Schema):
+    step: int | None = Field(None, ge=0)
+    since_step: int = Field(-1, ge=-1)
+    limit: int = Field(200, ge=1, le=2000)
+    offset: int = Field(0, ge=0)
+
+
+class WhatIfIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    weights: Any = Field(
+        None, description="{component: base weight}; unnamed ones keep the run's."
+    )
+    steps: Any = Field(None, description="Training steps to recompute; null: all.")

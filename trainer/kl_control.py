@@ -1,0 +1,55 @@
+"""The KL term of a step: its coefficient (fixed or adaptive), and, with
+``kl_in_reward``, the penalty subtracted from the rewards before the advantages.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rewards.types import RewardResult
+from trainer.algorithms import ResolvedAlgorithm, adaptive_kl_coef, masked_mean
+from trainer.batch import Batch, with_kl_penalty
+from trainer.checkpoint import TrainState
+from trainer.update import Scores, token_kl
+
+if TYPE_CHECKING:
+    from trainer.distributed import Parallel
+
+
+def kl_in_reward(
+    algo: ResolvedAlgorithm,
+    state: TrainState,
+    batch: Batch,
+    scores: Scores,
+    results: list[RewardResult],
+    par: Parallel | None = None,
+) -> tuple[float | None, list[RewardResult]]:
+    """Set this step's KL coefficient on ``scores``; with ``kl_in_reward`` subtract
+    coef * KL from the rewards (the advantages see it, the logged reward does not).
+    Returns the mean per-token KL when it was measured here (over every rank's
+    tokens), and the results."""
+    scores.kl_beta = algo.kl_beta if state.kl_coef is None else state.kl_coef
+    if not algo.kl_in_reward or scores.ref_logprobs is None:
+        return None, results
+    kl = token_kl(algo, scores.old_logprobs, scores.ref_logprobs, batch.loss_mask)
+    if par is None:
+        mean = float(masked_mean(kl, batch.loss_mask))
+    else:
+        keep = batch.loss_mask > 0
+        total, count = par.all_sum([float(kl[keep].sum()), float(keep.sum())])
+        mean = total / max(count, 1.0)
+    return mean, with_kl_penalty(results, kl, batch, scores.kl_beta)
+
+
+def kl_step(
+    algo: ResolvedAlgorithm, state: TrainState, scores: Scores, kl: float | None
+) -> dict[str, float]:
+    """The KL metrics, and the adaptive coefficient's move towards its target."""
+    if scores.ref_logprobs is None or kl is None:
+        return {}
+    out = {"kl": kl, "kl/coef": scores.kl_beta}
+    if algo.kl_target > 0:
+        state.kl_coef = adaptive_kl_coef(
+            scores.kl_beta, kl, target=algo.kl_target, horizon=algo.kl_horizon
+        )
+    return out
