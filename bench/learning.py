@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 # search: fbeta [0, 1] + 0.2 * trajectory_recall [0, 1] + single_search_exit_penalty
 #   [-0.2, 0] + format [0, 0.05].
 # swarm: r_perf [0, 1] + format [0, 0.05].
-# dataset_arith: numeric_match [0, 1] + format [0, 0.1].
+# dataset_arith: numeric_match [0, 1] (0.5 tool credit) + format [0, 0.1].
 RANGES = {
     "calc": (0.0, 1.1),
     "search": (-0.2, 1.25),

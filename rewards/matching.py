@@ -11,7 +11,14 @@ from __future__ import annotations
 import math
 import re
 
-from rewards.components import NO_CONTEXT, Context, PerStep, on_last, register_component
+from rewards.components import (
+    NO_CONTEXT,
+    Context,
+    PerStep,
+    on_last,
+    on_steps,
+    register_component,
+)
 from rewards.params import (
     ContainsParams,
     ExactMatchParams,
@@ -89,15 +96,32 @@ def numeric_match(
     >>> numeric_match(episode("dataset", [{}, {}], answer="so 12.0", reference="12"),
     ...               NumericMatchParams())
     (0.0, 1.0)
+
+    With ``tool_credit``, a missed answer still earns it on the tool call that
+    computed the reference:
+
+    >>> calc = {"tool": "calculator", "observation": "12"}
+    >>> numeric_match(episode("dataset", [calc, {}], answer="7", reference="12"),
+    ...               NumericMatchParams(tool_credit=0.5))
+    (0.5, 0.0)
     """
-    pair = _pair(ep)
-    if pair is None:
+    ref = ep.facts.get("reference")
+    r = last_number(str(ref)) if ref is not None else None
+    if r is None:
         return on_last(ep, 0.0)
-    a, r = last_number(pair[0]), last_number(pair[1])
-    if a is None or r is None:
-        return on_last(ep, 0.0)
-    hit = math.isclose(a, r, abs_tol=p.abs_tol, rel_tol=p.rel_tol)
-    return on_last(ep, float(hit))
+
+    def close(text: str) -> bool:
+        a = last_number(text[:MAX_ANSWER_CHARS])
+        return a is not None and math.isclose(a, r, abs_tol=p.abs_tol, rel_tol=p.rel_tol)
+
+    answer = ep.facts.get("answer")
+    if isinstance(answer, str) and close(answer):
+        return on_last(ep, 1.0)
+    if p.tool_credit:
+        for s in ep.steps:
+            if s.ok and s.tool not in (None, "answer") and close(s.observation):
+                return on_steps(ep, {s.index: p.tool_credit})
+    return on_last(ep, 0.0)
 
 
 @register_component("regex_match", RegexMatchParams, envs=_DATASET)

@@ -160,6 +160,13 @@ class NumericMatchParams(Params):
     rel_tol: float = Field(
         0.0, ge=0, le=1, description="Largest relative difference that matches."
     )
+    tool_credit: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="When the answer misses: paid on the first successful tool call "
+        "whose result matches the reference (a process reward for computing it).",
+    )
 
 
 class RegexMatchParams(Params):

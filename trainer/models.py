@@ -78,8 +78,6 @@ def build_model(
         model = LlamaForCausalLM(config)
     if cfg.lora is not None:
         model = _with_lora(model, cfg)
-    if cfg.lora is not None:
-        model = _with_lora(model, cfg)
     return model, tokenizer
 
 

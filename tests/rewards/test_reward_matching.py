@@ -88,3 +88,24 @@ def test_match_components_are_weighted_and_attributed_to_the_answer_step():
         "contains": (0.0, 0.0, 0.5),
     }
     assert res.breakdown.total == 2.5
+
+
+def test_numeric_match_tool_credit_pays_the_call_that_computed_a_missed_answer():
+    calc = {"tool": "calculator", "observation": "12"}
+    p = NumericMatchParams(tool_credit=0.5)
+
+    def ep(steps, answer):
+        return episode("dataset", steps, answer=answer, reference="12")
+
+    # Missed answer: the credit lands on the call whose result is the reference.
+    assert numeric_match(
+        ep([{"tool": "calculator", "observation": "3"}, calc, {}], "3"), p
+    ) == (0.0, 0.5, 0.0)
+    # A right answer is paid 1 on its step, never 1 + credit.
+    assert numeric_match(ep([calc, {}], "12"), p) == (0.0, 1.0)
+    # Once only, however often the call is repeated; never from a failed call or
+    # from the answer step itself; off by default.
+    assert numeric_match(ep([calc, calc, {}], None), p) == (0.5, 0.0, 0.0)
+    failed = {"tool": "calculator", "ok": False, "observation": "12"}
+    assert numeric_match(ep([failed, {}], "7"), p) == (0.0, 0.0)
+    assert numeric_match(ep([calc, {}], "7"), NumericMatchParams()) == (0.0, 0.0)

@@ -190,3 +190,14 @@ def test_search_tool_answers_from_the_corpus_file(tmp_path):
         '<tool_call>{"name": "search", "arguments": {"query": "France capital"}}</tool_call>'
     )
     assert r.facts.ok and r.observation == "[d1] paris is the capital of france"
+
+
+def test_a_word_level_model_reads_and_writes_any_number_digit_by_digit(arith):
+    from trainer.tokenizer import build_word_tokenizer
+
+    env = make_env("dataset", {"path": str(arith), "tools": ["calculator"]})
+    assert not any(w.isdigit() and len(w) > 1 for w in env.vocabulary())
+    tok = build_word_tokenizer(env.vocabulary())
+    for text in ["what is 17 + 3 ?", "calculator 98765 * -4", "-395060", "0.5"]:
+        ids = tok.encode(text, add_special_tokens=False)
+        assert tok.unk_token_id not in ids and tok.decode(ids) == text

@@ -20,3 +20,16 @@ def test_it_is_deterministic_whatever_the_order_of_the_vocabulary():
     a = build_word_tokenizer(["b", "a", "c"])
     b = build_word_tokenizer(["c", "b", "a", "a"])
     assert a.get_vocab() == b.get_vocab()
+
+
+def test_numbers_are_read_digit_by_digit_when_the_vocabulary_has_digit_pieces():
+    from trainer.tokenizer import DIGIT_PIECES
+
+    tok = build_word_tokenizer(["calculator", "+", "d17", *DIGIT_PIECES])
+    for text in ["calculator 1234 + -56", "3.25", "d17 17"]:
+        ids = tok.encode(text, add_special_tokens=False)
+        assert tok.decode(ids) == text
+    assert tok.tokenize("1234") == ["1", "##2", "##3", "##4"]
+    assert tok.tokenize("d17") == ["d17"]  # a vocabulary word stays one token
+    # Without digit pieces a number outside the vocabulary is unknown, as before.
+    assert build_word_tokenizer(["calc"]).tokenize("17") == ["<unk>"]

@@ -34,6 +34,7 @@ from trainer.envs.base import (
 )
 from trainer.envs.dataset_files import Row, read_rows
 from trainer.envs.tools import TOOLS, call_tool, parse_action
+from trainer.tokenizer import DIGIT_PIECES
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _KEY = r"^[A-Za-z0-9_.-]+$"
@@ -173,13 +174,14 @@ class DatasetEnv(Environment):
 
     @cached_property
     def _vocabulary(self) -> list[str]:
-        words: set[str] = set(self.params.tools)
+        # Numbers are not words: the tokenizer reads them digit by digit
+        # (DIGIT_PIECES), so any number, a calculator's result too, can be read
+        # and written, and copied digit by digit.
+        words: set[str] = set(self.params.tools) | set(DIGIT_PIECES)
         for row in self.rows:
-            words.update(row.prompt.split())
-            words.update(row.answer.split())
+            for text in (row.prompt, row.answer):
+                words.update(w for w in text.split() if not _NUMBER.fullmatch(w))
         if "calculator" in self.params.tools:
-            # Results a word-level model must be able to read back and copy.
-            words.update(str(n) for n in range(-100, 1001))
             words.update(["+", "-", "*", "/", "error:"])
         return sorted(words)
 
