@@ -32,7 +32,6 @@ from dashboard.models import (
     Checkpoint,
     CriticalPath,
     Judgement,
-    MetricPoint,
     Run,
     RunStatus,
     Trajectory,
@@ -199,19 +198,13 @@ def parse_events(data: bytes) -> list[dict[str, Any]]:
 
 # --- storing a batch ----------------------------------------------------------------
 def _existing(run_id: Any, events: list[dict[str, Any]]) -> set[tuple]:
-    """The keys of rows these events would write that are already stored."""
+    """The keys of rows these events (other than steps: their metric points say it
+    as they are written, see ``ingest.upsert_metrics``) would write that are already
+    stored."""
     steps: dict[str, set[int]] = {}
-    keys: set[str] = set()
     for ev in events:
         steps.setdefault(ev["type"], set()).add(ev.get("step", 0))
-        if ev["type"] == "step":
-            keys.update(ev["metrics"])
     found: set[tuple] = set()
-    if steps.get("step") and keys:
-        rows = MetricPoint.objects.filter(
-            run_id=run_id, key__in=keys, step__in=steps["step"]
-        ).values_list("step", "key")
-        found.update(("m", s, k) for s, k in rows)
     for kind, model, fields in _KEYED:
         if steps.get(kind):
             rows = model.objects.filter(run_id=run_id, step__in=steps[kind])
@@ -229,14 +222,16 @@ _KEYED = (
 _FIELDS = {kind: fields for kind, _, fields in _KEYED}
 
 
-def _is_duplicate(ev: dict[str, Any], found: set[tuple], run: Run) -> bool:
+def _is_duplicate(
+    ev: dict[str, Any], found: set[tuple], stale_steps: set[int], status: str
+) -> bool:
     kind = ev["type"]
     if kind == "step":
-        return all(("m", ev["step"], k) in found for k in ev["metrics"])
+        return ev["step"] in stale_steps or not ev["metrics"]
     if kind in _FIELDS:
         return (kind, ev["step"], *(ev.get(f) for f in _FIELDS[kind])) in found
     if kind == "run_finished":
-        return run.status == ev["status"]
+        return status == ev["status"]
     return False
 
 
@@ -251,12 +246,13 @@ def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         found = _existing(run.pk, events)
-        duplicates = sum(_is_duplicate(ev, found, run) for ev in events)
+        status_before = run.status
         record, seed = recording_of(run)
         # Detected before storing, stored with the batch: the recording policy keeps
         # the groups an alert points at (dashboard.detection).
         alerted = late_evidence(run, events)
         alerts = detect_external(run, events)
+        stale_steps: set[int] = set()
         _, parts = ingest.store(
             run.pk,
             [*events, *alerts],
@@ -264,6 +260,10 @@ def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
             record=record,
             seed=seed,
             alerted=alerted,
+            stale_steps=stale_steps,
+        )
+        duplicates = sum(
+            _is_duplicate(ev, found, stale_steps, status_before) for ev in events
         )
         fields = {"heartbeat_at": timezone.now()}
         last_step = ingest.last_step_after(

@@ -70,13 +70,16 @@ def store(
     record: RecordConfig | None = None,
     seed: int = 0,
     alerted: Mapping[int, Iterable[int]] | None = None,
+    stale_steps: set[int] | None = None,
 ) -> tuple[int, FrameParts]:
     """Write ``events`` in order (inside the caller's transaction): the one write path
     of the worker's sink and the HTTP ingest. Returns (rows written, what the next
     frame reports). A ``run_started`` first deletes the rows from its ``start_step`` on
     (``supersede_on_start``: a resumed attempt replays them). ``record``: the
     recording policy to apply first (external runs; our trainer applies it itself),
-    keeping the groups alerts of the batch point at and ``alerted[step]``."""
+    keeping the groups alerts of the batch point at and ``alerted[step]``.
+    ``stale_steps``: filled with the steps whose every metric point was already
+    stored (a re-sent step; see :func:`upsert_metrics`)."""
     if record is not None:
         events = recorded(events, record, seed, alerted)
     rows, parts, batch = 0, FrameParts(), Batch()
@@ -84,14 +87,14 @@ def store(
         if ev.get("type") == "run_started":
             if supersede_on_start:
                 rows += len(batch)
-                write(run_id, batch)
+                write(run_id, batch, stale_steps)
                 batch = Batch()
                 supersede(run_id, start_step_of(ev))
         else:
             batch.add(run_id, ev, attempt)
             frames.summarise(ev, parts)
     rows += len(batch)
-    write(run_id, batch)
+    write(run_id, batch, stale_steps)
     return rows, parts
 
 
@@ -216,10 +219,12 @@ def judgement_row(run_id: Any, step: int, event: dict[str, Any]) -> Judgement:
     )
 
 
-def write(run_id: Any, batch: Batch) -> None:
+def write(run_id: Any, batch: Batch, stale_steps: set[int] | None = None) -> None:
     """Upsert every row of the batch (inside the caller's transaction)."""
     if batch.metrics:
-        upsert_metrics(run_id, batch.metrics)
+        stale = upsert_metrics(run_id, batch.metrics)
+        if stale_steps is not None:
+            stale_steps.update(stale)
     if batch.trajectories:
         new = prompts.share(run_id, batch.trajectories, batch.segment_parts)
         GroupPrompt.objects.bulk_create(new, batch_size=200)
@@ -234,8 +239,11 @@ def write(run_id: Any, batch: Batch) -> None:
     _upsert(Checkpoint, batch.checkpoints.values(), ["run", "step"])
 
 
-def upsert_metrics(run_id: Any, points: dict[tuple[int, str], float]) -> None:
+def upsert_metrics(run_id: Any, points: dict[tuple[int, str], float]) -> set[int]:
+    """Upsert the points and fold them into every rollup level; returns the steps
+    whose every point was already stored (re-sent ones)."""
     if connection.vendor != "postgresql":
+        stale = _stale_steps_py(run_id, points)
         rows = [
             MetricPoint(run_id=run_id, step=s, key=k, value=v)
             for (s, k), v in points.items()
@@ -248,31 +256,90 @@ def upsert_metrics(run_id: Any, points: dict[tuple[int, str], float]) -> None:
             batch_size=250,
         )
         _fold_rollups_py(run_id, ((k, s, v) for (s, k), v in points.items()))
-        return
+        return stale
     steps, keys, values = [], [], []
     for (step, key), value in points.items():
         steps.append(step)
         keys.append(key)
         values.append(value)
-    # One statement: the arrays are parsed once, the points upserted, and the batch
-    # folded into every rollup level (per bucket: the smaller (value, step) pair, the
-    # larger one, and the later (step, value) pair).
+    # One statement: the arrays are parsed once, the points upserted (each saying
+    # whether it was new: xmax is 0 on an inserted row), and the batch folded into
+    # every rollup level (per bucket: the smaller (value, step) pair, the larger one,
+    # and the later (step, value) pair). The arrays travel as three array literals
+    # built here: the driver's per-element quoting cost more than the SQL.
     with connection.cursor() as cur:
         cur.execute(
             "WITH t AS MATERIALIZED (SELECT * FROM unnest(%s::integer[], %s::varchar[], "
             "%s::double precision[]) AS t(s, k, v)), "
             f"p AS (INSERT INTO {MetricPoint._meta.db_table} (run_id, step, key, value) "
             "SELECT %s, s, k, v FROM t "
-            "ON CONFLICT (run_id, key, step) DO UPDATE SET value = EXCLUDED.value) "
-            f"INSERT INTO {MetricRollup._meta.db_table} AS r {COLUMNS} "
+            "ON CONFLICT (run_id, key, step) DO UPDATE SET value = EXCLUDED.value "
+            "RETURNING step, xmax = 0 AS fresh), "
+            f"r AS (INSERT INTO {MetricRollup._meta.db_table} AS r {COLUMNS} "
             + " UNION ALL ".join(
                 f"SELECT %s::uuid, k, {sh}, s >> {sh}, "
                 f"{BUCKET_AGGREGATES.format(**UNNEST)} FROM t GROUP BY k, s >> {sh}"
                 for sh in ROLLUP_SHIFTS
             )
-            + f" ON CONFLICT (run_id, key, shift, bucket) DO UPDATE SET {MERGE}",
-            [steps, keys, values, run_id] + [run_id] * len(ROLLUP_SHIFTS),
+            + f" ON CONFLICT (run_id, key, shift, bucket) DO UPDATE SET {MERGE}) "
+            "SELECT step FROM p GROUP BY step HAVING NOT bool_or(fresh)",
+            [
+                int_array_literal(steps),
+                text_array_literal(keys),
+                float_array_literal(values),
+                run_id,
+            ]
+            + [run_id] * len(ROLLUP_SHIFTS),
         )
+        return {step for (step,) in cur.fetchall()}
+
+
+def int_array_literal(values: list[int]) -> str:
+    """``{1,2,3}``: a PostgreSQL array literal of integers.
+
+    >>> int_array_literal([3, -1])
+    '{3,-1}'
+    """
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def float_array_literal(values: list[float]) -> str:
+    """A PostgreSQL array literal of doubles; Python's shortest round-trip repr
+    (``nan``, ``inf`` and ``-inf`` are PostgreSQL's spellings too, any case).
+
+    >>> float_array_literal([0.1, float("nan"), float("-inf")])
+    '{0.1,nan,-inf}'
+    """
+    return "{" + ",".join(map(repr, map(float, values))) + "}"
+
+
+def text_array_literal(values: list[str]) -> str:
+    r"""A PostgreSQL array literal of strings, each double-quoted with backslashes
+    and quotes escaped (NUL never reaches here: :func:`jsonsafe.text`).
+
+    >>> print(text_array_literal(['a', 'say "hi"', 'c:\\d', '']))
+    {"a","say \"hi\"","c:\\d",""}
+    """
+    return (
+        "{"
+        + ",".join(
+            '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values
+        )
+        + "}"
+    )
+
+
+def _stale_steps_py(run_id: Any, points: dict[tuple[int, str], float]) -> set[int]:
+    by_step: dict[int, set[str]] = {}
+    for step, key in points:
+        by_step.setdefault(step, set()).add(key)
+    found: dict[int, set[str]] = {}
+    rows = MetricPoint.objects.filter(
+        run_id=run_id, step__in=list(by_step), key__in={k for _, k in points}
+    ).values_list("step", "key")
+    for step, key in rows:
+        found.setdefault(step, set()).add(key)
+    return {s for s, keys in by_step.items() if keys <= found.get(s, set())}
 
 
 def rebuild_rollup(

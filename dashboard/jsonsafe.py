@@ -18,6 +18,8 @@ _MAX_DEPTH = 64
 
 def num(value: Any) -> float | str | None:
     """A float for JSON: finite floats unchanged, non-finite ones as strings."""
+    if type(value) is float and value - value == 0.0:  # finite (inf - inf is nan)
+        return value
     if value is None:
         return None
     value = float(value)
@@ -28,6 +30,8 @@ def num(value: Any) -> float | str | None:
 
 def to_float(value: Any) -> float:
     """Parse a number, including the strings :func:`num` writes; NaN when unusable."""
+    if type(value) is float:
+        return value
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, (int, float)):
@@ -42,6 +46,8 @@ def to_float(value: Any) -> float:
 
 def text(value: Any, limit: int | None = None) -> str:
     """A storable string: NUL and lone surrogates (not encodable as UTF-8) replaced."""
+    if type(value) is str and value.isascii() and "\x00" not in value:
+        return value[:limit] if limit is not None else value  # the common case
     s = value if isinstance(value, str) else ("" if value is None else str(value))
     if "\x00" in s:
         s = s.replace("\x00", "\ufffd")

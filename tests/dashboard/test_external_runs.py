@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 from datetime import timedelta
 
 import pytest
@@ -165,6 +166,50 @@ def test_posted_events_are_stored_once_and_a_resend_counts_duplicates(
     run = Run.objects.get(pk=run_id)
     assert run.last_step == 2 and run.status == RunStatus.RUNNING
     assert published and published[-1]["last_step"] == 2
+
+
+def test_a_step_counts_as_a_duplicate_only_when_every_point_of_it_was_stored(api):
+    run_id = new_run(api)
+    first = [{"type": "step", "step": s, "metrics": {"a": 1.0}} for s in (1, 2)]
+    assert api.post_events(run_id, first).json()["accepted"] == 2
+    again = [
+        {"type": "step", "step": 1, "metrics": {"a": 1.0}},  # all stored: duplicate
+        {"type": "step", "step": 2, "metrics": {"a": 1.0, "b": 2.0}},  # b is new
+        {"type": "step", "step": 3, "metrics": {"a": 3.0}},  # new
+    ]
+    r = api.post_events(run_id, again).json()
+    assert (r["accepted"], r["duplicates"]) == (2, 1)
+    assert MetricPoint.objects.filter(run_id=run_id).count() == 4
+
+
+def test_metric_names_and_values_of_any_spelling_are_stored_exactly(api):
+    """The points travel to PostgreSQL as array literals built by hand: quotes,
+    backslashes, commas, braces, spaces, non-ASCII names and non-finite values."""
+    names = ['a"b', "c\\d", "e,f", "{g}", "h i", "ключ/ünï", "NULL", "x}"]
+    values = [1.5, -0.0, 1e-300, "NaN", "Infinity", "-Infinity", 7.0, 8.0]
+    metrics = dict(zip(names, values, strict=True))
+    r = api.post_events(
+        run_id := new_run(api), [{"type": "step", "step": 1, "metrics": metrics}]
+    )
+    assert r.status_code == 200, r.content
+    stored = dict(MetricPoint.objects.filter(run_id=run_id).values_list("key", "value"))
+    assert set(stored) == set(names)
+    for name, value in metrics.items():
+        want = float(value)
+        got = stored[name]
+        assert (math.isnan(got) and math.isnan(want)) or got == want, name
+
+
+def test_the_sqlite_path_finds_the_same_re_sent_steps(owner):
+    """The embedded default (SQLite) finds re-sent steps with a query; called
+    directly here on the test database."""
+    from dashboard import ingest
+
+    run = Run.objects.create(owner=owner, name="r", config={}, external=True)
+    ingest.upsert_metrics(run.pk, {(1, "a"): 1.0, (2, "a"): 2.0})
+    points = {(1, "a"): 1.0, (2, "a"): 2.0, (2, "b"): 0.5, (3, "a"): 3.0}
+    assert ingest._stale_steps_py(run.pk, points) == {1}
+    assert ingest.upsert_metrics(run.pk, points) == {1}
 
 
 def test_gzip_bodies_are_accepted(api):
