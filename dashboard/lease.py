@@ -44,16 +44,6 @@ class Claim:
     config: dict[str, Any]
 
 
-def queue_for(config: Any) -> str:
-    """``gpu`` or ``cpu`` from ``model.device`` (``auto`` follows RUN_QUEUE_AUTO)."""
-    device = config.model.device
-    if device == "cuda":
-        return "gpu"
-    if device == "cpu":
-        return "cpu"
-    return settings.RUN_QUEUE_AUTO
-
-
 def enqueue(run_id: Any, queue: str) -> None:
     """Hand a run to its executor (``RUN_SUBMIT``: the Celery task's ``submit``, or the
     in-process executor's). Call through ``transaction.on_commit`` only.
