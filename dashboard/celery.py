@@ -34,4 +34,4 @@ def consume_multi_device_queues(sender: str, instance, **kwargs) -> None:
     for name in devices.extra_queues(
         list(queues.consume_from), settings.RUN_QUEUE_PREFIX, devices.local_devices
     ):
-        queues.select_add(name)
+        queues.select_add(name, exchange=name, routing_key=name)  # as -Q does
