@@ -175,6 +175,8 @@ def train(
             log.warning("run %s: lease lost; stopping its ranks", claim.run_id)
             _stop(proc)
             return Ending("lease-lost")
+    if returncode != 0 and interrupted():  # Ctrl-C reached the ranks first
+        return Ending("interrupted")
     return ending(read_reports(reports), processes, returncode)
 
 

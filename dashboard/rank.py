@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         report = train_rank(args, rank)
-    except Terminated:
+    except (Terminated, KeyboardInterrupt):  # Ctrl-C reaches a terminal's ranks too
         report = Report(rank, "terminated", "stopped by torchrun", at=time.time())
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the report is all that is left
     write_report(args.reports, report)
@@ -107,7 +107,7 @@ def train_rank(args: argparse.Namespace, rank: int):
         )
         status = result.status if result.status in RunStatus.values else "failed"
         message = one_line(getattr(result, "error", None) or "")
-    except Terminated:
+    except (Terminated, KeyboardInterrupt):
         status, message = "terminated", "stopped by torchrun"
     except Exception as exc:
         status, message = "failed", failure_message(exc)

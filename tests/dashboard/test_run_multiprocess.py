@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from dashtest import client_for
+from dashtest import client_for, wait_for
 
 from dashboard import devices, execution, executor, lease, multiprocess, services
 from dashboard.models import MetricPoint, Run, RunStatus, Trajectory
@@ -184,7 +184,6 @@ def test_the_embedded_executor_trains_a_run_on_two_processes(
     # The ranks are processes of their own: they read the settings from the
     # environment, as a worker's do (pytest-django renamed the database).
     monkeypatch.setenv("DATABASE_URL", database_url())
-    monkeypatch.setenv("RUNS_DIR", str(tmp_path / "runs"))
     settings.RUNS_DIR = tmp_path / "runs"
     settings.RUN_EXECUTOR = "inprocess"
     settings.RUN_MAX_PROCESSES = 0
@@ -206,6 +205,47 @@ def test_the_embedded_executor_trains_a_run_on_two_processes(
         MetricPoint.objects.filter(run=run, key="reward").values_list("step", flat=True)
     ) == set(range(1, steps + 1))
     assert (tmp_path / "runs" / str(run.id) / "checkpoints" / "step-000004").is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_stops_every_rank_at_the_next_step(
+    owner, tiny_config, settings, enqueued, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    settings.RUNS_DIR = tmp_path / "runs"
+    settings.WORKER_DEVICES = 2
+    run = services.launch_run(owner, two_process(tiny_config, steps=500))
+    outcome = executor.submit(str(run.id))
+    wait_for(lambda: Run.objects.get(pk=run.pk).last_step >= 2, 120, message="step 2")
+    services.cancel_run(run)
+    assert outcome.result(timeout=120) == RunStatus.CANCELLED
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.error) == ("cancelled", 1, "")
+    assert run.last_step < 500 and run.attempts.get().outcome == "cancelled"
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_stopping_the_server_stops_the_ranks_and_leaves_the_run_resumable(
+    owner, tiny_config, settings, enqueued, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    settings.RUNS_DIR = tmp_path / "runs"
+    settings.WORKER_DEVICES = 2
+    run = services.launch_run(owner, two_process(tiny_config, steps=500))
+    outcome = executor.submit(str(run.id))
+    wait_for(lambda: Run.objects.get(pk=run.pk).last_step >= 2, 120, message="step 2")
+    execution.interrupt()
+    try:
+        assert outcome.result(timeout=120) == "interrupted"
+    finally:
+        execution._interrupted.clear()
+    run.refresh_from_db()
+    assert run.status == "running" and run.attempts.get().outcome == "interrupted"
+    # torchrun stopped both ranks (SIGTERM): each said so before it went.
+    reports = multiprocess.read_reports(multiprocess.reports_dir(run.id, 1))
+    assert [reports[r].status for r in sorted(reports)] == ["terminated"] * 2
 
 
 def database_url() -> str:
