@@ -1,9 +1,11 @@
 """Executing one claimed run: config -> trainer -> sink -> final status.
 
 The same code path (:func:`execute`) serves Celery workers (``dashboard.tasks``) and
-the embedded in-process executor (``dashboard.executor``). Torch and the trainer are imported here, inside the
-task, never at module import of the web process or the Celery parent (CUDA must be
-initialised only in the prefork child).
+the embedded in-process executor (``dashboard.executor``). Torch and the trainer are
+imported here, inside the task, never at module import of the web process or the
+Celery parent (CUDA must be initialised only in the prefork child). A run of several
+processes is trained by ranks that torchrun starts (:func:`run_claimed_ranks`,
+``dashboard.multiprocess``); this process keeps the lease and records the outcome.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from dashboard import lease
+from dashboard import devices, lease, multiprocess
 from dashboard.lease import Claim
 from dashboard.models import Checkpoint, JudgeEndpoint, RunStatus
 from dashboard.sinks import RunSink
@@ -143,10 +145,20 @@ def failure_message(exc: BaseException) -> str:
     return one_line(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
+def requested_processes(config: Any) -> int:
+    """``resources.processes`` of a stored config (1 when unreadable: the one-process
+    path then reports what is wrong with it)."""
+    resources = config.get("resources") if isinstance(config, dict) else None
+    processes = resources.get("processes", 1) if isinstance(resources, dict) else 1
+    return processes if isinstance(processes, int) else 1
+
+
 def run_claimed(claim: Claim) -> str:
     """Train the claimed run to the end; record its outcome. Returns the status."""
     from trainer.config import TrainConfig
 
+    if requested_processes(claim.config) > 1:
+        return run_claimed_ranks(claim)
     root = checkpoint_dir(claim.run_id)
     sink = RunSink(
         claim,
@@ -190,3 +202,51 @@ def run_claimed(claim: Claim) -> str:
         claim, status, message=message, detail=detail, last_step=sink.last_step
     )
     return str(status)
+
+
+def run_claimed_ranks(claim: Claim) -> str:
+    """Train the claimed run as ``resources.processes`` ranks under torchrun
+    (``dashboard.multiprocess``); record the outcome, or requeue the attempt when a
+    rank died without a word."""
+    from trainer.config import TrainConfig
+
+    root = checkpoint_dir(claim.run_id)
+    try:
+        config = TrainConfig.model_validate(claim.config)
+        wanted = config.resources.processes
+        have = devices.local_devices(devices.kind_of(config))
+        if wanted > have:  # a queue consumed by a worker too small for it
+            end = multiprocess.Ending(
+                "finished",
+                RunStatus.FAILED,
+                f"config.resources.processes: {wanted} processes asked, the worker "
+                f"that took the run has {have} devices (WORKER_DEVICES)",
+            )
+        else:
+            prune_unrecorded_checkpoints(claim.run_id, root)
+            end = multiprocess.train(
+                claim, wanted, root, interrupted=_interrupted.is_set
+            )
+    except Exception as exc:
+        log.exception("run %s attempt %s failed", claim.run_id, claim.attempt)
+        end = multiprocess.Ending(
+            "finished", RunStatus.FAILED, failure_message(exc), traceback.format_exc()
+        )
+    if end.kind == "interrupted":
+        log.warning("run %s: interrupted by shutdown; resumes on restart", claim.run_id)
+        lease.end_attempt(
+            claim.run_id, claim.attempt, "interrupted", "the server stopped"
+        )
+        return "interrupted"
+    if end.kind == "requeue":
+        log.warning("run %s attempt %s: %s", claim.run_id, claim.attempt, end.message)
+        return "requeued" if lease.requeue(claim, end.message) else "lease-lost"
+    if end.kind == "lease-lost" or not lease.finish(
+        claim,
+        end.status,
+        message=end.message,
+        detail=end.detail,
+        last_step=end.last_step,
+    ):
+        return "lease-lost"
+    return end.status

@@ -8,7 +8,8 @@ Duplicate task messages (Redis redelivery, a requeue racing a late worker) find 
 not ``queued`` and do nothing, so message delivery need not be exactly-once.
 
 The reaper marks runs whose heartbeat stopped as ``unresponsive`` and requeues them
-while attempts remain; a requeued run resumes from its last checkpoint.
+while attempts remain; a requeued run resumes from its last checkpoint. A worker whose
+run of several processes lost one of them (``requeue``) applies the same rule at once.
 
 Every claim opens a ``RunAttempt`` row and every ending closes it (finished, or reaped),
 so the run keeps one error, that of how it ended, and each attempt its own.
@@ -42,16 +43,6 @@ class Claim:
     token: uuid.UUID
     attempt: int
     config: dict[str, Any]
-
-
-def queue_for(config: Any) -> str:
-    """``gpu`` or ``cpu`` from ``model.device`` (``auto`` follows RUN_QUEUE_AUTO)."""
-    device = config.model.device
-    if device == "cuda":
-        return "gpu"
-    if device == "cpu":
-        return "cpu"
-    return settings.RUN_QUEUE_AUTO
 
 
 def enqueue(run_id: Any, queue: str) -> None:
@@ -100,6 +91,19 @@ def claim(run_id: Any) -> Claim | None:
         )
         frames.send_on_commit(run.id)
     return Claim(run.id, run.lease, run.attempt, run.config)
+
+
+def claim_of(run_id: Any, attempt: int) -> Claim | None:
+    """The claim a worker holds on ``attempt`` of a run, read back by the processes it
+    started (``dashboard.rank``); None once that attempt no longer holds the run."""
+    row = (
+        Run.objects.filter(
+            pk=run_id, attempt=attempt, status=RunStatus.RUNNING, lease__isnull=False
+        )
+        .values_list("id", "lease", "config")
+        .first()
+    )
+    return None if row is None else Claim(row[0], row[1], attempt, row[2])
 
 
 def held_by(claim: Claim):
@@ -196,28 +200,49 @@ def reap(now: datetime | None = None, *, enqueue: bool = True) -> list[uuid.UUID
             else:
                 note = f"heartbeat stopped at {run.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC"
                 end_attempt(run.id, run.attempt, RunStatus.UNRESPONSIVE, note, now=now)
-            run.lease = None
-            if run.cancel_requested:
-                run.status, run.finished_at = RunStatus.CANCELLED, now
-                run.error = ""
-            elif run.attempt >= settings.RUN_MAX_ATTEMPTS:
-                run.status, run.finished_at = RunStatus.UNRESPONSIVE, now
-                run.error = f"{note} (attempt {run.attempt} of {run.attempt})"
-            else:
-                run.status, run.enqueued_at = RunStatus.QUEUED, now
-                run.error = f"attempt {run.attempt}: {note}; trying again"
-                if enqueue:
-                    enqueue_on_commit(run)
+            if _take_back(run, note, now, RunStatus.UNRESPONSIVE, enqueue=enqueue):
                 requeued.append(run.id)
-            run.save(
-                update_fields=["status", "lease", "error", "finished_at", "enqueued_at"]
-            )
-            frames.send_on_commit(run.id)
-            log.warning(
-                "run %s: attempt %s: %s -> %s", run.id, run.attempt, note, run.status
-            )
         if enqueue and settings.RUN_EXECUTOR == "celery":
             requeued += _resend_unclaimed(now)
+    return requeued
+
+
+def requeue(claim: Claim, note: str, detail: str = "") -> bool:
+    """This attempt ended without a verdict on the run (one of its processes died
+    without a word): close it and take the run back now, by the reaper's rule (queued
+    again while attempts remain, else failed). False when the lease was not ours."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = held_by(claim).select_for_update().first()
+        if run is None:
+            return False
+        end_attempt(run.id, run.attempt, RunStatus.FAILED, note, detail, now)
+        _take_back(run, note, now, RunStatus.FAILED, enqueue=True)
+    return True
+
+
+def _take_back(
+    run: Run, note: str, now: datetime, last_status: str, *, enqueue: bool
+) -> bool:
+    """A running run whose attempt ended (``note`` says how): queued again while
+    attempts remain (True), else ``last_status``; cancelled if that was asked."""
+    run.lease = None
+    requeued = False
+    if run.cancel_requested:
+        run.status, run.finished_at = RunStatus.CANCELLED, now
+        run.error = ""
+    elif run.attempt >= settings.RUN_MAX_ATTEMPTS:
+        run.status, run.finished_at = last_status, now
+        run.error = f"{note} (attempt {run.attempt} of {run.attempt})"
+    else:
+        run.status, run.enqueued_at = RunStatus.QUEUED, now
+        run.error = f"attempt {run.attempt}: {note}; trying again"
+        if enqueue:
+            enqueue_on_commit(run)
+        requeued = True
+    run.save(update_fields=["status", "lease", "error", "finished_at", "enqueued_at"])
+    frames.send_on_commit(run.id)
+    log.warning("run %s: attempt %s: %s -> %s", run.id, run.attempt, note, run.status)
     return requeued
 
 

@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from dashboard import frames, lease
+from dashboard import devices, frames, lease
 from dashboard.models import ACTIVE_STATUSES, Run, RunStatus
 
 MAX_CONFIG_DEPTH = 24
@@ -131,16 +131,27 @@ def check_platform(cfg: Any, user: Any) -> Any:
         endpoints=endpoints,
     )
     errors += check_init_from_run(user, config)
-    if cfg.resources.processes > 1:
-        # Nothing queued that will fail: the worker starts one process per run.
-        errors.append(
-            "config.resources.processes: this platform's workers run one process per "
-            "run; train on several with `python -m trainer run CONFIG "
-            "--nproc-per-node N --report-to URL`, which streams the run here"
-        )
+    errors += check_processes(cfg)
     if errors:
         raise InvalidConfig(errors)
     return TrainConfig.model_validate(config)
+
+
+def check_processes(cfg: Any) -> list[str]:
+    """Nothing queued that no worker can take: ``resources.processes`` at most the
+    devices of the largest worker (``dashboard.devices.max_processes``)."""
+    wanted = cfg.resources.processes
+    kind = devices.kind_of(cfg)
+    most = devices.max_processes(kind)
+    if wanted <= most:
+        return []
+    return [
+        f"config.resources.processes: {wanted} processes asked, the {kind} workers "
+        f"here give a run at most {most} (RUN_MAX_PROCESSES: the devices of the "
+        "largest worker); train on more with "
+        "`python -m trainer run CONFIG --nproc-per-node N --report-to URL`, which "
+        "streams the run here"
+    ]
 
 
 INIT_FIELD = "config.model.init_from_run"
@@ -228,7 +239,7 @@ def do_launch_run(
             name=name,
             config=cfg.model_dump(mode="json"),
             parent=parent,
-            queue=lease.queue_for(cfg),
+            queue=devices.queue_for(cfg),
             enqueued_at=timezone.now(),
         )
         lease.enqueue_on_commit(run)

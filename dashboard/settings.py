@@ -191,6 +191,14 @@ RUN_QUEUE_AUTO = env_str("RUN_QUEUE_AUTO", "gpu")
 if RUN_QUEUE_AUTO not in {"gpu", "cpu"}:
     raise ImproperlyConfigured(f"RUN_QUEUE_AUTO={RUN_QUEUE_AUTO!r} must be gpu or cpu")
 
+# Devices this worker gives one run (dashboard.devices): 0 counts them (the CUDA devices
+# it sees, else its CPU cores). A worker consumes the ``-x2`` .. ``-xN`` queues for them.
+WORKER_DEVICES = env_int("WORKER_DEVICES", 0, min_value=0, max_value=1024)
+# The most processes a run may ask for at submit (config.resources.processes): the
+# devices of the deployment's largest worker. 0: this process's own devices in the
+# embedded mode, 1 with Celery workers (the web process cannot count theirs).
+RUN_MAX_PROCESSES = env_int("RUN_MAX_PROCESSES", 0, min_value=0, max_value=1024)
+
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Long GPU jobs: acknowledge after the task, take one message at a time, a fresh child

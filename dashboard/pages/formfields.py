@@ -32,6 +32,7 @@ from trainer.config import (
     LoraConfig,
     ModelConfig,
     OptimConfig,
+    ResourcesConfig,
     RolloutConfig,
     RolloutCorrectionConfig,
     TrainConfig,
@@ -112,10 +113,12 @@ RECORD = [
 OPTIM = sc.model_specs(OptimConfig, "optim")
 CHECKPOINT = sc.model_specs(CheckpointConfig, "checkpoint")
 EVAL = sc.model_specs(EvalConfig, "eval")
+RESOURCES = sc.model_specs(ResourcesConfig, "resources")
 STATIC_SPECS = [
     *BASIC,
     *MODEL,
     *LORA,
+    *RESOURCES,
     *ROLLOUT,
     PRESET,
     *OVERRIDES,

@@ -219,6 +219,7 @@ class RunForm:
             f"envp.{self.env}",
             "model",
             "model.lora",
+            "resources",
             "rollout",
             "algorithm",
             "optim",

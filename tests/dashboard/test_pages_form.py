@@ -248,6 +248,21 @@ def test_a_refused_launch_rerenders_with_errors_inline_and_values_kept(
     assert not Run.objects.exists() and enqueued == []
 
 
+def test_processes_are_set_in_the_form_and_refused_beyond_the_largest_worker(
+    owner_client, enqueued, settings
+):
+    settings.RUN_MAX_PROCESSES = 2
+    r = owner_client.post("/runs/new/", body(post_for(**{"resources.processes": "4"})))
+    assert r.status_code == 400
+    html = r.content.decode()
+    assert 'data-errors-for="resources.processes"><li>4 processes asked' in html
+    assert not Run.objects.exists() and enqueued == []
+    r = owner_client.post("/runs/new/", body(post_for(**{"resources.processes": "2"})))
+    run = Run.objects.get()
+    assert r.status_code == 302 and run.config["resources"]["processes"] == 2
+    assert run.queue.endswith("-x2")
+
+
 def test_the_run_limit_is_shown_as_a_form_error(
     owner, owner_client, enqueued, settings
 ):

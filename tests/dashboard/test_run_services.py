@@ -42,16 +42,20 @@ def test_launch_rejects_a_bad_config_naming_the_field(owner, tiny_config, enqueu
     assert Run.objects.count() == 0 and enqueued == []
 
 
-def test_a_run_on_several_processes_is_refused_at_submit(owner, tiny_config, enqueued):
-    tiny_config["rollout"]["tasks_per_step"] = 2
-    tiny_config["resources"] = {"processes": 2}
+def test_a_run_on_more_processes_than_the_largest_worker_is_refused_at_submit(
+    owner, tiny_config, enqueued, settings
+):
+    settings.RUN_MAX_PROCESSES = 2
+    tiny_config["rollout"]["tasks_per_step"] = 4
+    tiny_config["resources"] = {"processes": 4}
     with pytest.raises(services.InvalidConfig) as exc:
         services.launch_run(owner, tiny_config)
     [error] = exc.value.errors
-    assert (
-        error.startswith("config.resources.processes:") and "--nproc-per-node" in error
-    )
+    assert error.startswith("config.resources.processes: 4 processes asked")
+    assert "at most 2" in error and "--nproc-per-node" in error
     assert Run.objects.count() == 0 and enqueued == []
+    tiny_config["resources"] = {"processes": 2}  # what a worker has is queued for it
+    assert services.launch_run(owner, tiny_config).queue == "cpu-x2"
 
 
 def test_launch_rejects_unknown_keys_and_deep_nesting(owner, tiny_config, enqueued):

@@ -1,0 +1,129 @@
+"""One rank of a run of several processes, started by torchrun for the worker that
+holds the run's lease (``dashboard.multiprocess``)::
+
+    python -m dashboard.rank RUN_ID ATTEMPT --checkpoint-dir DIR --reports DIR
+
+Every rank sets Django up, reads the claim back (``lease.claim_of``: the run's config
+and lease token, as long as that attempt holds the run), joins the process group
+(``trainer.distributed.start``, from torchrun's environment) and trains its share.
+Rank 0 owns the ``RunSink`` (batched writes fenced on the lease, heartbeats, frames)
+and answers ``should_stop`` for all (a cancel, a lost lease); the other ranks' records
+reach it through the trainer's gathers. Each rank writes how it ended to its report
+file; a SIGTERM (torchrun stopping the group because another rank ended) is reported
+as ``terminated``, so that only a rank that died without a word has no report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+import traceback
+from typing import Any
+
+
+class Terminated(BaseException):
+    """SIGTERM; a BaseException, so no ``except Exception`` on the way (a reward
+    function's, the trainer's) mistakes it for a failure of its own."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough
+    raise Terminated
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dashboard.rank")
+    parser.add_argument("run_id")
+    parser.add_argument("attempt", type=int)
+    parser.add_argument("--checkpoint-dir", required=True)
+    parser.add_argument("--reports", required=True)
+    args = parser.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+    import django
+
+    django.setup()
+    from dashboard.multiprocess import ENDED_WELL, Report, write_report
+
+    try:
+        report = train_rank(args, rank)
+    except (Terminated, KeyboardInterrupt):  # Ctrl-C reaches a terminal's ranks too
+        report = Report(rank, "terminated", "stopped by torchrun", at=time.time())
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the report is all that is left
+    write_report(args.reports, report)
+    return 0 if report.status in ENDED_WELL else 1
+
+
+def train_rank(args: argparse.Namespace, rank: int):
+    """Train this rank's share of the claimed attempt; its ``Report``."""
+    from django.conf import settings
+    from django.db import connection
+    from django.utils.module_loading import import_string
+
+    from dashboard import lease
+    from dashboard.execution import (
+        failure_message,
+        init_kwargs,
+        judge_endpoints,
+        one_line,
+    )
+    from dashboard.models import RunStatus
+    from dashboard.multiprocess import Report
+    from dashboard.sinks import RunSink
+    from trainer.config import TrainConfig
+    from trainer.distributed import start
+    from trainer.events import NullSink
+
+    claim = lease.claim_of(args.run_id, args.attempt)
+    if claim is None:
+        return Report(rank, "lost", "this attempt no longer holds the run")
+    sink = parallel = None
+    detail = ""
+    try:
+        config = TrainConfig.model_validate(claim.config)
+        parallel = start(config.model.device, config.resources.strategy)
+        if parallel.main:
+            sink = RunSink(
+                claim,
+                interval_s=settings.RUN_FRAME_INTERVAL_MS / 1000,
+                heartbeat_s=settings.RUN_HEARTBEAT_SECONDS,
+            )
+        runner = import_string(settings.RUN_TRAINER)
+        result = runner(
+            config,
+            sink or NullSink(),
+            should_stop=(
+                (lambda: sink.lost or lease.should_stop(claim)) if sink else None
+            ),
+            checkpoint_dir=args.checkpoint_dir,
+            resume=True,
+            endpoints=judge_endpoints(),
+            parallel=parallel,
+            **init_kwargs(config),
+        )
+        status = result.status if result.status in RunStatus.values else "failed"
+        message = one_line(getattr(result, "error", None) or "")
+    except (Terminated, KeyboardInterrupt):
+        status, message = "terminated", "stopped by torchrun"
+    except Exception as exc:
+        status, message = "failed", failure_message(exc)
+        detail = traceback.format_exc()
+    finally:
+        at = time.time()  # before the sink's last flush: the failures' order
+        if sink is not None:
+            sink.close()
+        if parallel is not None:
+            parallel.close()
+        connection.close()
+    if sink is not None and sink.lost:
+        return Report(rank, "lost", "the lease was lost", at=at)
+    last_step = sink.last_step if sink is not None else None
+    return Report(rank, status, message, detail, last_step, at)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

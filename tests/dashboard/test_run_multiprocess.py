@@ -1,0 +1,260 @@
+"""A run of several processes on the platform: routed to a worker with the devices,
+refused at submit when no worker has them, trained by ranks under torchrun (here by
+the embedded in-process executor, two gloo processes on CPU), and how the ranks'
+reports become the attempt's ending."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from dashtest import client_for, wait_for
+
+from dashboard import devices, execution, executor, lease, multiprocess, services
+from dashboard.models import MetricPoint, Run, RunStatus, Trajectory
+from dashboard.multiprocess import Report
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def largest_worker(settings):
+    """A deployment whose largest worker has two devices."""
+    settings.RUN_MAX_PROCESSES = 2
+
+
+def two_process(config: dict, **extra) -> dict:
+    return {
+        **config,
+        "rollout": {**config["rollout"], "tasks_per_step": 2},
+        "resources": {"processes": 2},
+        **extra,
+    }
+
+
+# --- routing and submit -------------------------------------------------------------
+def test_a_run_of_n_processes_goes_to_the_queue_of_n_devices(
+    owner, tiny_config, settings, enqueued
+):
+    settings.RUN_MAX_PROCESSES = 4
+    settings.RUN_QUEUE_AUTO = "gpu"
+    one = services.launch_run(owner, tiny_config)
+    two = services.launch_run(owner, two_process(tiny_config))
+    auto = services.launch_run(
+        owner, two_process(tiny_config, model={"device": "auto"})
+    )
+    assert [one.queue, two.queue, auto.queue] == ["cpu", "cpu-x2", "gpu-x2"]
+
+
+def test_a_worker_consumes_the_queues_of_the_devices_it_has():
+    consumed = ["ns.gpu", "ns.other"]
+    extra = devices.extra_queues(consumed, "ns.", lambda kind: 3)
+    assert extra == ["ns.gpu-x2", "ns.gpu-x3"]
+    assert devices.extra_queues(["ns.cpu"], "ns.", lambda kind: 1) == []
+
+
+def test_worker_devices_is_the_count_when_set(settings, monkeypatch):
+    settings.WORKER_DEVICES = 3
+    assert devices.local_devices("gpu") == devices.local_devices("cpu") == 3
+    settings.WORKER_DEVICES = 0
+    monkeypatch.setattr(devices, "cuda_devices", lambda: 0)
+    monkeypatch.setattr(devices.os, "cpu_count", lambda: 6)
+    assert devices.local_devices("gpu") == 6  # no CUDA: an auto run trains on the CPU
+    monkeypatch.setattr(devices, "cuda_devices", lambda: 2)
+    assert (devices.local_devices("gpu"), devices.local_devices("cpu")) == (2, 6)
+
+
+def test_submit_trusts_the_largest_worker_or_counts_its_own_devices(settings):
+    settings.WORKER_DEVICES = 2
+    settings.RUN_MAX_PROCESSES = 0
+    settings.RUN_EXECUTOR = "celery"
+    assert devices.max_processes("cpu") == 1  # the web process cannot see workers
+    settings.RUN_EXECUTOR = "inprocess"
+    assert devices.max_processes("cpu") == 2  # it is the worker
+    settings.RUN_MAX_PROCESSES = 8
+    assert devices.max_processes("cpu") == 8
+
+
+def test_a_run_asking_more_processes_than_any_worker_has_is_refused_with_400(
+    owner, tiny_config, enqueued
+):
+    config = two_process(tiny_config, resources={"processes": 3})
+    config["rollout"]["tasks_per_step"] = 3
+    r = client_for(owner).post(
+        "/api/runs", json.dumps({"config": config}), content_type="application/json"
+    )
+    assert r.status_code == 400
+    text = json.dumps(r.json())
+    assert "config.resources.processes" in text and "at most 2" in text
+    assert Run.objects.count() == 0 and enqueued == []
+
+
+# --- the ranks' reports -------------------------------------------------------------
+def test_all_ranks_ending_well_is_rank_0s_ending():
+    reports = {
+        0: Report(0, "succeeded", last_step=5, at=2.0),
+        1: Report(1, "succeeded", at=1.0),
+    }
+    end = multiprocess.ending(reports, 2, 0)
+    assert (end.kind, end.status, end.last_step) == ("finished", "succeeded", 5)
+
+
+def test_a_rank_that_died_without_a_word_requeues_the_attempt():
+    # Rank 0 saw its peer vanish in a collective and raised; rank 1 said nothing.
+    reports = {0: Report(0, "failed", "RuntimeError: Connection closed by peer")}
+    end = multiprocess.ending(reports, 2, 1)
+    assert end.kind == "requeue" and "rank 1 died without a word" in end.message
+
+
+def test_the_earliest_failure_is_the_runs():
+    reports = {
+        0: Report(0, "failed", "RuntimeError: Connection closed by peer", at=2.0),
+        1: Report(1, "failed", "ValueError: bad reward", "Traceback...", at=1.0),
+        2: Report(2, "terminated", "stopped by torchrun", at=2.5),
+    }
+    end = multiprocess.ending(reports, 3, 1)
+    assert (end.kind, end.status, end.message, end.detail) == (
+        "finished",
+        "failed",
+        "ValueError: bad reward",
+        "Traceback...",
+    )
+
+
+def test_ranks_stopped_from_outside_requeue_the_attempt():
+    reports = {0: Report(0, "terminated"), 1: Report(1, "terminated")}
+    assert multiprocess.ending(reports, 2, 1).kind == "requeue"
+
+
+def test_a_report_survives_the_trip_through_its_file(tmp_path):
+    report = Report(1, "failed", "ValueError: x", "tb", 3, 12.5)
+    multiprocess.write_report(tmp_path, report)
+    (tmp_path / "rank-00002.json").write_text("{half")  # a rank killed mid-write
+    assert multiprocess.read_reports(tmp_path) == {1: report}
+
+
+# --- the lease ----------------------------------------------------------------------
+def test_requeue_takes_the_run_back_while_attempts_remain(
+    owner, tiny_config, settings, enqueued, commit
+):
+    settings.RUN_MAX_ATTEMPTS = 2
+    run = services.launch_run(owner, two_process(tiny_config))
+    for number in (1, 2):
+        claim = lease.claim(run.id)
+        assert claim.attempt == number
+        with commit():
+            assert lease.requeue(claim, "rank 1 died without a word")
+        assert not lease.requeue(claim, "again")  # fenced: no longer ours
+    run.refresh_from_db()
+    assert (run.status, run.attempt) == (RunStatus.FAILED, 2)
+    assert run.error == "rank 1 died without a word (attempt 2 of 2)"
+    outcomes = list(run.attempts.values_list("outcome", "message"))
+    assert outcomes == [("failed", "rank 1 died without a word")] * 2
+    assert enqueued == [(str(run.id), "cpu-x2")]  # sent again once, to its queue
+
+
+def test_a_worker_with_too_few_devices_fails_the_run_naming_the_field(
+    owner, tiny_config, settings, enqueued
+):
+    settings.RUN_MAX_PROCESSES = 4
+    settings.WORKER_DEVICES = 1
+    run = services.launch_run(owner, two_process(tiny_config))
+    assert execution.execute(run.id) == RunStatus.FAILED
+    run.refresh_from_db()
+    assert run.error.startswith("config.resources.processes: 2 processes asked")
+
+
+def test_the_claim_is_read_back_by_the_ranks_only_while_the_attempt_holds_it(
+    owner, tiny_config, enqueued
+):
+    run = services.launch_run(owner, two_process(tiny_config))
+    claim = lease.claim(run.id)
+    assert lease.claim_of(run.id, 1) == claim
+    assert lease.claim_of(run.id, 2) is None
+    lease.finish(claim, RunStatus.CANCELLED)
+    assert lease.claim_of(run.id, 1) is None
+
+
+# --- the embedded executor trains two gloo processes --------------------------------
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_embedded_executor_trains_a_run_on_two_processes(
+    owner, tiny_config, settings, enqueued, monkeypatch, tmp_path
+):
+    # The ranks are processes of their own: they read the settings from the
+    # environment, as a worker's do (pytest-django renamed the database).
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    settings.RUNS_DIR = tmp_path / "runs"
+    settings.RUN_EXECUTOR = "inprocess"
+    settings.RUN_MAX_PROCESSES = 0
+    settings.WORKER_DEVICES = 2
+    steps = 4
+    run = services.launch_run(owner, two_process(tiny_config, steps=steps))
+    assert executor.submit(str(run.id)).result(timeout=240) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.last_step, run.error) == (
+        "succeeded",
+        1,
+        steps,
+        "",
+    )
+    # Every rank's rollouts reached rank 0's sink, once: 2 tasks x 2 per group.
+    per_step = Trajectory.objects.filter(run=run).values_list("step", flat=True)
+    assert sorted(per_step) == [s for s in range(1, steps + 1) for _ in range(4)]
+    assert set(
+        MetricPoint.objects.filter(run=run, key="reward").values_list("step", flat=True)
+    ) == set(range(1, steps + 1))
+    assert (tmp_path / "runs" / str(run.id) / "checkpoints" / "step-000004").is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_stops_every_rank_at_the_next_step(
+    owner, tiny_config, settings, enqueued, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    settings.RUNS_DIR = tmp_path / "runs"
+    settings.WORKER_DEVICES = 2
+    run = services.launch_run(owner, two_process(tiny_config, steps=500))
+    outcome = executor.submit(str(run.id))
+    wait_for(lambda: Run.objects.get(pk=run.pk).last_step >= 2, 120, message="step 2")
+    services.cancel_run(run)
+    assert outcome.result(timeout=120) == RunStatus.CANCELLED
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.error) == ("cancelled", 1, "")
+    assert run.last_step < 500 and run.attempts.get().outcome == "cancelled"
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_stopping_the_server_stops_the_ranks_and_leaves_the_run_resumable(
+    owner, tiny_config, settings, enqueued, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    settings.RUNS_DIR = tmp_path / "runs"
+    settings.WORKER_DEVICES = 2
+    run = services.launch_run(owner, two_process(tiny_config, steps=500))
+    outcome = executor.submit(str(run.id))
+    wait_for(lambda: Run.objects.get(pk=run.pk).last_step >= 2, 120, message="step 2")
+    execution.interrupt()
+    try:
+        assert outcome.result(timeout=120) == "interrupted"
+    finally:
+        execution._interrupted.clear()
+    run.refresh_from_db()
+    assert run.status == "running" and run.attempts.get().outcome == "interrupted"
+    # torchrun stopped both ranks (SIGTERM): each said so before it went.
+    reports = multiprocess.read_reports(multiprocess.reports_dir(run.id, 1))
+    assert [reports[r].status for r in sorted(reports)] == ["terminated"] * 2
+
+
+def database_url() -> str:
+    """The test database as a URL the ranks can read (PostgreSQL or a SQLite file)."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    from dashtest import test_database_url
+
+    return test_database_url()
