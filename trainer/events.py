@@ -128,14 +128,26 @@ def encode_event(event: dict[str, Any]) -> str:
 
 class TeeSink:
     """Fans every event out to several sinks, in the order given (a file first, then
-    the dashboard: the file is complete even when a later sink misbehaves)."""
+    the dashboard: the file is complete even when a later sink misbehaves).
+
+    Sinks that write JSON lines (they have ``emit_line``: :class:`JsonlSink`,
+    ``HttpSink``) get the line encoded once for all of them: encoding a step's
+    trajectories with their per-token arrays is most of what a sink costs the
+    trainer thread."""
 
     def __init__(self, *sinks: Sink) -> None:
         self.sinks = list(sinks)
+        self._lines = [getattr(s, "emit_line", None) for s in self.sinks]
 
     def emit(self, event: dict[str, Any]) -> None:
-        for sink in self.sinks:
-            sink.emit(event)
+        line = None
+        for sink, emit_line in zip(self.sinks, self._lines, strict=True):
+            if emit_line is None:
+                sink.emit(event)
+                continue
+            if line is None:
+                line = encode_event(event)
+            emit_line(line)
 
     def close(self) -> None:
         errors = []
@@ -157,7 +169,11 @@ class JsonlSink:
         self._fh = self.path.open("a", encoding="utf-8")
 
     def emit(self, event: dict[str, Any]) -> None:
-        self._fh.write(encode_event(event) + "\n")
+        self.emit_line(encode_event(event))
+
+    def emit_line(self, line: str) -> None:
+        """An event already encoded by :func:`encode_event`."""
+        self._fh.write(line + "\n")
         self._fh.flush()
 
     def close(self) -> None:

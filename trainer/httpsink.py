@@ -113,7 +113,11 @@ class HttpSink:
     # -- the training side -----------------------------------------------------------
 
     def emit(self, event: dict[str, Any]) -> None:
-        line = encode_event(event)
+        self.emit_line(encode_event(event))
+
+    def emit_line(self, line: str) -> None:
+        """An event already encoded by :func:`trainer.events.encode_event` (a
+        ``TeeSink`` encodes once for every sink that writes lines)."""
         with self._lock:
             if self._closing:
                 raise RuntimeError("HttpSink.emit after close()")

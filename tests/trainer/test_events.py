@@ -53,3 +53,47 @@ def test_list_and_null_sinks_keep_or_drop_events():
 
 def _reject(name: str) -> float:
     raise AssertionError(f"non-standard JSON constant {name}")
+
+
+def test_a_tee_encodes_each_event_once_for_every_sink_that_writes_lines(
+    tmp_path, monkeypatch
+):
+    import trainer.events as events_mod
+
+    calls = []
+    real = events_mod.encode_event
+    monkeypatch.setattr(
+        events_mod, "encode_event", lambda ev: calls.append(1) or real(ev)
+    )
+
+    class Lines:
+        def __init__(self):
+            self.lines = []
+
+        def emit_line(self, line):
+            self.lines.append(line)
+
+        def emit(self, event):
+            raise AssertionError("a line sink is handed the line")
+
+        def close(self):
+            pass
+
+    class Objects:
+        def __init__(self):
+            self.events = []
+
+        def emit(self, event):
+            self.events.append(event)
+
+        def close(self):
+            pass
+
+    lines, objects = Lines(), Objects()
+    tee = events_mod.TeeSink(events_mod.JsonlSink(tmp_path / "e.jsonl"), objects, lines)
+    event = {"type": "step", "step": 1, "metrics": {"reward": float("nan")}}
+    tee.emit(event)
+    tee.close()
+    written = (tmp_path / "e.jsonl").read_text().splitlines()
+    assert len(calls) == 1 and written == lines.lines == [real(event)]
+    assert objects.events == [event]
