@@ -303,8 +303,10 @@ class EvalConfig(_Strict):
 
 class ResourcesConfig(_Strict):
     """How many processes train the run together (``torch.distributed``, launched with
-    ``torchrun``): each takes its share of a step's task groups, gradients are
-    all-reduced (DDP). One process: today's single-device run."""
+    ``torchrun``): each takes its share of a step's task groups. With ``ddp`` every
+    process holds the whole model and gradients are all-reduced; with ``fsdp``
+    (FSDP2) parameters, gradients and optimizer state are sharded across them. One
+    process: today's single-device run."""
 
     processes: int = Field(
         1,
@@ -313,12 +315,12 @@ class ResourcesConfig(_Strict):
         description="Training processes (one per device); at most "
         "rollout.tasks_per_step, since a group never spans processes.",
     )
-    # FSDP2 ("fsdp": parameters, gradients and optimizer state sharded) joins this
-    # list when the trainer implements it.
-    strategy: Literal["ddp"] = Field(
+    strategy: Literal["ddp", "fsdp"] = Field(
         "ddp",
         description="ddp: every process holds the whole model, gradients are "
-        "all-reduced (DistributedDataParallel).",
+        "all-reduced (DistributedDataParallel). fsdp: FSDP2 fully_shard, "
+        "parameters, gradients and optimizer state sharded across the processes, "
+        "for models that do not fit on one device.",
     )
 
 
@@ -371,6 +373,18 @@ class TrainConfig(_Strict):
             raise ValueError(
                 f"resources.processes: {n} processes need at least {n} tasks a "
                 f"step, rollout.tasks_per_step is {self.rollout.tasks_per_step}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fsdp_without_lora(self) -> TrainConfig:
+        if self.resources.strategy == "fsdp" and self.model.lora is not None:
+            # LoRA trains a few adapters on a frozen base: ddp already keeps only
+            # them in the optimizer, and the adapter's peft files are written from
+            # unsharded weights.
+            raise ValueError(
+                "resources.strategy: fsdp does not train LoRA adapters (model.lora); "
+                "use strategy ddp"
             )
         return self
 

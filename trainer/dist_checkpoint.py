@@ -2,7 +2,7 @@
 
 The same ``step-NNNNNN`` directory as :mod:`trainer.checkpoint`, written by every rank
 together: ``dcp/`` holds the model and the optimizer (each rank writes what it holds;
-with DDP the replicated tensors once), ``rank-NNNNN.pt`` each rank's RNG states (every
+with DDP the replicated tensors once, with FSDP2 each rank its shards), ``rank-NNNNN.pt`` each rank's RNG states (every
 rank samples its own tokens), ``meta.json`` the step, the KL coefficient and the number
 of processes. Rank 0 also writes ``policy.safetensors`` (or a LoRA ``adapter/``) as the
 one-process checkpoint does, so ``export-model`` and ``model.init_from_run`` read either.
@@ -73,8 +73,13 @@ def save_sharded(
         },
         tmp / f"rank-{par.rank:05d}.pt",
     )
-    if par.main:
+    if par.strategy == "fsdp":  # the whole weights gathered by every rank
+        from trainer.fsdp import write_full_weights
+
+        write_full_weights(tmp, policy, par)
+    elif par.main:
         write_weights(tmp, policy)
+    if par.main:
         (tmp / "meta.json").write_text(
             json.dumps(
                 {

@@ -10,8 +10,10 @@ A run with ``resources.processes`` N > 1 is N processes (ranks), started by ``to
   (rank 0's is the one-process run's);
 * rescales its loss from its own normaliser to the whole batch's
   (:meth:`Parallel.loss_scales`: trained tokens, sequences or rows summed over ranks),
-  so the ranks' losses add up to the one-process loss; DDP averages gradients over ranks, so each rank back-propagates N
-  times its share and the averaged gradient is the one-process gradient;
+  so the ranks' losses add up to the one-process loss; DDP (or FSDP2, with
+  ``strategy: fsdp``, see :mod:`trainer.fsdp`) averages gradients over ranks, so each
+  rank back-propagates N times its share and the averaged gradient is the
+  one-process gradient;
 * reduces its update metrics with the others (:meth:`Parallel.reduce_metrics`) and
   sends its rollouts and records to rank 0, which alone owns the sink: every trajectory
   reaches it once.
@@ -95,9 +97,20 @@ class Parallel:
         return sum(self.all_gather_ints(groups)[: self.rank])
 
     # ----- the update ------------------------------------------------------------
+    def shard(self, policy: nn.Module) -> None:
+        """fsdp: shard the policy across the ranks (before its optimizer is built:
+        the parameters become DTensors). ddp: nothing."""
+        if self.strategy == "fsdp":
+            from trainer.fsdp import shard
+
+            shard(policy, self)
+            self._scorer = _Scorer(policy)  # the shards gather in its forward
+
     def wrap(self, policy: nn.Module) -> None:
         """Put the policy's scoring forward under DDP (after any weights are loaded:
-        DDP starts every rank from rank 0's parameters)."""
+        DDP starts every rank from rank 0's parameters); fsdp: done by ``shard``."""
+        if self.strategy == "fsdp":
+            return
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [self.device.index] if self.device.type == "cuda" else None

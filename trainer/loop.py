@@ -28,6 +28,7 @@ from trainer.envs.base import Environment
 from trainer.evaluate import due as evaluation_due
 from trainer.evaluate import evaluate
 from trainer.events import NullSink, Sink
+from trainer.fsdp import gathered as unsharded
 from trainer.kl_control import kl_in_reward, kl_step
 from trainer.metrics import step_metrics
 from trainer.policy import Policy
@@ -35,6 +36,7 @@ from trainer.records import alert_event
 from trainer.run_state import (
     freeze_long_lived,
     load_state,
+    reference_copy,
     reference_policy,
     save_state,
 )
@@ -103,6 +105,13 @@ def train(
         max_positions=max(2048, config.rollout.max_total_tokens + 8),
         temperature=config.rollout.temperature,
     )
+    ckpt = latest_checkpoint(checkpoint_dir) if resume else None
+    if ckpt is None and init_checkpoint is not None:
+        load_weights(init_checkpoint, policy=policy)
+    # fsdp: the KL reference stays whole; its copy is taken before sharding.
+    whole_ref = reference_copy(policy, algo, par)
+    if par is not None:  # fsdp: parameters become DTensors, before the optimizer
+        par.shard(policy)
     optimizer = torch.optim.AdamW(
         [p for p in policy.parameters() if p.requires_grad],  # LoRA: adapters only
         lr=config.optim.lr,
@@ -116,11 +125,8 @@ def train(
             config.seed if par is None else par.sample_seed(config.seed)
         ),
     )
-    ckpt = latest_checkpoint(checkpoint_dir) if resume else None
     if ckpt is not None:
         state = load_state(ckpt, policy, optimizer, par)
-    elif init_checkpoint is not None:
-        load_weights(init_checkpoint, policy=policy)
     if par is not None:
         # Records are built on every rank when rank 0's sink listens.
         par.listening = par.broadcast(not isinstance(sink, NullSink))
@@ -153,7 +159,7 @@ def train(
             )
             return TrainResult("cancelled", 0, {})
         warm["warmstart/loss"] = loss
-    ref = reference_policy(policy, algo, checkpoint_dir, par)
+    ref = reference_policy(policy, algo, checkpoint_dir, par, whole=whole_ref)
     if par is not None:
         par.wrap(policy)
     step = state.step
@@ -242,7 +248,8 @@ def _train_step(
     t_start = time.perf_counter()
     # Records are costly: skip them unheard.
     capture = not isinstance(sink, NullSink) if par is None else par.listening
-    sampled = sample(step, config, algo, env, reward_fn, policy, state, par)
+    with unsharded(policy, par):  # fsdp: each rank generates alone
+        sampled = sample(step, config, algo, env, reward_fn, policy, state, par)
     kept_idx = [i for i, k in enumerate(sampled.kept) if k]
     kept = [sampled.rollouts[i] for i in kept_idx]
     kept_results = [sampled.results[i] for i in kept_idx]
@@ -268,9 +275,9 @@ def _train_step(
             batch.loss_mask.zero_()
         if algo.mask_truncated:  # DAPO's overlong filtering: no gradient from them
             batch.loss_mask[[j for j, ro in enumerate(kept) if ro.truncated]] = 0.0
-        scores = score(
-            policy, ref, batch, policy_pass=not on_policy(algo, config.optim)
-        )
+        policy_pass = not on_policy(algo, config.optim)
+        with unsharded(policy, par if policy_pass else None):
+            scores = score(policy, ref, batch, policy_pass=policy_pass)
         kl_reward, kept_results = kl_in_reward(
             algo, state, batch, scores, row_results, par
         )
@@ -308,7 +315,8 @@ def _train_step(
             per_traj_adv[i] = float(traj_adv[j])
     else:  # every group dropped: no update, but the policy's entropy is still news
         batch = collate(sampled.rollouts, policy.pad_id, policy.device)
-        ent = score(policy, None, batch).entropy
+        with unsharded(policy, par):
+            ent = score(policy, None, batch).entropy
         sel = batch.loss_mask > 0
         upd["entropy"] = float(ent[sel].mean()) if bool(sel.any()) else float("nan")
         if par is not None:
@@ -330,13 +338,17 @@ def _train_step(
 
         parts = par.gather(sampled)
         whole = merge_sampled(parts) if parts is not None else None
+    evaluation: dict[str, float] = {}
+    if evaluation_due(config, step):  # the policy after this step's update
+        with unsharded(policy, par):  # fsdp: every rank gathers, rank 0 plays
+            if whole is not None:
+                evaluation = evaluate(policy, env, reward_fn, config, step)
     metrics: dict[str, float] = {}
     alerts = []
     if whole is not None:
         metrics = step_metrics(config, whole, upd, timing)
         metrics.update(extra or {})
-        if evaluation_due(config, step):  # the policy after this step's update
-            metrics.update(evaluate(policy, env, reward_fn, config, step))
+        metrics.update(evaluation)
         if monitor is not None:  # before the records: an alert's groups are recorded
             episodes = [r.episode for r in whole.rollouts]
             if takes_trajectories(monitor):

@@ -73,22 +73,43 @@ def freeze_long_lived() -> bool:
     return True
 
 
+def reference_copy(
+    policy: Policy, algo: ResolvedAlgorithm, par: Parallel | None
+) -> Policy | None:
+    """fsdp: the whole frozen copy that will hold the KL reference, taken while the
+    policy is still whole (a sharded module cannot be copied); its weights are set
+    by :func:`reference_policy`. Otherwise None (the copy is taken there)."""
+    if par is None or par.strategy != "fsdp" or algo.kl_beta <= 0 or policy.lora:
+        return None
+    return policy.frozen_copy()
+
+
 def reference_policy(
     policy: Policy,
     algo: ResolvedAlgorithm,
     checkpoint_dir: str | Path | None,
     par: Parallel | None = None,
+    *,
+    whole: Policy | None = None,
 ) -> Policy | AdaptersOff | None:
     """The frozen KL reference is the policy as RL began (after any warm start); it is
     saved once beside the checkpoints so a resumed run compares against the same one
-    (by rank 0; every rank holds the same one)."""
+    (by rank 0; every rank holds the same one). ``whole``: with fsdp, the copy from
+    :func:`reference_copy`, given the sharded policy's gathered weights (every rank
+    calls this together)."""
     if algo.kl_beta <= 0:
         return None
     if policy.lora:  # the base model, adapters off: no copy, nothing to save
         return policy.adapters_off()
     from safetensors.torch import load_model, save_model
 
-    ref = policy.frozen_copy()
+    if whole is not None:
+        from trainer.fsdp import refresh_reference
+
+        refresh_reference(whole, policy)
+        ref = whole
+    else:
+        ref = policy.frozen_copy()
     if checkpoint_dir is not None:
         path = Path(checkpoint_dir) / "reference.safetensors"
         exists = path.exists()
