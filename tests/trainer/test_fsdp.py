@@ -36,6 +36,8 @@ pytestmark = [
 
 WORLD = 2
 SCENARIOS = ("seq_mean_token_sum_norm", "ppo")
+# The runs that sample for real also evaluate (rank 0 plays, the others wait).
+SAMPLED = {"eval": {"every": 2, "tasks": 2}}
 
 
 def _config(name: str, processes: int, **update) -> TrainConfig:
@@ -58,8 +60,8 @@ def _whole_params(policy) -> dict[str, torch.Tensor]:
     }
 
 
-def _train(name, sink, par, *, ckpt=None, steps=None, play=None):
-    update = {}
+def _train(name, sink, par, *, ckpt=None, steps=None, play=None, out=None):
+    update = {} if play is not None else dict(SAMPLED)
     if ckpt is not None:
         update["checkpoint"] = {"every": 1}
     if steps is not None:
@@ -74,6 +76,10 @@ def _train(name, sink, par, *, ckpt=None, steps=None, play=None):
             checkpoint_dir=ckpt,
         )
     assert result.status == "succeeded"
+    if out is not None:
+        from torch.distributed.tensor import DTensor
+
+        out["sharded"] = all(isinstance(p, DTensor) for p in built[0].parameters())
     return _whole_params(built[0])
 
 
@@ -95,14 +101,21 @@ def _rank_main(rank: int, port: int, out: str) -> None:
         results = {}
         for name in SCENARIOS:
             sink = ListSink() if rank == 0 else NullSink()
-            params = _train(name, sink, par, play=td._Replay(calls[name], rank, WORLD))
-            results[name] = {"events": getattr(sink, "events", None), "params": params}
+            seen: dict = {}
+            replay = td._Replay(calls[name], rank, WORLD)
+            params = _train(name, sink, par, play=replay, out=seen)
+            results[name] = {
+                "events": getattr(sink, "events", None),
+                "params": params,
+                **seen,
+            }
         sink = ListSink() if rank == 0 else NullSink()
         whole = _train("token_mean", sink, par, ckpt=out_dir / "ck-whole")
         results["sampled"] = {"events": getattr(sink, "events", None)}
         _train("token_mean", NullSink(), par, ckpt=out_dir / "ck-cut", steps=1)
         resumed = _train("token_mean", NullSink(), par, ckpt=out_dir / "ck-cut")
         results["resume"] = {"whole": whole, "resumed": resumed}
+        results["out"] = str(out_dir)
         torch.save(results, out_dir / f"rank{rank}.pt")
     finally:
         par.close()
@@ -125,6 +138,7 @@ def runs(tmp_path_factory):
                 "events": sink.events,
                 "params": td._params(built[0].state_dict()),
             }
+            td._initial_params(name)  # cached for ``moved``, on one thread
         (out / "calls.pkl").write_bytes(pickle.dumps(calls))
         mp.spawn(_rank_main, args=(td._free_port(), str(out)), nprocs=WORLD, join=True)
         ranks = [
@@ -139,7 +153,12 @@ def runs(tmp_path_factory):
 def test_two_sharded_processes_end_with_the_parameters_of_one(runs, name):
     reference, ranks = runs
     want = reference[name]["params"]
+    moved = max(
+        float((want[k] - v).abs().max()) for k, v in td._initial_params(name).items()
+    )
+    assert moved > 5e-4  # the steps did train: equality below is not trivial
     for rank in ranks:
+        assert rank[name]["sharded"]  # every parameter was a DTensor
         got = rank[name]["params"]
         assert got.keys() == want.keys()
         for k in want:
@@ -186,6 +205,28 @@ def test_sharded_ranks_generating_for_real_record_every_trajectory_once(runs):
     assert len(keys) == len(set(keys))
     assert len(keys) == cfg.steps * cfg.rollout.tasks_per_step * cfg.rollout.group_size
     assert [e["type"] for e in events].count("checkpoint") == cfg.steps
+    steps = [e["metrics"] for e in events if e["type"] == "step"]
+    assert 0.0 <= steps[-1]["eval/success"] <= 1.0  # evaluated after step 2
+
+
+def test_a_sharded_checkpoint_holds_whole_weights_one_process_loads(runs, tmp_path):
+    from trainer.checkpoint import latest_checkpoint, load_weights
+    from trainer.policy import Policy
+
+    _, ranks = runs
+    out = Path(ranks[0]["out"])
+    ckpt = latest_checkpoint(out / "ck-whole")
+    assert (ckpt / "dcp").is_dir()
+    cfg = _config("token_mean", 1)
+    policy = Policy.build(
+        cfg.model,
+        make_env("calc", seed=0).vocabulary(),
+        max_positions=max(2048, cfg.rollout.max_total_tokens + 8),
+    )
+    load_weights(ckpt, policy=policy)
+    want = ranks[0]["resume"]["whole"]
+    for k, v in policy.state_dict().items():
+        assert torch.equal(v, want[k]), k
 
 
 def test_a_resumed_sharded_run_ends_like_an_uninterrupted_one(runs):
