@@ -97,19 +97,13 @@ class Parallel:
         return sum(self.all_gather_ints(groups)[: self.rank])
 
     # ----- the update ------------------------------------------------------------
-    def shard(self, policy: nn.Module) -> None:
-        """fsdp: shard the policy across the ranks (before its optimizer is built:
-        the parameters become DTensors). ddp: nothing."""
-        if self.strategy == "fsdp":
-            from trainer.fsdp import shard
-
-            shard(policy, self)
-            self._scorer = _Scorer(policy)  # the shards gather in its forward
-
     def wrap(self, policy: nn.Module) -> None:
         """Put the policy's scoring forward under DDP (after any weights are loaded:
-        DDP starts every rank from rank 0's parameters); fsdp: done by ``shard``."""
+        DDP starts every rank from rank 0's parameters). fsdp: the policy was
+        sharded before its optimizer was built (``trainer.fsdp.shard``); its shards
+        gather in the plain forward."""
         if self.strategy == "fsdp":
+            self._scorer = _Scorer(policy)
             return
         from torch.nn.parallel import DistributedDataParallel as DDP
 

@@ -63,7 +63,10 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 
 
 def shard(policy: Policy, par: Parallel) -> None:
-    """``fully_shard`` the policy's layers, then its model and its value head."""
+    """fsdp: ``fully_shard`` the policy's layers, then its model and its value head
+    (before its optimizer is built). ddp: nothing."""
+    if par.strategy != "fsdp":
+        return
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -108,9 +111,7 @@ def full_state(module: nn.Module) -> dict[str, torch.Tensor]:
         get_model_state_dict,
     )
 
-    return get_model_state_dict(
-        module, options=StateDictOptions(full_state_dict=True)
-    )
+    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True))
 
 
 def refresh_reference(ref: Policy, policy: Policy) -> None:

@@ -29,6 +29,7 @@ from trainer.evaluate import due as evaluation_due
 from trainer.evaluate import evaluate
 from trainer.events import NullSink, Sink
 from trainer.fsdp import gathered as unsharded
+from trainer.fsdp import shard
 from trainer.kl_control import kl_in_reward, kl_step
 from trainer.metrics import step_metrics
 from trainer.policy import Policy
@@ -111,7 +112,7 @@ def train(
     # fsdp: the KL reference stays whole; its copy is taken before sharding.
     whole_ref = reference_copy(policy, algo, par)
     if par is not None:  # fsdp: parameters become DTensors, before the optimizer
-        par.shard(policy)
+        shard(policy, par)
     optimizer = torch.optim.AdamW(
         [p for p in policy.parameters() if p.requires_grad],  # LoRA: adapters only
         lr=config.optim.lr,

@@ -169,8 +169,9 @@ def test_two_sharded_processes_end_with_the_parameters_of_one(runs, name):
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_two_sharded_processes_report_the_metrics_and_trajectories_of_one(runs, name):
     reference, ranks = runs
-    want, got = td._steps(reference[name]["events"]), td._steps(
-        ranks[0][name]["events"]
+    want, got = (
+        td._steps(reference[name]["events"]),
+        td._steps(ranks[0][name]["events"]),
     )
     assert got.keys() == want.keys() == {1, 2}
     for step in want:
@@ -197,9 +198,7 @@ def test_sharded_ranks_generating_for_real_record_every_trajectory_once(runs):
     _, ranks = runs
     events = ranks[0]["sampled"]["events"]
     keys = [
-        (e["step"], e["group"], e["index"])
-        for e in events
-        if e["type"] == "trajectory"
+        (e["step"], e["group"], e["index"]) for e in events if e["type"] == "trajectory"
     ]
     cfg = _config("token_mean", 1)
     assert len(keys) == len(set(keys))
