@@ -112,7 +112,9 @@ def numeric_match(
 
     def close(text: str) -> bool:
         a = last_number(text[:MAX_ANSWER_CHARS])
-        return a is not None and math.isclose(a, r, abs_tol=p.abs_tol, rel_tol=p.rel_tol)
+        return a is not None and math.isclose(
+            a, r, abs_tol=p.abs_tol, rel_tol=p.rel_tol
+        )
 
     answer = ep.facts.get("answer")
     if isinstance(answer, str) and close(answer):
