@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 
 from rewards.components import COMPONENTS, ComponentSpec, Context, slots
 from rewards.config import ComponentConfig, RewardConfig
+from rewards.judge_scores import aggregate, disagreement, usable
 from rewards.judges import EndpointSpec, Judge, build_judges
-from rewards.judges.base import ModelLoader, aggregate, disagreement, run_judges, usable
+from rewards.judges.base import ModelLoader, run_judges
 from rewards.parl import critical_path, stage_metrics
 from rewards.schedule import weight_at
 from rewards.search import search_metrics

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from rewards.facts import as_count, as_float
-from rewards.judges.base import coefficients, usable
+from rewards.judge_scores import coefficients, usable
 from rewards.params import (
     FormatParams,
     JudgeParams,

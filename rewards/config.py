@@ -322,7 +322,7 @@ def refresh_schema() -> None:
     rebuild the models that hold them. Call again after registering more (plugins);
     models that nest :class:`RewardConfig` must be rebuilt after it."""
     global ComponentConfig, COMPONENT_NAMES
-    from rewards.judges.base import JUDGE_BACKENDS
+    from rewards.registry import JUDGE_BACKENDS
 
     models = component_models()
     ComponentConfig = Annotated[

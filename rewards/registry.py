@@ -7,7 +7,7 @@ Registering a name twice is an error; looking up an unknown name names the known
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -45,3 +45,9 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._items))
+
+
+# Judge backends by name (``rubric``, ``hf``, ``openai`` and plugins'): factories
+# ``(JudgeConfig, JudgeDeps) -> Judge`` (``rewards.judges.base.JudgeFactory``). Here,
+# beside the class, so that the config can list the names without importing judges.
+JUDGE_BACKENDS: Registry[Any] = Registry("judge backend")

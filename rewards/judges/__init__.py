@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from rewards.config import JudgeConfig
 from rewards.judges import hf, openai, rubric  # noqa: F401  (register the backends)
 from rewards.judges.base import (
-    JUDGE_BACKENDS,
     Judge,
     JudgeDeps,
     ModelLoader,
@@ -18,7 +17,8 @@ from rewards.judges.base import (
     disagreement,
     run_judges,
 )
-from rewards.judges.openai import EndpointSpec
+from rewards.judges.endpoints import EndpointSpec
+from rewards.registry import JUDGE_BACKENDS
 
 
 def build_judges(

@@ -16,13 +16,13 @@ from typing import Any
 
 from rewards.config import JudgeConfig
 from rewards.judges.base import (
-    JUDGE_BACKENDS,
     JudgeDeps,
     ModelLoader,
     build_prompt,
     failure,
     judgement_from_text,
 )
+from rewards.registry import JUDGE_BACKENDS
 from rewards.types import Episode, Judgement
 
 _CACHE: dict[str, tuple[Any, Any]] = {}

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rewards.config import JudgeConfig
-from rewards.judges.base import JUDGE_BACKENDS, JudgeDeps, combine_dimensions, failure
+from rewards.judges.base import JudgeDeps, combine_dimensions, failure
 from rewards.judges.checks import RUBRIC_CHECKS
+from rewards.registry import JUDGE_BACKENDS
 from rewards.types import Episode, Judgement
 
 
