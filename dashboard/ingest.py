@@ -32,6 +32,11 @@ from dashboard.models import (
 from dashboard.reads.metrics import metric_keys
 from dashboard.recorded import recorded
 from dashboard.rollups import BUCKET_AGGREGATES, COLUMNS, MERGE, POINTS, UNNEST
+from dashboard.sqlarrays import (
+    float_array_literal,
+    int_array_literal,
+    text_array_literal,
+)
 from trainer.recording import RecordConfig
 
 STEP_MODELS = (
@@ -292,41 +297,6 @@ def upsert_metrics(run_id: Any, points: dict[tuple[int, str], float]) -> set[int
             + [run_id] * len(ROLLUP_SHIFTS),
         )
         return {step for (step,) in cur.fetchall()}
-
-
-def int_array_literal(values: list[int]) -> str:
-    """``{1,2,3}``: a PostgreSQL array literal of integers.
-
-    >>> int_array_literal([3, -1])
-    '{3,-1}'
-    """
-    return "{" + ",".join(map(str, values)) + "}"
-
-
-def float_array_literal(values: list[float]) -> str:
-    """A PostgreSQL array literal of doubles; Python's shortest round-trip repr
-    (``nan``, ``inf`` and ``-inf`` are PostgreSQL's spellings too, any case).
-
-    >>> float_array_literal([0.1, float("nan"), float("-inf")])
-    '{0.1,nan,-inf}'
-    """
-    return "{" + ",".join(map(repr, map(float, values))) + "}"
-
-
-def text_array_literal(values: list[str]) -> str:
-    r"""A PostgreSQL array literal of strings, each double-quoted with backslashes
-    and quotes escaped (NUL never reaches here: :func:`jsonsafe.text`).
-
-    >>> print(text_array_literal(['a', 'say "hi"', 'c:\\d', '']))
-    {"a","say \"hi\"","c:\\d",""}
-    """
-    return (
-        "{"
-        + ",".join(
-            '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values
-        )
-        + "}"
-    )
 
 
 def _stale_steps_py(run_id: Any, points: dict[tuple[int, str], float]) -> set[int]:
