@@ -207,17 +207,25 @@ def test_the_embedded_executor_trains_a_run_on_two_processes(
     assert (tmp_path / "runs" / str(run.id) / "checkpoints" / "step-000004").is_dir()
 
 
-@pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
-def test_a_cancel_stops_every_rank_at_the_next_step(
-    owner, tiny_config, settings, enqueued, monkeypatch, tmp_path
-):
+def _launch_long_two_process_run(owner, tiny_config, settings, monkeypatch, tmp_path):
+    """A 500-step run of two processes in the embedded executor, at step 2 or later."""
     monkeypatch.setenv("DATABASE_URL", database_url())
     settings.RUNS_DIR = tmp_path / "runs"
     settings.WORKER_DEVICES = 2
     run = services.launch_run(owner, two_process(tiny_config, steps=500))
     outcome = executor.submit(str(run.id))
     wait_for(lambda: Run.objects.get(pk=run.pk).last_step >= 2, 120, message="step 2")
+    return run, outcome
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_stops_every_rank_at_the_next_step(
+    owner, tiny_config, settings, enqueued, monkeypatch, tmp_path
+):
+    run, outcome = _launch_long_two_process_run(
+        owner, tiny_config, settings, monkeypatch, tmp_path
+    )
     services.cancel_run(run)
     assert outcome.result(timeout=120) == RunStatus.CANCELLED
     run.refresh_from_db()
@@ -230,12 +238,9 @@ def test_a_cancel_stops_every_rank_at_the_next_step(
 def test_stopping_the_server_stops_the_ranks_and_leaves_the_run_resumable(
     owner, tiny_config, settings, enqueued, monkeypatch, tmp_path
 ):
-    monkeypatch.setenv("DATABASE_URL", database_url())
-    settings.RUNS_DIR = tmp_path / "runs"
-    settings.WORKER_DEVICES = 2
-    run = services.launch_run(owner, two_process(tiny_config, steps=500))
-    outcome = executor.submit(str(run.id))
-    wait_for(lambda: Run.objects.get(pk=run.pk).last_step >= 2, 120, message="step 2")
+    run, outcome = _launch_long_two_process_run(
+        owner, tiny_config, settings, monkeypatch, tmp_path
+    )
     execution.interrupt()
     try:
         assert outcome.result(timeout=120) == "interrupted"
