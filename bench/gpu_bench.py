@@ -1,10 +1,15 @@
 """GPU throughput of the trainer with a larger model config in bf16.
 
-    python bench/gpu_bench.py [--size large] [--steps 5] [--batch 16x8]
+    python bench/gpu_bench.py [--size large|0.5b] [--steps 5] [--batch 16x8]
+                              [--peak-tflops T]
 
 Prints rollout (generated tokens/s) and update (trained tokens/s) throughput per step
-and their medians. Exits 0 with a 'skipped' line where there is no CUDA device, so it
-is safe to run anywhere.
+and their medians, and the update's model FLOPs utilisation: 6 x parameters x trained
+tokens per second (forward and backward, the usual convention: the attention's own
+FLOPs and any extra scoring pass are not counted as useful work) over the device's
+dense bf16 peak (a table of known devices, or ``--peak-tflops``). The goal for the
+0.5b config on an H200 is at least 40%. Exits 0 with a 'skipped' line where there is
+no CUDA device, so it is safe to run anywhere.
 """
 
 from __future__ import annotations
@@ -16,12 +21,44 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# Dense bf16 peak TFLOP/s (no sparsity) by a substring of torch.cuda.get_device_name().
+PEAK_BF16_TFLOPS = {
+    "H200": 989.0,
+    "H100": 989.0,  # SXM; the PCIe card is lower: pass --peak-tflops 756
+    "A100": 312.0,
+    "L40S": 362.0,
+    "RTX 4090": 165.0,
+}
+
+
+def peak_tflops(device_name: str) -> float | None:
+    """The dense bf16 peak of a device by its name, None when unknown.
+
+    >>> peak_tflops("NVIDIA H200"), peak_tflops("Some GPU")
+    (989.0, None)
+    """
+    for key, value in PEAK_BF16_TFLOPS.items():
+        if key in device_name:
+            return value
+    return None
+
+
+def mfu(num_params: int, tokens_per_s: float, peak: float) -> float:
+    """Model FLOPs utilisation of training: 6 FLOPs per parameter per token
+    (forward 2, backward 4) over the peak (TFLOP/s).
+
+    >>> round(mfu(500_000_000, 100_000, 989.0), 3)
+    0.303
+    """
+    return 6.0 * num_params * tokens_per_s / (peak * 1e12)
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument(
-        "--size", default="large", choices=["tiny", "small", "base", "large"]
-    )
+    from trainer.models import MODEL_SIZES
+
+    ap.add_argument("--size", default="large", choices=list(MODEL_SIZES))
+    ap.add_argument("--peak-tflops", type=float, default=None)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", default="16x8", help="tasks x group size")
     ap.add_argument("--env", default="search")
@@ -52,10 +89,12 @@ def main() -> int:
         }
     )
     rows: list[tuple[float, float, float]] = []
+    params: list[int] = []
 
     class Collect(NullSink):
         def emit(self, ev):
             if ev["type"] == "run_started":
+                params.append(int(ev["num_params"]))
                 print(
                     f"model {args.size}: {ev['num_params'] / 1e6:.1f}M params on {ev['device']}"
                 )
@@ -75,11 +114,21 @@ def main() -> int:
     reward_fn = build_reward_fn(default_reward_config(args.env), env_name=args.env)
     train(cfg, make_env(args.env, seed=0), reward_fn, Collect())
     warm = rows[1:] or rows  # the first step pays for CUDA warm-up
+    name = torch.cuda.get_device_name()
+    update_tps = statistics.median(r[1] for r in warm)
     print(
-        f"{torch.cuda.get_device_name()}: median rollout {statistics.median(r[0] for r in warm):.0f} "
-        f"tok/s, median update {statistics.median(r[1] for r in warm):.0f} tok/s, "
+        f"{name}: median rollout {statistics.median(r[0] for r in warm):.0f} "
+        f"tok/s, median update {update_tps:.0f} tok/s, "
         f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
     )
+    peak = args.peak_tflops or peak_tflops(name)
+    if peak is None:
+        print(f"update MFU: unknown peak for {name!r} (pass --peak-tflops)")
+    else:
+        print(
+            f"update MFU {100 * mfu(params[0], update_tps, peak):.1f}% of {peak:.0f} "
+            f"TFLOP/s bf16 ({params[0] / 1e6:.0f}M params)"
+        )
     return 0
 
 

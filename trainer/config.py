@@ -57,10 +57,10 @@ class ModelConfig(_Strict):
         description="Local Hugging Face model directory (loaded with local_files_only, "
         "no remote code). Empty: build the default small Llama-style model from a config.",
     )
-    size: Literal["tiny", "small", "base", "large"] = Field(
+    size: Literal["tiny", "small", "base", "large", "0.5b"] = Field(
         "tiny",
         description="Default-model size when no path is given: tiny ~1M, small ~4M, "
-        "base ~10M, large ~120M parameters (large is for GPUs).",
+        "base ~10M, large ~120M, 0.5b ~0.5B parameters (large and 0.5b are for GPUs).",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: CUDA if present."

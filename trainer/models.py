@@ -23,12 +23,14 @@ from transformers import (
 from trainer.config import ModelConfig
 from trainer.tokenizer import EOA, OBS, build_word_tokenizer
 
-# (hidden, layers, heads, intermediate): tiny ~1M, small ~4M, base ~10M, large ~120M.
+# (hidden, layers, heads, intermediate): tiny ~1M, small ~4M, base ~10M, large ~120M,
+# 0.5b ~0.5B parameters (Qwen2.5-0.5B's depth and width class; for GPUs).
 MODEL_SIZES: dict[str, tuple[int, int, int, int]] = {
     "tiny": (128, 4, 4, 512),
     "small": (256, 4, 8, 1024),
     "base": (384, 6, 8, 1536),
     "large": (768, 12, 12, 3072),
+    "0.5b": (1024, 24, 16, 5504),
 }
 
 
@@ -74,6 +76,10 @@ def build_model(
             pad_token_id=tokenizer.pad_token_id,
             bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id,
+            # PyTorch's fused scaled-dot-product attention (flash or memory-efficient
+            # kernels on CUDA); a local model directory gets it too where its
+            # architecture supports it (transformers' default).
+            attn_implementation="sdpa",
         )
         model = LlamaForCausalLM(config)
     if cfg.lora is not None:
