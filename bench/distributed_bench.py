@@ -1,6 +1,7 @@
-"""Step time of one process against several (torch.distributed, DDP) for one global batch.
+"""Step time of one process against several (torch.distributed, DDP or FSDP2) for one global batch.
 
     python bench/distributed_bench.py [--steps 4] [--processes 2] [--size tiny]
+                                      [--strategy ddp|fsdp]
                                       [--tasks 8] [--group 4]
 
 Runs the same seeded config through ``python -m trainer run`` with one process (all
@@ -36,6 +37,7 @@ def _config(args: argparse.Namespace) -> dict:
         "model": {"size": args.size, "device": "cpu"},
         "rollout": {"tasks_per_step": args.tasks, "group_size": args.group},
         "algorithm": {"preset": "grpo"},
+        "resources": {"strategy": args.strategy},
     }
 
 
@@ -70,6 +72,7 @@ def main() -> None:
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--tasks", type=int, default=8, help="tasks per step (global)")
     parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--strategy", default="ddp", choices=["ddp", "fsdp"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="distbench-") as tmp:
         cfg_path = Path(tmp) / "run.json"
@@ -80,6 +83,7 @@ def main() -> None:
     n = args.processes
     print(
         f"global batch: {args.tasks} tasks x {args.group} rollouts, model {args.size}, "
+        f"{args.strategy}, "
         f"{args.steps} steps (medians over steps 2..{args.steps})"
     )
     # torchrun gives each process one thread; "1 proc, 1 thr" isolates what the
