@@ -39,6 +39,7 @@ RANGES = {
 class Recorder:
     def __init__(self, budget_s: float) -> None:
         self.rewards: list[float] = []
+        self.success: list[float] = []
         self.start = time.perf_counter()
         self.budget_s = budget_s
         self.alerts: list[str] = []
@@ -46,6 +47,7 @@ class Recorder:
     def emit(self, ev) -> None:
         if ev["type"] == "step" and ev["step"] > 0:
             self.rewards.append(ev["metrics"]["reward"])
+            self.success.append(ev["metrics"].get("success/mean", float("nan")))
             if ev["step"] % 25 == 0:
                 recent = self.rewards[-25:]
                 print(
@@ -115,6 +117,12 @@ def run_one(name: str, minutes: float, overrides: list[str] = ()) -> dict:
         "gain": round(gain, 3),
         "range": [lo, hi],
         "gain_over_range": round(gain / (hi - lo), 3),
+        # The share of rollouts that solved their task (the environment's own
+        # success, outside any reward shaping), first 20 and last 20 steps.
+        "success": [
+            round(sum(rec.success[:20]) / 20, 3),
+            round(sum(rec.success[-20:]) / 20, 3),
+        ],
         "passes": gain >= (hi - lo) / 4,
         "alerts": rec.alerts[:10],
     }
@@ -146,7 +154,8 @@ def main() -> int:
         print(
             f"{r['env']:8s} {r['steps']:5d} {r['seconds']:7.1f} {r['first20']:8.3f} "
             f"{r['last20']:8.3f} {r['gain']:7.3f} {str(r['range']):>12s} "
-            f"{r['gain_over_range']:10.3f}  {'yes' if r['passes'] else 'NO'}"
+            f"{r['gain_over_range']:10.3f}  {'yes' if r['passes'] else 'NO'}  "
+            f"success {r['success'][0]:.3f} -> {r['success'][1]:.3f}"
         )
     print(json.dumps(results))
     return 0 if all(r["passes"] for r in results) else 1
