@@ -227,7 +227,9 @@ def judgement_row(run_id: Any, step: int, event: dict[str, Any]) -> Judgement:
 def write(run_id: Any, batch: Batch, stale_steps: set[int] | None = None) -> None:
     """Upsert every row of the batch (inside the caller's transaction)."""
     if batch.metrics:
-        stale = upsert_metrics(run_id, batch.metrics)
+        stale = upsert_metrics(
+            run_id, batch.metrics, find_stale=stale_steps is not None
+        )
         if stale_steps is not None:
             stale_steps.update(stale)
     if batch.trajectories:
@@ -244,11 +246,14 @@ def write(run_id: Any, batch: Batch, stale_steps: set[int] | None = None) -> Non
     _upsert(Checkpoint, batch.checkpoints.values(), ["run", "step"])
 
 
-def upsert_metrics(run_id: Any, points: dict[tuple[int, str], float]) -> set[int]:
+def upsert_metrics(
+    run_id: Any, points: dict[tuple[int, str], float], *, find_stale: bool = True
+) -> set[int]:
     """Upsert the points and fold them into every rollup level; returns the steps
-    whose every point was already stored (re-sent ones)."""
+    whose every point was already stored (re-sent ones; on SQLite, a query skipped
+    unless ``find_stale``)."""
     if connection.vendor != "postgresql":
-        stale = _stale_steps_py(run_id, points)
+        stale = _stale_steps_py(run_id, points) if find_stale else set()
         rows = [
             MetricPoint(run_id=run_id, step=s, key=k, value=v)
             for (s, k), v in points.items()
