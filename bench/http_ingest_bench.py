@@ -7,7 +7,7 @@
 
 Each sender is a thread with its own external run and token-authenticated HTTP client,
 posting gzip NDJSON batches the way ``trainer.httpsink.HttpSink`` does. Printed side
-by side: the same events written in-process through ``dashboard.ingest.store`` (the
+by side: the same events written in-process through ``dashboard.ingest.writer.store`` (the
 write path both share), so the ratio is what HTTP, gzip, JSON parsing and the schema
 check cost. Goal: at least 50k metric points/s on 2 cores.
 
@@ -169,14 +169,14 @@ def send_all(urls, token, payloads_per_sender, name) -> float:
 def in_process(user, batches) -> float:
     from django.db import transaction
 
-    from dashboard import ingest
-    from dashboard.external import do_create_external_run
+    from dashboard.ingest import writer
+    from dashboard.runs.external import do_create_external_run
 
     run = do_create_external_run(user, name="inproc", framework="bench")
     t0 = time.perf_counter()
     for batch in batches:
         with transaction.atomic():
-            ingest.store(run.pk, batch, supersede_on_start=False)
+            writer.store(run.pk, batch, supersede_on_start=False)
     return time.perf_counter() - t0
 
 
@@ -268,7 +268,7 @@ def main() -> None:
     ap.add_argument("--only-sink", action="store_true")
     args = ap.parse_args()
     user = setup()
-    from dashboard import tokens
+    from dashboard.site import tokens
 
     token = tokens.do_create_token(user, "bench")[1]
     procs, urls = start_servers(args.servers)
@@ -296,7 +296,7 @@ def main() -> None:
             f"({args.steps_per_batch} steps a request), {args.servers} Daphne process(es)"
         )
         print(f"  HTTP      {http_rate:10,.0f} points/s  ({wall:.2f} s)")
-        print(f"  in-process {direct_rate:9,.0f} points/s  (ingest.store, one writer)")
+        print(f"  in-process {direct_rate:9,.0f} points/s  (writer.store, one writer)")
         print(f"  HTTP / in-process = {http_rate / direct_rate:.2f}")
 
         trajs = [

@@ -7,7 +7,7 @@ Compares, on fresh runs in the same process and database:
 
 * ``RunSink`` end to end (the worker's path: buffer, writer thread, fenced
   transaction, idempotent upserts, frames),
-* ``ingest.upsert_metrics`` alone (one ``INSERT ... SELECT unnest ... ON CONFLICT``
+* ``writer.upsert_metrics`` alone (one ``INSERT ... SELECT unnest ... ON CONFLICT``
   per batch),
 * plain ``bulk_create`` of the same rows (no conflict handling: not idempotent),
 
@@ -74,7 +74,7 @@ def trajectory_events(n: int, tokens: int):
 
 
 def claim_for(user):
-    from dashboard import lease
+    from dashboard.runs import lease
 
     run = new_run(user)
     run.status = "queued"
@@ -83,7 +83,7 @@ def claim_for(user):
 
 
 def time_sink(user, events) -> tuple[float, int]:
-    from dashboard.sinks import RunSink
+    from dashboard.runs.sinks import RunSink
 
     claim = claim_for(user)
     t = time.perf_counter()
@@ -104,7 +104,7 @@ def main() -> None:
     user = setup()
     from django.db import transaction
 
-    from dashboard import ingest
+    from dashboard.ingest import writer
     from dashboard.models import MetricPoint, Trajectory
 
     n = args.steps * args.keys
@@ -123,10 +123,10 @@ def main() -> None:
             batch[(event["step"], k)] = v
         if len(batch) >= 20_000:
             with transaction.atomic():
-                ingest.upsert_metrics(run.id, batch)
+                writer.upsert_metrics(run.id, batch)
             batch = {}
     with transaction.atomic():
-        ingest.upsert_metrics(run.id, batch)
+        writer.upsert_metrics(run.id, batch)
     seconds = time.perf_counter() - t
     print(
         f"  upsert_metrics (unnest, 20k/batch) {n / seconds:12,.0f} points/s  ({seconds:.1f}s)"
@@ -157,7 +157,7 @@ def main() -> None:
     run = new_run(user)
     t = time.perf_counter()
     rows = [
-        ingest.trajectory_row(run.id, e["step"], e)
+        writer.trajectory_row(run.id, e["step"], e)
         for e in trajectory_events(args.trajectories, args.tokens)
     ]
     for i in range(0, len(rows), 200):

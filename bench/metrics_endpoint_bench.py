@@ -31,7 +31,7 @@ def main() -> None:
     from django.db import connection, transaction
     from django.test import Client
 
-    from dashboard import ingest
+    from dashboard.ingest import writer
 
     run = new_run(user)
     names = ["reward", "kl"] + [f"metric/{i}" for i in range(args.keys - 2)]
@@ -44,7 +44,7 @@ def main() -> None:
             for i, k in enumerate(names)
         }
         with transaction.atomic():
-            ingest.upsert_metrics(run.id, points)
+            writer.upsert_metrics(run.id, points)
     load_s = time.perf_counter() - t0
     with connection.cursor() as cur:
         # What autovacuum does to a finished run's tables.

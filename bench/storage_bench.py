@@ -6,7 +6,7 @@
 A synthetic external run (issue 15's shape, scaled): ``--groups`` groups of 8 rollouts
 a step, each a ``--prompt``-token prompt shared by its group then a
 ``--completion``-token completion, every per-token array filled. Its events go
-through ``dashboard.ingest.store`` under the recording policy (``--record``: the
+through ``dashboard.ingest.writer.store`` under the recording policy (``--record``: the
 default ``auto``, or ``all``); ``--no-share`` stores every prompt with every rollout
 (the path before prompts were stored once). Prints bytes at rest per stored token
 (trajectory + group-prompt tables, PostgreSQL ``pg_total_relation_size`` or SQLite
@@ -140,7 +140,7 @@ def main() -> None:
     from django.db import connection, transaction
     from django.test import Client
 
-    from dashboard import ingest, prompts
+    from dashboard.ingest import prompts, writer
     from dashboard.models import Trajectory
     from trainer.recording import RecordConfig
 
@@ -158,7 +158,7 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         evs = list(events(step, args.groups, args.prompt, args.completion, rng))
         with transaction.atomic():
-            ingest.store(run.pk, evs, record=record, seed=0)
+            writer.store(run.pk, evs, record=record, seed=0)
     seconds = time.perf_counter() - t
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:

@@ -58,7 +58,7 @@ def embedded_env() -> Path | None:
 def load_metrics(run, steps: int, keys: list[str]) -> None:
     from django.db import connection, transaction
 
-    from dashboard import ingest
+    from dashboard.ingest import writer
     from dashboard.models import MetricPoint, Run
 
     rng = random.Random(0)
@@ -74,7 +74,7 @@ def load_metrics(run, steps: int, keys: list[str]) -> None:
                     for s in range(lo, hi)
                     for i, k in enumerate(keys)
                 }
-                ingest.upsert_metrics(run.pk, points)
+                writer.upsert_metrics(run.pk, points)
             else:
                 rows = [
                     (run_id, s, k, math.sin(s / 500 + i) + rng.random() * 0.1)

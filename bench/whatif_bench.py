@@ -4,7 +4,7 @@
     DATABASE_URL=postgres://... python bench/whatif_bench.py                # PostgreSQL
 
 Stores a swarm run (5 reward components, 2 agent steps, realistic segments with text
-and 64 tokens of packed arrays each), then times ``dashboard.whatif.whatif`` with
+and 64 tokens of packed arrays each), then times ``dashboard.reads.whatif.whatif`` with
 ``r_parallel`` set to 0 over every step: the database read and the recomputation
 separately, median of 5 (wall clock, and this process's CPU time: on a loaded machine
 the wall clock includes waiting for a core). Goal: under 1 s on both databases. Prints, never asserts.
@@ -79,8 +79,8 @@ def profile(run) -> None:
     from django.core.serializers.json import DjangoJSONEncoder
     from django.db import connection
 
-    from dashboard import whatif
     from dashboard.models import Trajectory
+    from dashboard.reads import whatif
 
     qs = Trajectory.objects.filter(run=run).values_list(
         "step", "group", "index", "task_id", "dropped", "truncated", "length",
@@ -132,8 +132,10 @@ def main() -> None:
     user = setup(require_postgres=False)
     from django.db import connection
 
-    from dashboard import ingest, services, whatif
+    from dashboard.ingest import writer
     from dashboard.models import Run
+    from dashboard.reads import whatif
+    from dashboard.runs import services
 
     G = args.group_size
     run = Run.objects.create(
@@ -152,13 +154,13 @@ def main() -> None:
     )
     _, _, rcfg, _ = whatif.run_setup(run)
     rng = random.Random(0)
-    batch = ingest.Batch()
+    batch = writer.Batch()
     for k, ev in enumerate(events(args.trajectories, G, list(rcfg.components), rng)):
         batch.add(run.id, ev)
         if k % 2000 == 1999:
-            ingest.write(run.id, batch)
-            batch = ingest.Batch()
-    ingest.write(run.id, batch)
+            writer.write(run.id, batch)
+            batch = writer.Batch()
+    writer.write(run.id, batch)
 
     if args.profile:
         profile(run)

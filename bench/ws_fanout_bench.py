@@ -30,7 +30,7 @@ from _django import ROOT, new_run, percentile, setup
 def publish(run_id: str, rate: float, seconds: float) -> None:
     """Child process: ``rate`` frames/s for ``seconds``, then a final frame."""
     setup_only()
-    from dashboard import frames, streaming
+    from dashboard.live import frames, streaming
 
     period, t0, n = 1.0 / rate, time.perf_counter(), 0
     while time.perf_counter() - t0 < seconds:

@@ -19,7 +19,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from dashboard import streaming  # noqa: E402
+from dashboard.live import streaming  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 

@@ -25,7 +25,8 @@ from typing import Any
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 
-from dashboard import services, streaming
+from dashboard.live import streaming
+from dashboard.runs import services
 
 log = logging.getLogger(__name__)
 REJOIN_S = 600.0  # channels-redis forgets group members after group_expiry (a day)

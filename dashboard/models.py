@@ -4,7 +4,7 @@ Every event table carries the run and the training step, with a unique key per
 (run, step, ...) so writes are idempotent upserts: a run resumed from a checkpoint
 re-emits later steps and supersedes the rows of the attempt that died.
 
-Storage choices (documented here, decoded by ``dashboard.arrays``/``dashboard.reads``):
+Storage choices (documented here, decoded by ``dashboard.ingest.arrays``/``dashboard.reads``):
 
 * ``MetricPoint`` is narrow (run, key, step, value) with one index: the composite
   primary key (run, key, step), covering ``value`` on PostgreSQL.
@@ -170,7 +170,7 @@ class MetricRollup(models.Model):
     LEAST/GREATEST semantics as points arrive, rebuilt where a resumed attempt
     supersedes rows), so a chart of 1,000 points over 100k steps reads ~1.6k rows per
     key (the 64-step level) instead of 100k points. On SQLite (the embedded default)
-    the same rows are folded in Python as points arrive (``dashboard.rollups.fold``).
+    the same rows are folded in Python as points arrive (``dashboard.ingest.rollups.fold``).
     """
 
     pk = models.CompositePrimaryKey("run_id", "key", "shift", "bucket")
@@ -225,13 +225,13 @@ class Trajectory(_StepRow):
                 fields=["run", "step", "group", "index"], name="traj_unique"
             ),
         ]
-        # A task's history (dashboard.reads.tasks) without reading the whole run.
+        # A task's history (dashboard.reads.history) without reading the whole run.
         indexes = [models.Index(fields=["run", "task_id", "step"], name="traj_task")]
 
 
 class GroupPrompt(_StepRow):
     """The leading segments identical across a group's rollouts (the prompt), stored
-    once per (run, step, group) instead of once per rollout (``dashboard.prompts``)."""
+    once per (run, step, group) instead of once per rollout (``dashboard.ingest.prompts``)."""
 
     group = models.IntegerField()
     segments = models.JSONField(default=list)  # as Trajectory.segments
@@ -358,7 +358,7 @@ class ApiToken(models.Model):
 class Dataset(models.Model):
     """A dataset a user uploaded on ``/datasets/``: a file the trainer's own reader
     accepted, stored under ``<first data root>/uploads/<owner id>/`` (only its owner's
-    runs may read it, :mod:`dashboard.roots`)."""
+    runs may read it, :mod:`dashboard.library.roots`)."""
 
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets"

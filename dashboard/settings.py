@@ -1,4 +1,4 @@
-"""Django settings, read from the environment through typed helpers (``dashboard.env``).
+"""Django settings, read from the environment through typed helpers (``dashboard.site.env``).
 
 Two shapes, switched by the environment only:
 
@@ -7,7 +7,7 @@ Two shapes, switched by the environment only:
   required, cookies are secure, ``manage.py check --deploy`` passes.
 * **embedded** (neither variable set, what ``make run`` uses on a bare machine): SQLite
   under ``var/``, the in-memory channel layer, runs executed one at a time by a thread
-  pool inside the web process (``dashboard.executor``).
+  pool inside the web process (``dashboard.runs.inprocess``).
 
 ``DATABASE_URL`` alone gives Postgres with the in-process executor; ``REDIS_URL``
 decides the executor and the channel layer. Under pytest (``PYTEST_VERSION`` is set by
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from dashboard.env import (
+from dashboard.site.env import (
     check_redis_url,
     env_bool,
     env_int,
@@ -90,7 +90,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "dashboard.middleware.LoginRequiredMiddleware",
+    "dashboard.site.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "dashboard.pages.csp.CSPMiddleware",  # Content-Security-Policy, no inline scripts
@@ -183,7 +183,7 @@ RUN_EXECUTOR = "celery" if REDIS_URL else "inprocess"
 # not import the executors that import it).
 RUN_SUBMIT = env_str(
     "RUN_SUBMIT",
-    "dashboard.tasks.submit" if REDIS_URL else "dashboard.executor.submit",
+    "dashboard.runs.jobs.submit" if REDIS_URL else "dashboard.runs.inprocess.submit",
 )
 RUN_QUEUE_PREFIX = NAMESPACE
 # Queue for runs whose model.device is "auto" (cuda -> gpu, cpu -> cpu).
@@ -191,7 +191,7 @@ RUN_QUEUE_AUTO = env_str("RUN_QUEUE_AUTO", "gpu")
 if RUN_QUEUE_AUTO not in {"gpu", "cpu"}:
     raise ImproperlyConfigured(f"RUN_QUEUE_AUTO={RUN_QUEUE_AUTO!r} must be gpu or cpu")
 
-# Devices this worker gives one run (dashboard.devices): 0 counts them (the CUDA devices
+# Devices this worker gives one run (dashboard.runs.devices): 0 counts them (the CUDA devices
 # it sees, else its CPU cores). A worker consumes the ``-x2`` .. ``-xN`` queues for them.
 WORKER_DEVICES = env_int("WORKER_DEVICES", 0, min_value=0, max_value=1024)
 # The most processes a run may ask for at submit (config.resources.processes): the
@@ -242,7 +242,7 @@ EVENTS_MAX_LINES = env_int("EVENTS_MAX_LINES", 5000, min_value=1)
 
 
 # --- model and data roots ------------------------------------------------------------
-# What a run on the platform may read (dashboard.roots): ":"-separated directories.
+# What a run on the platform may read (dashboard.library.roots): ":"-separated directories.
 # Every path in a config resolves, after symlinks, inside one of them; relative paths
 # resolve against the first. The trainer CLI is not restricted by these.
 def _roots(name: str, default: Path) -> list[Path]:

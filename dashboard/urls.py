@@ -3,8 +3,8 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-from dashboard import views
 from dashboard.api import api
+from dashboard.site import views
 
 urlpatterns = [
     path("", include("dashboard.pages.urls")),
@@ -14,4 +14,4 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
 ]
 
-handler404 = "dashboard.views.not_found"
+handler404 = "dashboard.site.views.not_found"

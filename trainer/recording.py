@@ -18,7 +18,7 @@ entropies, advantages, token strings): the text of every segment stays.
 
 One pure function, :func:`select`, decides; the trainer applies it before building
 records (an unrecorded record is never built) and the server applies it to external
-runs' events as they are stored (``dashboard.ingest.store``), so native, streamed and
+runs' events as they are stored (``dashboard.ingest.writer.store``), so native, streamed and
 imported runs follow the same rule. Knows nothing of Django or tensors.
 """
 

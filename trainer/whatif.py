@@ -18,7 +18,7 @@ with the new ones, on the same rows: with the run's weights the two agree bit fo
 so the report shows zero changes. GAE credit needs the critic's values, which are not
 stored: advantage changes are then unavailable (said so), rank changes still reported.
 
-Pure: no Django, no I/O. ``dashboard.whatif`` loads the rows and calls :func:`compare`.
+Pure: no Django, no I/O. ``dashboard.reads.whatif`` loads the rows and calls :func:`compare`.
 """
 
 from __future__ import annotations

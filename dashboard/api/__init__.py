@@ -25,7 +25,9 @@ from ninja.renderers import JSONRenderer
 from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer, django_auth
 
-from dashboard import jsonsafe, services, tokens
+from dashboard import jsonsafe
+from dashboard.runs import services
+from dashboard.site import tokens
 
 
 class SafeJSONRenderer(JSONRenderer):

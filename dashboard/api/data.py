@@ -9,13 +9,13 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Query, Router
 from ninja.errors import HttpError
 
-from dashboard import services
 from dashboard.api.schemas import ErrorOut, MetricsQuery, StepRange, WhatIfIn
 from dashboard.models import Alert, Checkpoint, CriticalPath, Judgement, Run, Trajectory
 from dashboard.reads import metrics as metric_reads
 from dashboard.reads import stream
 from dashboard.reads import trajectories as trajs
 from dashboard.reads.runs import alert_dicts, checkpoint_dict
+from dashboard.runs import services
 
 router = Router()
 
@@ -119,7 +119,7 @@ def alerts(request: HttpRequest, run_id: str, q: Query[StepRange]):
 def whatif(request: HttpRequest, run_id: str, payload: WhatIfIn):
     """The stored rollouts' advantages and ranks recomputed under other reward
     weights: per step and in total, with examples (see ``trainer.whatif``)."""
-    from dashboard import whatif as wi
+    from dashboard.reads import whatif as wi
 
     run = services.get_run_for_user(request.user, run_id)
     return wi.whatif(run, payload.weights, payload.steps)

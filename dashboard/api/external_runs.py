@@ -6,7 +6,6 @@ from django.http import HttpRequest
 from django.http.request import RawPostDataException
 from ninja import Router, Status
 
-from dashboard import external, services
 from dashboard.api.schemas import (
     ErrorOut,
     ExternalIn,
@@ -16,6 +15,7 @@ from dashboard.api.schemas import (
     RunOut,
 )
 from dashboard.reads.runs import run_dict
+from dashboard.runs import external, services
 
 router = Router()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.http import HttpRequest
 from ninja import Query, Router, Status
 
-from dashboard import services
 from dashboard.api.schemas import (
     CloneIn,
     ErrorOut,
@@ -15,6 +14,7 @@ from dashboard.api.schemas import (
     RunOut,
 )
 from dashboard.reads.runs import run_dict
+from dashboard.runs import services
 
 router = Router()
 

@@ -1,5 +1,5 @@
 """``/datasets/``: upload a dataset, list and preview yours, delete one, and start a
-new run on it. Adapters over :mod:`dashboard.datasets`."""
+new run on it. Adapters over :mod:`dashboard.library.datasets`."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from dashboard import datasets as ds
+from dashboard.library import datasets as ds
 from dashboard.pages.csp import csp
-from dashboard.services import ServiceError
+from dashboard.runs.services import ServiceError
 
 
 def _list(request: HttpRequest, errors: list[str], form: dict[str, str], status=200):

@@ -14,12 +14,13 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import datasets, model_dirs, services
+from dashboard.library import datasets, model_dirs
 from dashboard.models import Run
 from dashboard.pages import catalog, configdiff
 from dashboard.pages import formfields as ff
 from dashboard.pages import forms as f
 from dashboard.pages.csp import csp
+from dashboard.runs import services
 from trainer.config import TrainConfig
 
 

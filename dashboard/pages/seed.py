@@ -1,6 +1,6 @@
 """Synthetic runs in the trainer's event shapes, for page tests, the UI benchmark and
 browser tests: metrics, trajectories (with token arrays), judgements, critical paths
-and alerts, written through the platform's own ingestion (``dashboard.ingest``) so the
+and alerts, written through the platform's own ingestion (``dashboard.ingest.writer``) so the
 rows are exactly what a real run leaves.
 
 :data:`XSS_PAYLOADS` are script-injection strings; ``payloads=True`` puts them into
@@ -20,7 +20,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from dashboard import ingest
+from dashboard.ingest import writer
 from dashboard.models import Run
 from dashboard.pages.payloads import XSS_PAYLOADS
 
@@ -306,17 +306,17 @@ def step_events(
 def write_events(run: Run, events: Iterator[dict[str, Any]], chunk: int = 2000) -> int:
     """Ingest ``events`` in batches, as the run sink does; returns the last step."""
     last = 0
-    batch = ingest.Batch()
+    batch = writer.Batch()
     for ev in events:
         batch.add(run.pk, ev)
         last = max(last, int(ev.get("step", 0)))
         if len(batch) >= chunk:
             with transaction.atomic():
-                ingest.write(run.pk, batch)
-            batch = ingest.Batch()
+                writer.write(run.pk, batch)
+            batch = writer.Batch()
     if len(batch):
         with transaction.atomic():
-            ingest.write(run.pk, batch)
+            writer.write(run.pk, batch)
     return last
 
 

@@ -1,6 +1,6 @@
 """``/settings/tokens/``: a user's API tokens (create, shown once; list; revoke).
 
-Adapters over :mod:`dashboard.tokens`: the new token is rendered in the response to
+Adapters over :mod:`dashboard.site.tokens`: the new token is rendered in the response to
 the POST that created it and nowhere else (never stored, never in a redirect URL).
 """
 
@@ -13,9 +13,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from dashboard import tokens
 from dashboard.pages.csp import csp
-from dashboard.services import ServiceError
+from dashboard.runs.services import ServiceError
+from dashboard.site import tokens
 
 
 @csp

@@ -15,12 +15,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from dashboard import prompts, services
+from dashboard.ingest import prompts
 from dashboard.models import CriticalPath, Trajectory
 from dashboard.pages import charts, trajview
 from dashboard.pages import groups as groups_mod
 from dashboard.pages.csp import csp
 from dashboard.reads import trajectories as trajs
+from dashboard.runs import services
 
 FILTERS = ("reward_min", "reward_max", "sign", "length_min", "length_max", "dropped")
 FILTERS += ("sort",)

@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dashboard import jsonsafe, prompts
+from dashboard import jsonsafe
+from dashboard.ingest import prompts
 from dashboard.models import CriticalPath, Judgement, Trajectory
 
 TOLERANCE = 1e-6

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboard.pages import datasets, launch, tasks, tokens, trajectories, views
+from dashboard.pages import datasets, history, launch, tokens, trajectories, views
 
 app_name = "pages"
 
@@ -44,11 +44,11 @@ urlpatterns = [
     ),
     path(
         "runs/<uuid:run_id>/tasks/<path:task_id>/",
-        tasks.task_history,
+        history.task_history,
         name="task_history",
     ),
     path("compare/", views.compare, name="compare"),
-    path("compare/task/", tasks.compare_task, name="compare_task"),
+    path("compare/task/", history.compare_task, name="compare_task"),
     path("datasets/", datasets.dataset_list, name="datasets"),
     path("datasets/<int:dataset_id>/", datasets.dataset_detail, name="dataset_detail"),
     path(

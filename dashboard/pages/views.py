@@ -17,14 +17,15 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
-from dashboard import retention, services, whatif
+from dashboard.ingest import retention
 from dashboard.models import ACTIVE_STATUSES, Alert, Run, RunStatus
 from dashboard.pages import catalog, charts, configdiff
 from dashboard.pages.csp import csp
 from dashboard.pages.forms import normalise
-from dashboard.reads import metrics
+from dashboard.reads import metrics, whatif
 from dashboard.reads import runs as run_reads
 from dashboard.reads import trajectories as trajs
+from dashboard.runs import services
 
 COMPARE_MIN, COMPARE_MAX = 2, 8
 PAGE_SIZE = 50

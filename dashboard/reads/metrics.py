@@ -15,14 +15,15 @@ from django.db.models import (
     Subquery,
 )
 
-from dashboard import jsonsafe, rollups
+from dashboard import jsonsafe
+from dashboard.ingest import rollups
+from dashboard.ingest.rollups import BUCKET_AGGREGATES, POINTS, ROLLUPS
 from dashboard.models import (
     ROLLUP_SHIFTS,
     MetricPoint,
     MetricRollup,
     Run,
 )
-from dashboard.rollups import BUCKET_AGGREGATES, POINTS, ROLLUPS
 
 MAX_POINTS = 2000
 

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dashboard import jsonsafe, prompts
+from dashboard import jsonsafe
+from dashboard.ingest import prompts
 from dashboard.models import (
     CriticalPath,
     Judgement,
@@ -78,7 +79,7 @@ def judgement_dict(j: Judgement) -> dict[str, Any]:
 
 
 def judgement_summary(j: Judgement) -> dict[str, Any]:
-    """What a frame says of a judgement (``dashboard.frames.summarise``)."""
+    """What a frame says of a judgement (``dashboard.live.frames.summarise``)."""
     return {
         "step": j.step,
         "group": j.group,

@@ -110,7 +110,7 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture
 def enqueued(monkeypatch):
     """Record what would be handed to an executor instead of running it."""
-    from dashboard import lease
+    from dashboard.runs import lease
 
     calls: list[tuple[str, str]] = []
     monkeypatch.setattr(
@@ -124,7 +124,7 @@ def published(monkeypatch):
     """Record frames instead of sending them to the channel layer."""
     import json
 
-    from dashboard import streaming
+    from dashboard.live import streaming
 
     frames: list[dict] = []
 
@@ -147,14 +147,14 @@ def populate(run, steps, seed: int = 3) -> None:
     """Write the fake runner's events for ``steps`` straight into the tables."""
     from fake_runner import events_for_step
 
-    from dashboard import ingest
+    from dashboard.ingest import writer
     from dashboard.models import Checkpoint, Run
 
-    batch = ingest.Batch()
+    batch = writer.Batch()
     for step in steps:
         for event in events_for_step(seed, step):
             batch.add(run.id, event)
-    ingest.write(run.id, batch)
+    writer.write(run.id, batch)
     Checkpoint.objects.create(run=run, step=max(steps), path="/x", attempt=1)
     Run.objects.filter(pk=run.pk).update(last_step=max(steps))
 
@@ -162,8 +162,8 @@ def populate(run, steps, seed: int = 3) -> None:
 @pytest.fixture
 def run(owner, tiny_config, enqueued):
     """A run of ``owner`` with 6 steps of events, marked running."""
-    from dashboard import services
     from dashboard.models import Run
+    from dashboard.runs import services
 
     r = services.launch_run(owner, tiny_config)
     Run.objects.filter(pk=r.pk).update(status="running")

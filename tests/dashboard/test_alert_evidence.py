@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from dashboard import tokens
 from dashboard.models import Alert, Run, Trajectory
+from dashboard.site import tokens
 from trainer.event_schema import EventError, check_event
 
 pytestmark = pytest.mark.django_db
@@ -193,7 +193,7 @@ def test_alert_events_without_trajectories_stay_valid_and_bad_ones_name_the_fiel
 
 
 def test_the_servers_evidence_reads_a_trajectorys_own_metrics_and_judges(api):
-    from dashboard.detection import trajectory_rows
+    from dashboard.ingest.detection import trajectory_rows
 
     run_id = _run(api)
     run = Run.objects.get(pk=run_id)

@@ -10,7 +10,7 @@ import pytest
 from dashtest import client_for
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from dashboard import roots
+from dashboard.library import roots
 from dashboard.models import Dataset
 from dashboard.pages.wiring import wire
 

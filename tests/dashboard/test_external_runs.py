@@ -15,7 +15,6 @@ from django.test import Client
 from django.utils import timezone
 from fake_runner import events_for_step
 
-from dashboard import external, tokens
 from dashboard.models import (
     Alert,
     ApiToken,
@@ -24,6 +23,8 @@ from dashboard.models import (
     RunStatus,
     Trajectory,
 )
+from dashboard.runs import external
+from dashboard.site import tokens
 
 pytestmark = pytest.mark.django_db
 
@@ -203,13 +204,13 @@ def test_metric_names_and_values_of_any_spelling_are_stored_exactly(api):
 def test_the_sqlite_path_finds_the_same_re_sent_steps(owner):
     """The embedded default (SQLite) finds re-sent steps with a query; called
     directly here on the test database."""
-    from dashboard import ingest
+    from dashboard.ingest import writer
 
     run = Run.objects.create(owner=owner, name="r", config={}, external=True)
-    ingest.upsert_metrics(run.pk, {(1, "a"): 1.0, (2, "a"): 2.0})
+    writer.upsert_metrics(run.pk, {(1, "a"): 1.0, (2, "a"): 2.0})
     points = {(1, "a"): 1.0, (2, "a"): 2.0, (2, "b"): 0.5, (3, "a"): 3.0}
-    assert ingest._stale_steps_py(run.pk, points) == {1}
-    assert ingest.upsert_metrics(run.pk, points) == {1}
+    assert writer._stale_steps_py(run.pk, points) == {1}
+    assert writer.upsert_metrics(run.pk, points) == {1}
 
 
 def test_gzip_bodies_are_accepted(api):
@@ -277,7 +278,7 @@ def test_a_bad_gzip_body_is_a_400(api):
 
 
 def test_events_for_a_run_of_our_workers_are_refused(api, owner, tiny_config, enqueued):
-    from dashboard import services
+    from dashboard.runs import services
 
     native = services.launch_run(owner, tiny_config)
     r = api.post_events(native.pk, steps(1))
@@ -307,7 +308,7 @@ def test_a_silent_run_is_lost_and_its_next_event_revives_it(api, settings):
 
 
 def test_the_reaper_never_requeues_an_external_run(api, settings):
-    from dashboard import lease
+    from dashboard.runs import lease
 
     run_id = new_run(api)
     later = timezone.now() + timedelta(seconds=settings.RUN_LEASE_TIMEOUT_SECONDS + 5)

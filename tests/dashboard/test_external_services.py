@@ -12,8 +12,8 @@ from dashtest import client_for
 from fake_runner import events_for_step
 from websockets.sync.client import connect
 
-from dashboard import tokens
 from dashboard.models import MetricPoint, Run, Trajectory
+from dashboard.site import tokens
 
 pytestmark = [
     pytest.mark.services,

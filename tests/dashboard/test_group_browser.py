@@ -18,10 +18,11 @@ def test_first_divergence_is_the_first_turn_whose_actions_differ():
 def test_the_step_page_flags_zero_variance_and_sorts_by_reward(
     owner, owner_client, enqueued
 ):
-    from dashboard import ingest, services
+    from dashboard.ingest import writer
+    from dashboard.runs import services
 
     run = services.launch_run(owner, {"name": "g", "rollout": {"group_size": 2}})
-    batch = ingest.Batch()
+    batch = writer.Batch()
     for group, rewards in ((0, (0.5, 0.5)), (1, (0.1, 0.9))):
         for index, r in enumerate(rewards):
             batch.add(
@@ -36,7 +37,7 @@ def test_the_step_page_flags_zero_variance_and_sorts_by_reward(
                     "steps": [{"action": "search"}, {"action": f"answer {index}"}],
                 },
             )
-    ingest.write(run.id, batch)
+    writer.write(run.id, batch)
     page = owner_client.get(f"/runs/{run.pk}/trajectories/?step=1&sort=reward")
     html = page.content.decode()
     assert html.count("data-zero-variance") == 1

@@ -9,7 +9,7 @@ import os
 import pytest
 from chatmodels import build_chat_model
 
-from dashboard import model_dirs
+from dashboard.library import model_dirs
 from dashboard.pages.wiring import wire
 
 pytestmark = pytest.mark.django_db

@@ -227,12 +227,12 @@ def test_compare_wants_two_to_eight_runs(owner, swarm):
 def test_held_out_evaluation_is_charted_on_the_run_page_and_summarised_in_compare(
     owner, calc
 ):
-    from dashboard import ingest
+    from dashboard.ingest import writer
     from dashboard.pages.seed import valid_config
 
     config = valid_config("calc", "grpo", 12, name="calc-eval", eval={"every": 4})
     evald = seed_run(owner, name="calc-eval", env="calc", steps=12, config=config)
-    ingest.upsert_metrics(
+    writer.upsert_metrics(
         evald.id, {(4, "eval/pass@k"): 0.25, (8, "eval/pass@k"): 0.625}
     )
     c = login(owner)

@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from dashboard import arrays, ingest, retention, tokens
+from dashboard.ingest import arrays, retention, writer
 from dashboard.models import (
     Alert,
     GroupPrompt,
@@ -23,6 +23,7 @@ from dashboard.models import (
     Trajectory,
 )
 from dashboard.reads import stream, trajectories
+from dashboard.site import tokens
 from trainer.config import TrainConfig
 from trainer.events import ListSink
 from trainer.recording import RecordConfig, select
@@ -161,7 +162,7 @@ def test_a_real_runs_shared_prompts_are_stored_once_and_read_back_unchanged(
     sink = ListSink()
     run_from_config(config, sink)
     run = Run.objects.create(owner=owner, name="real", config=tiny_config)
-    ingest.store(run.pk, sink.events)
+    writer.store(run.pk, sink.events)
     sent = [e for e in sink.events if e["type"] == "trajectory"]
     assert sent and Trajectory.objects.filter(run=run).count() == len(sent)
     groups = {(e["step"], e["group"]) for e in sent}
@@ -193,8 +194,8 @@ def test_a_real_runs_shared_prompts_are_stored_once_and_read_back_unchanged(
 
 def test_a_later_rollout_refers_to_the_stored_prompt_only_when_it_is_that_prompt(owner):
     run = Run.objects.create(owner=owner, name="r", config={})
-    ingest.store(run.pk, [_traj(1, 0, 0), _traj(1, 0, 1)])
-    ingest.store(run.pk, [_traj(1, 0, 2), _traj(1, 0, 3, prompt="another prompt")])
+    writer.store(run.pk, [_traj(1, 0, 0), _traj(1, 0, 1)])
+    writer.store(run.pk, [_traj(1, 0, 2), _traj(1, 0, 3, prompt="another prompt")])
     rows = {t.index: t for t in Trajectory.objects.filter(run=run)}
     assert [rows[i].shared_prompt for i in range(4)] == [True, True, True, False]
     assert GroupPrompt.objects.filter(run=run).count() == 1
@@ -207,10 +208,10 @@ def test_a_later_rollout_refers_to_the_stored_prompt_only_when_it_is_that_prompt
 
 def test_a_resumed_attempt_replaces_the_prompts_of_the_steps_it_replays(owner):
     run = Run.objects.create(owner=owner, name="r", config={})
-    ingest.store(
+    writer.store(
         run.pk, [_traj(1, 0, 0), _traj(1, 0, 1), _traj(2, 0, 0), _traj(2, 0, 1)]
     )
-    ingest.store(
+    writer.store(
         run.pk,
         [
             {"type": "run_started", "start_step": 2},
@@ -236,7 +237,7 @@ def _finished_run(owner, days_ago):
     events = _step_events(1) + [
         {"type": "alert", "step": 1, "detector": "x", "evidence": {"group": 2}}
     ]
-    ingest.store(run.pk, events)
+    writer.store(run.pk, events)
     return run
 
 

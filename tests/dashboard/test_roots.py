@@ -13,7 +13,7 @@ import os
 import pytest
 from dashtest import client_for
 
-from dashboard import roots
+from dashboard.library import roots
 from dashboard.models import Checkpoint, JudgeEndpoint, Run
 
 pytestmark = pytest.mark.django_db
@@ -185,7 +185,7 @@ def test_a_judges_model_path_and_endpoint_are_checked_at_submit(
 
 
 def _checkpointed(run: Run, step: int = 2) -> None:
-    from dashboard.execution import checkpoint_dir
+    from dashboard.runs.execution import checkpoint_dir
 
     path = checkpoint_dir(run.pk) / f"step-{step:06d}"
     path.mkdir(parents=True)
@@ -236,7 +236,7 @@ def test_init_from_run_is_authorised_like_a_read(
 def test_the_worker_starts_from_the_newest_recorded_checkpoint_on_disk(
     dirs, owner, tiny_config, settings
 ):
-    from dashboard.execution import checkpoint_dir, init_kwargs
+    from dashboard.runs.execution import checkpoint_dir, init_kwargs
     from trainer.config import TrainConfig
 
     src = Run.objects.create(owner=owner, name="src", config=tiny_config)

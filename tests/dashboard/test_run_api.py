@@ -124,7 +124,7 @@ def test_metrics_without_keys_lists_the_names(owner_client, run):
 def test_metrics_are_downsampled_keeping_min_max_last_and_their_steps(
     owner_client, owner, tiny_config, enqueued
 ):
-    from dashboard import services
+    from dashboard.runs import services
 
     run = services.launch_run(owner, tiny_config)
     values = {s: float((s * 37) % 101) for s in range(1, 1001)}
@@ -333,14 +333,15 @@ def _run_with_points(owner, tiny_config):
     of every level rebuilt where the cut falls); returns it and the surviving values."""
     import math
 
-    from dashboard import ingest, services
+    from dashboard.ingest import writer
+    from dashboard.runs import services
 
     run = services.launch_run(owner, tiny_config)
     raw = {
         s: (math.nan if s % 97 == 0 else float((s * 7) % 13)) for s in range(0, 5000)
     }
     for lo in range(0, 5000, 700):
-        ingest.upsert_metrics(
+        writer.upsert_metrics(
             run.id,
             {
                 (s, k): raw[s]
@@ -348,7 +349,7 @@ def _run_with_points(owner, tiny_config):
                 for k in ("a", "b")
             },
         )
-    ingest.supersede(run.id, 4321)
+    writer.supersede(run.id, 4321)
     return run, {s: v for s, v in raw.items() if s < 4321}
 
 
@@ -438,7 +439,7 @@ def test_rollups_folded_in_python_equal_the_databases(owner, tiny_config, enqueu
     (on SQLite: the rows its own incremental folds left equal a fold of all points)."""
     import math
 
-    from dashboard import ingest
+    from dashboard.ingest import writer
     from dashboard.models import ROLLUP_SHIFTS, MetricPoint, MetricRollup
 
     run, _ = _run_with_points(owner, tiny_config)
@@ -459,7 +460,7 @@ def test_rollups_folded_in_python_equal_the_databases(owner, tiny_config, enqueu
 
     before = table()
     MetricRollup.objects.filter(run=run).delete()
-    ingest._fold_rollups_py(
+    writer._fold_rollups_py(
         run.id, MetricPoint.objects.filter(run=run).values_list("key", "step", "value")
     )
     after = table()

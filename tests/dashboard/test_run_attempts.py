@@ -9,11 +9,11 @@ import pytest
 from django.utils import timezone
 from pydantic import BaseModel, ValidationError
 
-from dashboard import lease, services
-from dashboard.execution import failure_message
 from dashboard.models import Run, RunAttempt, RunStatus
 from dashboard.pages.wiring import wire
-from dashboard.tasks import execute_run
+from dashboard.runs import lease, services
+from dashboard.runs.execution import failure_message
+from dashboard.runs.jobs import execute_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -143,8 +143,9 @@ async def test_websocket_refuses_a_foreign_origin(owner, run):
 async def test_websocket_forwards_frames_of_its_run_only(
     owner, run, tiny_config, enqueued
 ):
-    from dashboard import frames, services
-    from dashboard.frames import FrameParts
+    from dashboard.live import frames
+    from dashboard.live.frames import FrameParts
+    from dashboard.runs import services
 
     other_run = await sync_to_async(services.launch_run)(owner, tiny_config)
     comm, connected, _ = await _connect(owner, run.id)
@@ -170,9 +171,9 @@ async def test_one_process_joins_a_run_group_once_whatever_the_number_of_pages(
 ):
     from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-    from dashboard import frames, streaming
     from dashboard.consumers import hub
-    from dashboard.frames import FrameParts
+    from dashboard.live import frames, streaming
+    from dashboard.live.frames import FrameParts
 
     pages = []
     for _ in range(3):

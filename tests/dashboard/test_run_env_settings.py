@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from dashboard.env import env_bool, env_int, env_list, env_str, parse_database_url
+from dashboard.site.env import env_bool, env_int, env_list, env_str, parse_database_url
 
 
 def test_env_bool_accepts_the_usual_spellings():

@@ -11,9 +11,9 @@ from dashtest import wait_for
 from django.db import connection
 from django.utils import timezone
 
-from dashboard import execution, lease, services
 from dashboard.models import Checkpoint, MetricPoint, Run, RunStatus, Trajectory
-from dashboard.tasks import execute_run
+from dashboard.runs import execution, lease, services
+from dashboard.runs.jobs import execute_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -200,25 +200,25 @@ def test_the_reaper_leaves_live_runs_alone_and_finishes_cancelled_ones(
 def test_the_embedded_executor_runs_submitted_runs_in_a_thread(
     owner, tiny_config, fake_runner, published
 ):
-    from dashboard import executor
+    from dashboard.runs import inprocess
 
     run = services.launch_run(owner, tiny_config)
-    executor.submit(str(run.id)).result(timeout=60)
+    inprocess.submit(str(run.id)).result(timeout=60)
     assert Run.objects.get(pk=run.pk).status == "succeeded"
 
 
 def test_embedded_recovery_requeues_orphans_and_submits_queued_runs(
     owner, tiny_config, fake_runner, published, enqueued, monkeypatch
 ):
-    from dashboard import executor
+    from dashboard.runs import inprocess
 
     submitted = []
-    monkeypatch.setattr(executor, "submit", submitted.append)
+    monkeypatch.setattr(inprocess, "submit", submitted.append)
     orphan = services.launch_run(owner, tiny_config)
     Run.objects.filter(pk=orphan.pk).update(
         status=RunStatus.RUNNING, attempt=1, heartbeat_at=timezone.now()
     )
     queued = services.launch_run(owner, tiny_config)
     time.sleep(0.01)
-    assert executor.recover() == [str(orphan.id), str(queued.id)]
+    assert inprocess.recover() == [str(orphan.id), str(queued.id)]
     assert submitted == [str(orphan.id), str(queued.id)]

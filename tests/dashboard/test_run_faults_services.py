@@ -13,8 +13,8 @@ import pytest
 from dashtest import PY, client_for, free_port, wait_for
 from fake_runner import metrics_for
 
-from dashboard import services
 from dashboard.models import MetricPoint, Run, Trajectory
+from dashboard.runs import services
 
 pytestmark = [
     pytest.mark.services,

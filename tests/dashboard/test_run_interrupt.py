@@ -12,9 +12,9 @@ from dashtest import wait_for
 from django.db import connection
 from django.utils import timezone
 
-from dashboard import execution, lease, services
 from dashboard.models import Run
-from dashboard.tasks import execute_run
+from dashboard.runs import execution, lease, services
+from dashboard.runs.jobs import execute_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,9 +10,9 @@ import json
 import pytest
 from dashtest import client_for, wait_for
 
-from dashboard import devices, execution, executor, lease, multiprocess, services
 from dashboard.models import MetricPoint, Run, RunStatus, Trajectory
-from dashboard.multiprocess import Report
+from dashboard.runs import devices, execution, inprocess, lease, multiprocess, services
+from dashboard.runs.multiprocess import Report
 
 pytestmark = pytest.mark.django_db
 
@@ -190,7 +190,7 @@ def test_the_embedded_executor_trains_a_run_on_two_processes(
     settings.WORKER_DEVICES = 2
     steps = 4
     run = services.launch_run(owner, two_process(tiny_config, steps=steps))
-    assert executor.submit(str(run.id)).result(timeout=240) == RunStatus.SUCCEEDED
+    assert inprocess.submit(str(run.id)).result(timeout=240) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     assert (run.status, run.attempt, run.last_step, run.error) == (
         "succeeded",
@@ -213,7 +213,7 @@ def _launch_long_two_process_run(owner, tiny_config, settings, monkeypatch, tmp_
     settings.RUNS_DIR = tmp_path / "runs"
     settings.WORKER_DEVICES = 2
     run = services.launch_run(owner, two_process(tiny_config, steps=500))
-    outcome = executor.submit(str(run.id))
+    outcome = inprocess.submit(str(run.id))
     wait_for(lambda: Run.objects.get(pk=run.pk).last_step >= 2, 120, message="step 2")
     return run, outcome
 

@@ -29,7 +29,7 @@ def rank_pid(run_id: str, rank: int) -> int | None:
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
-            if b"dashboard.rank" not in argv or run_id.encode() not in argv:
+            if b"dashboard.runs.rank" not in argv or run_id.encode() not in argv:
                 continue
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:  # gone meanwhile

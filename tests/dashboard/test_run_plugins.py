@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dashboard.models import Run, Trajectory
-from dashboard.tasks import execute_run
+from dashboard.runs.jobs import execute_run
 from trainer.plugins import load_plugins
 
 pytestmark = pytest.mark.django_db(transaction=True)

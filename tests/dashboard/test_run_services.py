@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from django.http import Http404
 
-from dashboard import services
 from dashboard.models import Run, RunStatus
+from dashboard.runs import services
 
 pytestmark = pytest.mark.django_db
 
@@ -152,11 +152,11 @@ def test_a_broker_outage_at_launch_leaves_the_run_queued_for_the_reaper(
     from django.utils import timezone
     from kombu.exceptions import OperationalError
 
-    from dashboard import lease
-    from dashboard.tasks import execute_run
+    from dashboard.runs import lease
+    from dashboard.runs.jobs import execute_run
 
     settings.RUN_EXECUTOR = "celery"
-    settings.RUN_SUBMIT = "dashboard.tasks.submit"
+    settings.RUN_SUBMIT = "dashboard.runs.jobs.submit"
     sent = []
 
     def broker_down(*args, **kwargs):

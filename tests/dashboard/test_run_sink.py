@@ -7,7 +7,6 @@ import pytest
 from django.db import connection
 from fake_runner import events_for_step, metrics_for
 
-from dashboard import lease, services
 from dashboard.models import (
     Alert,
     Checkpoint,
@@ -18,7 +17,8 @@ from dashboard.models import (
     Trajectory,
 )
 from dashboard.reads import metrics, trajectories
-from dashboard.sinks import RunSink
+from dashboard.runs import lease, services
+from dashboard.runs.sinks import RunSink
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -122,7 +122,7 @@ def test_checkpoint_returns_only_once_everything_before_it_is_committed(
 
 
 def test_frames_are_coalesced_numbered_and_sent_after_commit(claim, monkeypatch):
-    from dashboard import streaming
+    from dashboard.live import streaming
 
     seen = []
 

@@ -12,9 +12,10 @@ from html import unescape
 import pytest
 from django.urls import reverse
 
-from dashboard import ingest, services
+from dashboard.ingest import writer
 from dashboard.models import Run
-from dashboard.reads import tasks
+from dashboard.reads import history as task_reads
+from dashboard.runs import services
 
 pytestmark = pytest.mark.django_db
 
@@ -44,13 +45,13 @@ HISTORY = [
 
 
 def _store(run, history=HISTORY, others=True):
-    batch = ingest.Batch()
+    batch = writer.Batch()
     for step, group, rollouts in history:
         for i, (r, a) in enumerate(rollouts):
             batch.add(run.pk, _traj(step, group, i, TASK, r, a))
         if others:  # another task in the same step
             batch.add(run.pk, _traj(step, 0 if group else 1, 0, "other", 9.0, 0.0))
-    ingest.write(run.pk, batch)
+    writer.write(run.pk, batch)
 
 
 @pytest.fixture
@@ -68,7 +69,7 @@ def _url(run, task=TASK):
 
 
 def test_the_history_has_the_groups_mean_best_and_advantages_per_step(runs):
-    history = tasks.task_history(runs[0], TASK)
+    history = task_reads.task_history(runs[0], TASK)
     assert [(h.step, h.group) for h in history] == [(1, 1), (3, 0), (5, 2)]
     assert [h.mean_reward for h in history] == [0.5, 0.5, pytest.approx(2 / 3)]
     assert [h.best_reward for h in history] == [1.0, 0.5, 1.0]
@@ -79,7 +80,7 @@ def test_the_history_has_the_groups_mean_best_and_advantages_per_step(runs):
         [0.25, -0.75, 0.25],
     ]
     assert [h.zero_variance for h in history] == [False, True, False]
-    series = tasks.series(history)
+    series = task_reads.series(history)
     assert series["mean_reward"]["step"] == [1, 3, 5]
     assert series["best_reward"]["last"] == [1.0, 0.5, 1.0]
     assert series["advantage_min"]["last"] == [-0.5, 0.0, -0.75]
@@ -88,7 +89,7 @@ def test_the_history_has_the_groups_mean_best_and_advantages_per_step(runs):
 def test_a_task_sampled_twice_in_one_step_shows_both_groups(owner, tiny_config):
     run = services.launch_run(owner, tiny_config)
     _store(run, [(1, 0, [(1.0, 0.0)]), (1, 3, [(0.0, 0.0)])], others=False)
-    assert [(h.step, h.group) for h in tasks.task_history(run, TASK)] == [
+    assert [(h.step, h.group) for h in task_reads.task_history(run, TASK)] == [
         (1, 0),
         (1, 3),
     ]

@@ -20,8 +20,9 @@ CHOICES = {"r_parallel": (0.0, 1.0, 2.0)}
 
 
 def make_run(owner, preset: str, env: str = "swarm", credit: str | None = None):
-    from dashboard import ingest, services
-    from dashboard.whatif import run_setup
+    from dashboard.ingest import writer
+    from dashboard.reads.whatif import run_setup
+    from dashboard.runs import services
 
     algo = {"preset": preset} | ({"credit": credit} if credit else {})
     run = services.launch_run(
@@ -36,7 +37,7 @@ def make_run(owner, preset: str, env: str = "swarm", credit: str | None = None):
     )
     _, resolved, rcfg, _ = run_setup(run)
     rng = random.Random(preset + env + str(credit))
-    batch = ingest.Batch()
+    batch = writer.Batch()
     for step in range(1, 5):
         for group in range(3):
             raws = [
@@ -79,7 +80,7 @@ def make_run(owner, preset: str, env: str = "swarm", credit: str | None = None):
                         "segments": [],
                     },
                 )
-    ingest.write(run.id, batch)
+    writer.write(run.id, batch)
     return run
 
 
@@ -109,7 +110,7 @@ def test_the_runs_own_weights_change_nothing(owner, owner_client, enqueued, pres
 
 
 def _components(run):
-    from dashboard.whatif import component_weights
+    from dashboard.reads.whatif import component_weights
 
     return component_weights(run)
 
@@ -220,8 +221,9 @@ def test_the_recomputation_reproduces_the_trainers_stored_advantages(
     advantages the trainer stored, so the comparison starts from what was trained."""
     from itertools import groupby
 
-    from dashboard import ingest, services
-    from dashboard.whatif import load_rollouts, run_setup
+    from dashboard.ingest import writer
+    from dashboard.reads.whatif import load_rollouts, run_setup
+    from dashboard.runs import services
     from trainer.runner import run_from_config
     from trainer.whatif import reweigh, step_advantages, weighting_from_components
 
@@ -239,7 +241,7 @@ def test_the_recomputation_reproduces_the_trainers_stored_advantages(
     cfg, algo, rcfg, G = run_setup(run)
 
     class Sink:
-        batch = ingest.Batch()
+        batch = writer.Batch()
 
         def emit(self, event):
             self.batch.add(run.id, event)
@@ -249,7 +251,7 @@ def test_the_recomputation_reproduces_the_trainers_stored_advantages(
 
     sink = Sink()
     run_from_config(cfg, sink)
-    ingest.write(run.id, sink.batch)
+    writer.write(run.id, sink.batch)
     w = weighting_from_components(rcfg.components)
     stored = {(t.step, t.group, t.index): t.advantage for t in run.trajectory_set.all()}
     rows = sorted(load_rollouts(run, None), key=lambda r: (r.step, r.group, r.index))

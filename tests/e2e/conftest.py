@@ -70,7 +70,7 @@ _STOP_LEFTOVERS = """
 import time
 from datetime import timedelta
 from django.utils import timezone
-from dashboard import services
+from dashboard.runs import services
 from dashboard.models import ACTIVE_STATUSES, Run, RunStatus
 for run in Run.objects.filter(status__in=ACTIVE_STATUSES, external=False):
     try:

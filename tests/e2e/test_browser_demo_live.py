@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 SEED = """
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from dashboard import lease
+from dashboard.runs import lease
 from dashboard.models import Run
 lease.enqueue = lambda *a, **k: None  # nothing executes in this short process
 call_command('bootstrap_demo', force=True, username='alice')

@@ -14,9 +14,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SEED = r"""
 import random
-from dashboard import ingest, services
+from dashboard.ingest import writer
+from dashboard.runs import services
 from dashboard.models import Run
-from dashboard.whatif import run_setup
+from dashboard.reads.whatif import run_setup
 from django.contrib.auth import get_user_model
 from rewards.schedule import weight_at
 
@@ -30,7 +31,7 @@ run = Run.objects.create(owner=owner, name="swarm what-if", status="succeeded",
                          queue="cpu", config=cfg.model_dump(mode="json"), last_step=6)
 _, _, rcfg, _ = run_setup(run)
 rng = random.Random(1)
-batch = ingest.Batch()
+batch = writer.Batch()
 for step in range(1, 7):
     for group in range(3):
         for index in range(4):
@@ -50,7 +51,7 @@ for step in range(1, 7):
                 "segments": [{"turn": 0, "kind": "action", "text": "spawn",
                               "token_ids": [1, 2], "tokens": ["sp", "awn"], "mask": None}],
             })
-ingest.write(run.id, batch)
+writer.write(run.id, batch)
 print(json.dumps(str(run.pk)))
 """
 

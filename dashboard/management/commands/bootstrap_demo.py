@@ -16,8 +16,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboard import services
 from dashboard.models import Run
+from dashboard.runs import services
 
 # The calc learning demo (bench/configs/calc.yaml), shortened: the default model learns
 # to call the calculator with "+" and to answer with its result; the reward climbs from

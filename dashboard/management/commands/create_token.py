@@ -9,8 +9,8 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboard import tokens
-from dashboard.services import ServiceError
+from dashboard.runs.services import ServiceError
+from dashboard.site import tokens
 
 
 class Command(BaseCommand):

@@ -1,11 +1,11 @@
 """``manage.py prune_runs --older-than DAYS``: drop old runs' per-token arrays (and,
-with ``--trajectories``, whole trajectories); see :mod:`dashboard.retention`."""
+with ``--trajectories``, whole trajectories); see :mod:`dashboard.ingest.retention`."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboard import retention
+from dashboard.ingest import retention
 
 
 class Command(BaseCommand):

@@ -12,7 +12,7 @@ import time
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from dashboard import external, lease
+from dashboard.runs import external, lease
 
 
 class Command(BaseCommand):

@@ -34,10 +34,10 @@ class Command(BaseCommand):
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
         if settings.RUN_EXECUTOR == "inprocess":
-            from dashboard import executor
+            from dashboard.runs import inprocess
 
-            resumed = executor.recover()
-            executor.start_housekeeping()
+            resumed = inprocess.recover()
+            inprocess.start_housekeeping()
             if resumed:
                 self.stdout.write(f"executing {len(resumed)} queued run(s) in-process")
         if demo and settings.EMBEDDED:
@@ -57,6 +57,6 @@ class Command(BaseCommand):
             if settings.RUN_EXECUTOR == "inprocess":
                 # The in-process run must not hold the exit until it ends (the long
                 # demo takes half an hour): it stops at its next step, resumable.
-                from dashboard import executor
+                from dashboard.runs import inprocess
 
-                executor.stop()
+                inprocess.stop()

@@ -1,11 +1,11 @@
 """External runs: runs trained elsewhere (our trainer on another machine, TRL, verl, an
 import) that report their events over the HTTP API.
 
-``check_*`` validates and raises :class:`~dashboard.services.ServiceError`; ``do_*``
+``check_*`` validates and raises :class:`~dashboard.runs.services.ServiceError`; ``do_*``
 mutates. Events go through the same write path as the worker's sink
-(:func:`dashboard.ingest.store`: idempotent upserts, rollups, frames after the commit),
+(:func:`dashboard.ingest.writer.store`: idempotent upserts, rollups, frames after the commit),
 so the run page, the trajectory browser and compare cannot tell an external run from
-ours. The hacking detectors run here, as events arrive (:mod:`dashboard.detection`).
+ours. The hacking detectors run here, as events arrive (:mod:`dashboard.ingest.detection`).
 
 A batch is all or nothing: every line is parsed and checked against the event schema
 (:mod:`trainer.event_schema`) before anything is written, and a bad line refuses the
@@ -25,8 +25,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from dashboard import frames, ingest
-from dashboard.detection import detect_external, late_evidence
+from dashboard.ingest import writer
+from dashboard.ingest.detection import detect_external, late_evidence
+from dashboard.live import frames
 from dashboard.models import (
     Alert,
     Checkpoint,
@@ -36,7 +37,7 @@ from dashboard.models import (
     RunStatus,
     Trajectory,
 )
-from dashboard.services import Conflict, InvalidConfig, ServiceError, check_name
+from dashboard.runs.services import Conflict, InvalidConfig, ServiceError, check_name
 from trainer.recording import DEFAULT, RecordConfig, policy_from
 
 MAX_ERRORS = 20
@@ -59,7 +60,7 @@ def check_framework(value: Any) -> str:
 def check_external_config(config: Any) -> dict[str, Any]:
     """Any JSON object, bounded like ours (shown and diffed, never executed)."""
     from dashboard.jsonsafe import clean
-    from dashboard.services import check_shape
+    from dashboard.runs.services import check_shape
 
     if config is None:
         return {}
@@ -199,7 +200,7 @@ def parse_events(data: bytes) -> list[dict[str, Any]]:
 # --- storing a batch ----------------------------------------------------------------
 def _existing(run_id: Any, events: list[dict[str, Any]]) -> set[tuple]:
     """The keys of rows these events (other than steps: their metric points say it
-    as they are written, see ``ingest.upsert_metrics``) would write that are already
+    as they are written, see ``writer.upsert_metrics``) would write that are already
     stored."""
     steps: dict[str, set[int]] = {}
     for ev in events:
@@ -249,11 +250,11 @@ def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
         status_before = run.status
         record, seed = recording_of(run)
         # Detected before storing, stored with the batch: the recording policy keeps
-        # the groups an alert points at (dashboard.detection).
+        # the groups an alert points at (dashboard.ingest.detection).
         alerted = late_evidence(run, events)
         alerts = detect_external(run, events)
         stale_steps: set[int] = set()
-        _, parts = ingest.store(
+        _, parts = writer.store(
             run.pk,
             [*events, *alerts],
             supersede_on_start=False,
@@ -266,7 +267,7 @@ def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
             _is_duplicate(ev, found, stale_steps, status_before) for ev in events
         )
         fields = {"heartbeat_at": timezone.now()}
-        last_step = ingest.last_step_after(
+        last_step = writer.last_step_after(
             (e for e in events if e["type"] == "step"), run.last_step
         )
         if last_step > run.last_step:

@@ -1,5 +1,5 @@
 """The SQL of the metric rollups (PostgreSQL): per key, level and bucket of steps, the
-min, max and last value with their steps. Written by :mod:`dashboard.ingest`, read by
+min, max and last value with their steps. Written by :mod:`dashboard.ingest.writer`, read by
 :mod:`dashboard.reads.metrics`; see ``models.MetricRollup``."""
 
 from __future__ import annotations

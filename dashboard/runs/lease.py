@@ -29,7 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from dashboard import frames
+from dashboard.live import frames
 from dashboard.models import Run, RunAttempt, RunStatus
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ def claim(run_id: Any) -> Claim | None:
 
 def claim_of(run_id: Any, attempt: int) -> Claim | None:
     """The claim a worker holds on ``attempt`` of a run, read back by the processes it
-    started (``dashboard.rank``); None once that attempt no longer holds the run."""
+    started (``dashboard.runs.rank``); None once that attempt no longer holds the run."""
     row = (
         Run.objects.filter(
             pk=run_id, attempt=attempt, status=RunStatus.RUNNING, lease__isnull=False

@@ -1,7 +1,7 @@
 """The embedded executor: runs execute in a one-thread pool inside the web process.
 
 Used when there is no ``REDIS_URL`` (hence no Celery). It calls the same
-``dashboard.execution.execute`` code path as a Celery worker; runs execute one at a
+``dashboard.runs.execution.execute`` code path as a Celery worker; runs execute one at a
 time, in submission order. After a restart, :func:`recover` requeues what the
 previous process left running (the same rule as the reaper, with no grace period
 since nothing can still be alive) and resubmits queued runs; it also starts the
@@ -33,7 +33,7 @@ def _get_pool() -> ThreadPoolExecutor:
 
 
 def _execute(run_id: str) -> str:
-    from dashboard.execution import execute
+    from dashboard.runs.execution import execute
 
     close_old_connections()
     try:
@@ -48,7 +48,7 @@ def _execute(run_id: str) -> str:
 def stop() -> None:
     """This process is exiting: runs not started stay queued (the next process's
     :func:`recover` submits them) and the one in progress stops at its next step."""
-    from dashboard import execution
+    from dashboard.runs import execution
 
     execution.interrupt()
     with _lock:
@@ -69,8 +69,8 @@ def recover() -> list[str]:
     from django.conf import settings
     from django.utils import timezone
 
-    from dashboard import lease
     from dashboard.models import Run, RunStatus
+    from dashboard.runs import lease
 
     # Everything "running" belongs to a dead process: reap it as if long stale.
     later = timezone.now() + timedelta(seconds=settings.RUN_LEASE_TIMEOUT_SECONDS + 1)
@@ -99,7 +99,7 @@ def start_housekeeping(interval_s: float = 30.0) -> None:
 
 
 def _housekeep(interval_s: float) -> None:
-    from dashboard.external import mark_lost
+    from dashboard.runs.external import mark_lost
 
     while True:
         time.sleep(interval_s)

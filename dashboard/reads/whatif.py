@@ -21,7 +21,7 @@ from django.db import connection
 from django.urls import reverse
 
 from dashboard.models import Run, Trajectory
-from dashboard.services import InvalidConfig, ServiceError
+from dashboard.runs.services import InvalidConfig, ServiceError
 
 MAX_STEPS = 100_000
 MAX_WEIGHT = 1000.0  # the reward schema's bound on a component weight

@@ -28,7 +28,8 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from dashboard import jsonsafe, streaming
+from dashboard import jsonsafe
+from dashboard.live import streaming
 from dashboard.models import Run
 
 MAX_STEPS = 200

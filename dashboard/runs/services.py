@@ -19,8 +19,9 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from dashboard import devices, frames, lease
+from dashboard.live import frames
 from dashboard.models import ACTIVE_STATUSES, Run, RunStatus
+from dashboard.runs import devices, lease
 
 MAX_CONFIG_DEPTH = 24
 MAX_CONFIG_NODES = 20_000
@@ -116,9 +117,9 @@ def check_config(data: Any, user: Any = None) -> Any:
 
 def check_platform(cfg: Any, user: Any) -> Any:
     """``cfg`` with every path replaced by the real path it was authorised as, or
-    InvalidConfig. Rules: :mod:`dashboard.roots`; ``init_from_run``: a run ``user``
+    InvalidConfig. Rules: :mod:`dashboard.library.roots`; ``init_from_run``: a run ``user``
     may read that has a recorded checkpoint of the same model."""
-    from dashboard import roots
+    from dashboard.library import roots
     from dashboard.models import JudgeEndpoint
     from trainer.config import TrainConfig
 
@@ -139,7 +140,7 @@ def check_platform(cfg: Any, user: Any) -> Any:
 
 def check_processes(cfg: Any) -> list[str]:
     """Nothing queued that no worker can take: ``resources.processes`` at most the
-    devices of the largest worker (``dashboard.devices.max_processes``)."""
+    devices of the largest worker (``dashboard.runs.devices.max_processes``)."""
     wanted = cfg.resources.processes
     kind = devices.kind_of(cfg)
     most = devices.max_processes(kind)
@@ -160,7 +161,7 @@ INIT_FIELD = "config.model.init_from_run"
 def check_init_from_run(user: Any, config: dict[str, Any]) -> list[str]:
     """Refusals for ``model.init_from_run``: another user's run reads exactly like a
     missing one."""
-    from dashboard.execution import newest_checkpoint
+    from dashboard.runs.execution import newest_checkpoint
 
     model = config.get("model") or {}
     run_id = model.get("init_from_run")

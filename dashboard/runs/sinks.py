@@ -6,13 +6,13 @@ thread per run does everything else:
 
 * every ``RUN_FRAME_INTERVAL_MS`` (or sooner when the buffer is large) it writes the
   buffered events in one transaction: a fence on the run's lease (which is also the
-  heartbeat), then idempotent upserts (``dashboard.ingest``);
+  heartbeat), then idempotent upserts (``dashboard.ingest.writer``);
 * after the commit it folds what was written into the next frame and publishes at
   most one frame per interval (coalescing: ~10 frames/s whatever the step rate);
 * between writes it heartbeats every ``RUN_HEARTBEAT_SECONDS``.
 
 Events are committed in the order they were emitted, so once a ``checkpoint`` row is
-in the database every row of the steps before it is too; ``dashboard.execution`` only
+in the database every row of the steps before it is too; ``dashboard.runs.execution`` only
 lets a resumed attempt start from a checkpoint the database knows about. ``emit``
 blocks until everything so far is committed on ``checkpoint`` and ``run_finished``.
 A ``run_started`` with ``start_step = S`` first deletes the rows at steps >= S left
@@ -36,9 +36,10 @@ from django.db import (
 )
 from django.utils import timezone
 
-from dashboard import frames, ingest
-from dashboard.frames import FrameParts
-from dashboard.lease import Claim, heartbeat, held_by
+from dashboard.ingest import writer
+from dashboard.live import frames
+from dashboard.live.frames import FrameParts
+from dashboard.runs.lease import Claim, heartbeat, held_by
 
 log = logging.getLogger(__name__)
 
@@ -197,14 +198,14 @@ class RunSink:
 
     def _write(self, events: list[dict[str, Any]]) -> None:
         run_id = self.claim.run_id
-        last_step = ingest.last_step_after(events, self.last_step)
+        last_step = writer.last_step_after(events, self.last_step)
         rows, parts = 0, FrameParts()
         try:
             with transaction.atomic():
                 fence = {"heartbeat_at": timezone.now(), "last_step": last_step}
                 if held_by(self.claim).update(**fence) != 1:
                     raise LeaseLost
-                rows, parts = ingest.store(run_id, events, attempt=self.claim.attempt)
+                rows, parts = writer.store(run_id, events, attempt=self.claim.attempt)
         except (LeaseLost, OperationalError, InterfaceError):
             raise
         except Exception:  # a malformed event (DataError...) must not wedge the run

@@ -1,11 +1,11 @@
 """Executing one claimed run: config -> trainer -> sink -> final status.
 
-The same code path (:func:`execute`) serves Celery workers (``dashboard.tasks``) and
-the embedded in-process executor (``dashboard.executor``). Torch and the trainer are
+The same code path (:func:`execute`) serves Celery workers (``dashboard.runs.jobs``) and
+the embedded in-process executor (``dashboard.runs.inprocess``). Torch and the trainer are
 imported here, inside the task, never at module import of the web process or the
 Celery parent (CUDA must be initialised only in the prefork child). A run of several
 processes is trained by ranks that torchrun starts (:func:`run_claimed_ranks`,
-``dashboard.multiprocess``); this process keeps the lease and records the outcome.
+``dashboard.runs.multiprocess``); this process keeps the lease and records the outcome.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from dashboard import devices, lease, multiprocess
-from dashboard.lease import Claim
 from dashboard.models import Checkpoint, JudgeEndpoint, RunStatus
-from dashboard.sinks import RunSink
+from dashboard.runs import devices, lease, multiprocess
+from dashboard.runs.lease import Claim
+from dashboard.runs.sinks import RunSink
 
 log = logging.getLogger(__name__)
 # Set when this process is shutting down (``manage.py serve`` after Ctrl-C): the run
@@ -206,7 +206,7 @@ def run_claimed(claim: Claim) -> str:
 
 def run_claimed_ranks(claim: Claim) -> str:
     """Train the claimed run as ``resources.processes`` ranks under torchrun
-    (``dashboard.multiprocess``); record the outcome, or requeue the attempt when a
+    (``dashboard.runs.multiprocess``); record the outcome, or requeue the attempt when a
     rank died without a word."""
     from trainer.config import TrainConfig
 

@@ -1,7 +1,7 @@
 """One rank of a run of several processes, started by torchrun for the worker that
-holds the run's lease (``dashboard.multiprocess``)::
+holds the run's lease (``dashboard.runs.multiprocess``)::
 
-    python -m dashboard.rank RUN_ID ATTEMPT --checkpoint-dir DIR --reports DIR
+    python -m dashboard.runs.rank RUN_ID ATTEMPT --checkpoint-dir DIR --reports DIR
 
 Every rank sets Django up, reads the claim back (``lease.claim_of``: the run's config
 and lease token, as long as that attempt holds the run), joins the process group
@@ -35,7 +35,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dashboard.rank")
+    parser = argparse.ArgumentParser(prog="python -m dashboard.runs.rank")
     parser.add_argument("run_id")
     parser.add_argument("attempt", type=int)
     parser.add_argument("--checkpoint-dir", required=True)
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
-    from dashboard.multiprocess import ENDED_WELL, Report, write_report
+    from dashboard.runs.multiprocess import ENDED_WELL, Report, write_report
 
     try:
         report = train_rank(args, rank)
@@ -64,16 +64,16 @@ def train_rank(args: argparse.Namespace, rank: int):
     from django.db import connection
     from django.utils.module_loading import import_string
 
-    from dashboard import lease
-    from dashboard.execution import (
+    from dashboard.models import RunStatus
+    from dashboard.runs import lease
+    from dashboard.runs.execution import (
         failure_message,
         init_kwargs,
         judge_endpoints,
         one_line,
     )
-    from dashboard.models import RunStatus
-    from dashboard.multiprocess import Report
-    from dashboard.sinks import RunSink
+    from dashboard.runs.multiprocess import Report
+    from dashboard.runs.sinks import RunSink
     from trainer.config import TrainConfig
     from trainer.distributed import start
     from trainer.events import NullSink

@@ -1,7 +1,7 @@
 """A run of several processes on a worker: torchrun starts the ranks, the worker waits.
 
-The worker that claimed the run (``dashboard.execution``) starts ``python -m
-torch.distributed.run --standalone --nproc-per-node N -m dashboard.rank RUN ATTEMPT``,
+The worker that claimed the run (``dashboard.runs.execution``) starts ``python -m
+torch.distributed.run --standalone --nproc-per-node N -m dashboard.runs.rank RUN ATTEMPT``,
 as the trainer CLI does, and heartbeats the lease while the group lives (the ranks
 take a while to start). Each rank sets Django up and joins the process group; rank 0
 owns the run's sink (and so its heartbeat too) and polls for a cancel, the others'
@@ -34,8 +34,8 @@ from typing import Any
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
-from dashboard import lease
-from dashboard.lease import Claim
+from dashboard.runs import lease
+from dashboard.runs.lease import Claim
 
 log = logging.getLogger(__name__)
 # How a rank ended: a trainer's result, or "failed" (it raised), "terminated"
@@ -132,7 +132,7 @@ def command(run_id: Any, attempt: int, processes: int, root: Path, reports: Path
         "--standalone",
         f"--nproc-per-node={processes}",
         "--module",
-        "dashboard.rank",
+        "dashboard.runs.rank",
         str(run_id),
         str(attempt),
         "--checkpoint-dir",

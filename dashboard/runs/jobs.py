@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from dashboard import lease
+from dashboard.runs import lease
 
 
 @shared_task(name="dashboard.execute_run", ignore_result=True)
 def execute_run(run_id: str) -> str:
     """Execute a queued run here, if its lease can be claimed (duplicates are no-ops)."""
-    from dashboard.execution import execute
+    from dashboard.runs.execution import execute
 
     return execute(run_id)
 
@@ -25,6 +25,6 @@ def submit(run_id: str, queue: str) -> None:
 @shared_task(name="dashboard.reap_runs", ignore_result=True)
 def reap_runs() -> int:
     """Requeue runs whose worker stopped heartbeating (for celery beat, if used)."""
-    from dashboard.external import mark_lost
+    from dashboard.runs.external import mark_lost
 
     return len(lease.reap()) + len(mark_lost())

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 
-from dashboard import roots
+from dashboard.library import roots
 
 MAX_DEPTH = 2
 MAX_MODELS = 200

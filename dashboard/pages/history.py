@@ -1,6 +1,6 @@
 """A task's history pages (issue 12.3): one task followed across a run's steps, and
 the same task in several runs side by side (from compare). Thin: read
-(:mod:`dashboard.reads.tasks`), render; the chart's series travel in a
+(:mod:`dashboard.reads.history`), render; the chart's series travel in a
 ``json_script`` block and the task id (untrusted, from the environment or a
 trainer) is escaped wherever it appears."""
 
@@ -13,9 +13,9 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from dashboard import services
 from dashboard.pages.csp import csp
-from dashboard.reads import tasks
+from dashboard.reads import history as task_reads
+from dashboard.runs import services
 
 SERIES_LABELS = {
     "mean_reward": "group mean reward",
@@ -28,7 +28,7 @@ SERIES_LABELS = {
 @csp
 def task_history(request: HttpRequest, run_id: Any, task_id: str) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
-    history = tasks.task_history(run, task_id)
+    history = task_reads.task_history(run, task_id)
     if not history:
         raise Http404("no recorded rollout of this task in this run")
     page_data = {
@@ -38,7 +38,7 @@ def task_history(request: HttpRequest, run_id: Any, task_id: str) -> HttpRespons
                 "id": "task",
                 "keys": list(SERIES_LABELS),
                 "labels": list(SERIES_LABELS.values()),
-                "series": tasks.series(history),
+                "series": task_reads.series(history),
             }
         ],
     }
@@ -73,12 +73,12 @@ def compare_task(request: HttpRequest) -> HttpResponse:
     runs = [services.get_run_for_user(request.user, i) for i in ids]
     columns, keys, labels, series = [], [], [], {}
     for n, run in enumerate(runs):
-        history = tasks.task_history(run, task_id)
+        history = task_reads.task_history(run, task_id)
         columns.append({"run": run, "history": history[::-1]})
         key = f"run{n}"
         keys.append(key)
         labels.append(f"{run.name}: group mean reward")
-        series[key] = tasks.series(history)["mean_reward"]
+        series[key] = task_reads.series(history)["mean_reward"]
     page_data = {
         "charts": [{"id": "task", "keys": keys, "labels": labels, "series": series}]
     }

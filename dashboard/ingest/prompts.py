@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard import arrays
+from dashboard.ingest import arrays
 from dashboard.models import GroupPrompt, Trajectory
 
 Part = tuple[dict[str, Any], bytes]

@@ -16,8 +16,17 @@ from typing import Any
 
 from django.db import connection
 
-from dashboard import arrays, frames, jsonsafe, prompts, rollups
-from dashboard.frames import FrameParts, as_int
+from dashboard import jsonsafe
+from dashboard.ingest import arrays, prompts, rollups
+from dashboard.ingest.recording_policy import recorded
+from dashboard.ingest.rollups import BUCKET_AGGREGATES, COLUMNS, MERGE, POINTS, UNNEST
+from dashboard.ingest.sqlarrays import (
+    float_array_literal,
+    int_array_literal,
+    text_array_literal,
+)
+from dashboard.live import frames
+from dashboard.live.frames import FrameParts, as_int
 from dashboard.models import (
     ROLLUP_SHIFTS,
     Alert,
@@ -30,13 +39,6 @@ from dashboard.models import (
     Trajectory,
 )
 from dashboard.reads.metrics import metric_keys
-from dashboard.recorded import recorded
-from dashboard.rollups import BUCKET_AGGREGATES, COLUMNS, MERGE, POINTS, UNNEST
-from dashboard.sqlarrays import (
-    float_array_literal,
-    int_array_literal,
-    text_array_literal,
-)
 from trainer.recording import RecordConfig
 
 STEP_MODELS = (

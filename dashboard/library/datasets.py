@@ -1,7 +1,7 @@
 """Uploaded datasets (the ``/datasets/`` page): check, store, list, preview, delete.
 
 An upload is written under a temporary name in the owner's folder
-(``<first data root>/uploads/<user id>/``, :func:`dashboard.roots.uploads_dir`),
+(``<first data root>/uploads/<user id>/``, :func:`dashboard.library.roots.uploads_dir`),
 validated with the trainer's own reader (:func:`trainer.envs.dataset_files.read_rows`,
 so the first bad line is reported with its number exactly as a run would), and only
 then renamed into place and recorded: a refused upload leaves nothing behind. Every
@@ -24,9 +24,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.http import Http404
 
-from dashboard import roots
+from dashboard.library import roots
 from dashboard.models import Dataset
-from dashboard.services import Conflict, ServiceError
+from dashboard.runs.services import Conflict, ServiceError
 
 PREVIEW_ROWS = 5
 PREVIEW_CHARS = 300

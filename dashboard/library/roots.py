@@ -11,7 +11,7 @@ outside every root, so an answer never tells whether a path outside the roots ex
 A judge's ``endpoint`` must name an enabled entry of the allow-list.
 
 Pure functions over ``settings``; the database (the allow-list, runs) is the caller's
-(:mod:`dashboard.services`). The trainer CLI never goes through here: on the user's own
+(:mod:`dashboard.runs.services`). The trainer CLI never goes through here: on the user's own
 machine it reads what it is given.
 """
 

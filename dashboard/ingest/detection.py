@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from dashboard.frames import alert_trajectories, as_int
+from dashboard.live.frames import alert_trajectories, as_int
 from dashboard.models import Alert, Judgement, MetricPoint, Run, Trajectory
 from rewards.config import DetectorConfig
 
