@@ -82,3 +82,14 @@ def clean(value: Any, _depth: int = 0, *, keep_objects: bool = False) -> Any:
     if isinstance(value, (list, tuple)):
         return [clean(v, _depth + 1, keep_objects=keep_objects) for v in value]
     return value if keep_objects else text(value)
+
+
+def as_int(value: Any, default: int = 0) -> int:
+    """An int from an untrusted value (bool as 0/1; out-of-range or other: default)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and -(2**31) <= value < 2**31:
+        return value
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**31:
+        return int(value)
+    return default

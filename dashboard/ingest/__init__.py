@@ -6,7 +6,8 @@ upserts of steps, trajectories, judgements, alerts), metric rollups
 (:mod:`~dashboard.ingest.arrays`), shared group prompts
 (:mod:`~dashboard.ingest.prompts`), the recording policy on the server
 (:mod:`~dashboard.ingest.recording_policy`), the hacking detectors on the server
-(:mod:`~dashboard.ingest.detection`) and explicit retention
+(:mod:`~dashboard.ingest.detection`), the fields of an event
+(:mod:`~dashboard.ingest.fields`) and explicit retention
 (:mod:`~dashboard.ingest.retention`).
 
 May import: ``live`` (frames are sent after the commit), ``site`` and the root

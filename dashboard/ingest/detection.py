@@ -23,7 +23,8 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from dashboard.live.frames import alert_trajectories, as_int
+from dashboard.ingest.fields import alert_trajectories
+from dashboard.jsonsafe import as_int
 from dashboard.models import Alert, Judgement, MetricPoint, Run, Trajectory
 from rewards.config import DetectorConfig
 

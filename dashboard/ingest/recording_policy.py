@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dashboard import jsonsafe
-from dashboard.live.frames import as_int
+from dashboard.jsonsafe import as_int
 from trainer.recording import RecordConfig, alert_event_groups, select
 
 

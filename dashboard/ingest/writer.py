@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connection
 
 from dashboard import jsonsafe
-from dashboard.ingest import arrays, prompts, rollups
+from dashboard.ingest import arrays, fields, prompts, rollups
 from dashboard.ingest.recording_policy import recorded
 from dashboard.ingest.rollups import BUCKET_AGGREGATES, COLUMNS, MERGE, POINTS, UNNEST
 from dashboard.ingest.sqlarrays import (
@@ -25,8 +25,8 @@ from dashboard.ingest.sqlarrays import (
     int_array_literal,
     text_array_literal,
 )
-from dashboard.live import frames
-from dashboard.live.frames import FrameParts, as_int
+from dashboard.jsonsafe import as_int
+from dashboard.live.frames import FrameParts
 from dashboard.models import (
     ROLLUP_SHIFTS,
     Alert,
@@ -37,8 +37,8 @@ from dashboard.models import (
     MetricPoint,
     MetricRollup,
     Trajectory,
+    metric_keys,
 )
-from dashboard.reads.metrics import metric_keys
 from trainer.recording import RecordConfig
 
 STEP_MODELS = (
@@ -99,7 +99,7 @@ def store(
                 supersede(run_id, start_step_of(ev))
         else:
             batch.add(run_id, ev, attempt)
-            frames.summarise(ev, parts)
+            fields.summarise(ev, parts)
     rows += len(batch)
     write(run_id, batch, stale_steps)
     return rows, parts
@@ -171,7 +171,7 @@ class Batch:
                 severity=jsonsafe.text(event.get("severity") or "warning", 16),
                 message=jsonsafe.text(event.get("message"), 10000),
                 evidence=jsonsafe.clean(event.get("evidence") or {}),
-                trajectories=frames.alert_trajectories(event.get("trajectories")),
+                trajectories=fields.alert_trajectories(event.get("trajectories")),
             )
             self.alerts[(step, row.detector)] = row
         elif kind == "checkpoint":

@@ -24,9 +24,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.http import Http404
 
+from dashboard.errors import Conflict, ServiceError
 from dashboard.library import roots
 from dashboard.models import Dataset
-from dashboard.runs.services import Conflict, ServiceError
 
 PREVIEW_ROWS = 5
 PREVIEW_CHARS = 300

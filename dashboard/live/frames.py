@@ -28,7 +28,6 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from dashboard import jsonsafe
 from dashboard.live import streaming
 from dashboard.models import Run
 
@@ -132,86 +131,3 @@ def send(run_id: Any, parts: FrameParts | None = None) -> bool:
 def send_on_commit(run_id: Any, parts: FrameParts | None = None) -> None:
     """Publish a frame once the current transaction commits (a status change...)."""
     transaction.on_commit(lambda: send(run_id, parts))
-
-
-def summarise(ev: dict[str, Any], parts: FrameParts) -> None:
-    """Fold what one stored event adds into the frame being built."""
-    kind, step = ev.get("type"), as_int(ev.get("step"))
-    if kind == "step" and isinstance(ev.get("metrics"), dict):
-        parts.steps[step] = {
-            jsonsafe.text(k, 200): jsonsafe.num(jsonsafe.to_float(v))
-            for k, v in ev["metrics"].items()
-        }
-    elif kind == "trajectory":
-        parts.trajectories.append(
-            {
-                "step": step,
-                "group": as_int(ev.get("group")),
-                "index": as_int(ev.get("index")),
-                "task_id": jsonsafe.text(ev.get("task_id"), 200),
-                "reward": jsonsafe.num(jsonsafe.to_float(ev.get("reward"))),
-                "advantage": jsonsafe.num(jsonsafe.to_float(ev.get("advantage"))),
-                "dropped": bool(ev.get("dropped")),
-                "num_turns": as_int(ev.get("num_turns")),
-                "length": as_int(ev.get("length")),
-            }
-        )
-    elif kind == "judgement":
-        score = ev.get("score")
-        parts.judgements.append(
-            {
-                "step": step,
-                "group": as_int(ev.get("group")),
-                "index": as_int(ev.get("index")),
-                "judge": jsonsafe.text(ev.get("judge"), 64),
-                "ok": bool(ev.get("ok", True)),
-                "score": None
-                if score is None
-                else jsonsafe.num(jsonsafe.to_float(score)),
-            }
-        )
-    elif kind == "alert":
-        parts.alerts.append(
-            {
-                "step": step,
-                "detector": jsonsafe.text(ev.get("detector"), 64),
-                "severity": jsonsafe.text(ev.get("severity"), 16),
-                "message": jsonsafe.text(ev.get("message"), 2000),
-                "trajectories": alert_trajectories(ev.get("trajectories"))[:64],
-            }
-        )
-    elif kind == "checkpoint":
-        parts.checkpoints.append({"step": step})
-
-
-def as_int(value: Any, default: int = 0) -> int:
-    """An int from an untrusted value (bool as 0/1; out-of-range or other: default)."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int) and -(2**31) <= value < 2**31:
-        return value
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**31:
-        return int(value)
-    return default
-
-
-def alert_trajectories(refs: Any) -> list[dict[str, Any]]:
-    """An alert event's ``trajectories`` as stored: ``{"group", "index", "task_id",
-    "why"}`` each, untrusted strings bounded, duplicates dropped."""
-    out, seen = [], set()
-    for ref in refs if isinstance(refs, list) else []:
-        if not isinstance(ref, dict):
-            continue
-        key = (as_int(ref.get("group")), as_int(ref.get("index")))
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(
-            {
-                "group": key[0],
-                "index": key[1],
-                "task_id": jsonsafe.text(ref.get("task_id"), 200),
-                "why": jsonsafe.text(ref.get("why"), 200),
-            }
-        )
-    return out

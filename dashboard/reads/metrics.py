@@ -23,6 +23,7 @@ from dashboard.models import (
     MetricPoint,
     MetricRollup,
     Run,
+    metric_keys,  # noqa: F401  (read here by the API and pages)
 )
 
 MAX_POINTS = 2000
@@ -53,24 +54,6 @@ def metric_value(v: float | None) -> float | str | None:
 
 def finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
-
-
-def metric_keys(run: Any, limit: int = 10_000) -> list[str]:
-    """Distinct metric keys of the run (a Run or its id), by a loose index scan: one index seek per key
-    on the (run, key, ...) index instead of a DISTINCT over millions of points."""
-    table = MetricPoint._meta.db_table
-    run_id = Run._meta.pk.get_db_prep_value(getattr(run, "pk", run), connection)
-    sql = (
-        f"WITH RECURSIVE k(key, n) AS ("
-        f" SELECT MIN(key), 1 FROM {table} WHERE run_id = %s"
-        f" UNION ALL"
-        f" SELECT (SELECT MIN(key) FROM {table} WHERE run_id = %s AND key > k.key), n + 1"
-        f" FROM k WHERE k.key IS NOT NULL AND n < %s"
-        f") SELECT key FROM k WHERE key IS NOT NULL"
-    )
-    with connection.cursor() as cur:
-        cur.execute(sql, [run_id, run_id, limit])
-        return [row[0] for row in cur.fetchall()]
 
 
 def _bounds(run: Run, keys: list[str], since_step: int) -> tuple[int, int] | None:

@@ -79,7 +79,7 @@ def judgement_dict(j: Judgement) -> dict[str, Any]:
 
 
 def judgement_summary(j: Judgement) -> dict[str, Any]:
-    """What a frame says of a judgement (``dashboard.live.frames.summarise``)."""
+    """What a frame says of a judgement (``dashboard.ingest.fields.summarise``)."""
     return {
         "step": j.step,
         "group": j.group,

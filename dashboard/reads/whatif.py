@@ -20,8 +20,8 @@ from typing import Any
 from django.db import connection
 from django.urls import reverse
 
+from dashboard.errors import InvalidConfig, ServiceError
 from dashboard.models import Run, Trajectory
-from dashboard.runs.services import InvalidConfig, ServiceError
 
 MAX_STEPS = 100_000
 MAX_WEIGHT = 1000.0  # the reward schema's bound on a component weight

@@ -19,30 +19,13 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
 
+from dashboard.errors import Conflict, InvalidConfig, ServiceError  # noqa: F401
 from dashboard.live import frames
 from dashboard.models import ACTIVE_STATUSES, Run, RunStatus
 from dashboard.runs import devices, lease
 
 MAX_CONFIG_DEPTH = 24
 MAX_CONFIG_NODES = 20_000
-
-
-class ServiceError(Exception):
-    """A refusal the caller shows the user: ``errors`` are ``field: message`` lines."""
-
-    status = 400
-
-    def __init__(self, errors: list[str] | str) -> None:
-        self.errors = [errors] if isinstance(errors, str) else list(errors)
-        super().__init__("; ".join(self.errors))
-
-
-class InvalidConfig(ServiceError):
-    status = 400
-
-
-class Conflict(ServiceError):
-    status = 409
 
 
 # --- reading -------------------------------------------------------------------------

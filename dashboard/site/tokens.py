@@ -26,7 +26,7 @@ def _digest(token: str) -> str:
 
 
 def check_token_name(name: Any) -> str:
-    from dashboard.runs.services import InvalidConfig
+    from dashboard.errors import InvalidConfig
 
     if not isinstance(name, str) or not 1 <= len(name.strip()) <= 100:
         raise InvalidConfig("name: must be a string of 1 to 100 characters")
