@@ -89,7 +89,7 @@ def load_metrics(run, steps: int, keys: list[str]) -> None:
 
 
 def load_trajectories(run, steps: int, count: int, per_step: int = 16) -> list[int]:
-    from dashboard.pages import seed
+    from tests.fixtures import seed
 
     stored_steps = max(1, count // per_step)
     every = max(1, steps // stored_steps)
@@ -257,9 +257,10 @@ def main() -> None:
     args = ap.parse_args()
 
     var = embedded_env()
-    from dashboard.pages.wiring import setup
+    import django
 
-    setup()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+    django.setup()
     from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
@@ -267,8 +268,8 @@ def main() -> None:
     from django.test import Client
 
     from dashboard.models import Run
-    from dashboard.pages import seed
     from dashboard.pages.charts import run_charts
+    from tests.fixtures import seed
 
     call_command("migrate", interactive=False, verbosity=0)
     user = get_user_model().objects.create_user("ui-bench", password=PASSWORD)
@@ -340,10 +341,12 @@ def main() -> None:
         [
             sys.executable,
             "-m",
-            "dashboard.pages.wiring",
-            "serve",
+            "daphne",
+            "-b",
             "127.0.0.1",
+            "-p",
             str(port),
+            "dashboard.asgi:application",
         ],
         cwd=ROOT,
         env=env,

@@ -12,7 +12,6 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from dashboard.library import roots
 from dashboard.models import Dataset
-from dashboard.pages.wiring import wire
 
 pytestmark = pytest.mark.django_db
 
@@ -28,7 +27,6 @@ GOOD = (
 
 @pytest.fixture
 def data_root(tmp_path, settings):
-    wire(settings)
     root = tmp_path / "data"
     root.mkdir()
     settings.DATA_ROOTS = [root]

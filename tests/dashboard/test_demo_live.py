@@ -10,7 +10,6 @@ from django.test import Client
 
 from dashboard.management.commands.bootstrap_demo import DEMO_CONFIG, LIVE_DEMO_CONFIG
 from dashboard.models import Run, RunStatus
-from dashboard.pages.wiring import wire
 from trainer.config import TrainConfig
 
 pytestmark = pytest.mark.django_db
@@ -18,7 +17,6 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _pages(settings, tmp_path):
-    wire(settings)
     settings.VAR_DIR = tmp_path
 
 

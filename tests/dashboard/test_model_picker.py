@@ -10,7 +10,6 @@ import pytest
 from chatmodels import build_chat_model
 
 from dashboard.library import model_dirs
-from dashboard.pages.wiring import wire
 
 pytestmark = pytest.mark.django_db
 
@@ -72,7 +71,6 @@ def test_the_picker_lists_a_chat_model_with_its_exact_parameter_count(
         f.unlink()
     assert model_dirs.param_count(path) == want
 
-    wire(settings)
     html = owner_client.get("/runs/new/").content.decode()
     assert 'data-model-row="team/tiny-chat"' in html
     assert f'data-model-pick="{path}"' in html

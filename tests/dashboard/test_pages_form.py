@@ -9,16 +9,10 @@ from django.http import QueryDict
 from dashboard.models import Run
 from dashboard.pages import forms as f
 from dashboard.pages.forms import RunForm, default_config, normalise, values_from_config
-from dashboard.pages.seed import seed_run
-from dashboard.pages.wiring import wire
 from rewards.config import DETECTOR_NAMES
+from tests.fixtures.seed import seed_run
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _pages(settings):
-    wire(settings)
 
 
 def as_post(values: dict, **changes) -> QueryDict:
@@ -462,7 +456,7 @@ def test_the_lora_inputs_show_for_a_pretrained_model_or_when_filled(owner_client
 def test_a_clone_shows_the_parents_lora_and_recording_and_launches_them_again(
     owner, owner_client, enqueued, commit, settings, tmp_path
 ):
-    from dashboard.pages.seed import valid_config
+    from tests.fixtures.seed import valid_config
 
     root = tmp_path / "models"
     (root / "chat").mkdir(parents=True)

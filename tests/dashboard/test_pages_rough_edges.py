@@ -7,15 +7,13 @@ import pytest
 from django.test import Client
 
 from dashboard.models import Run
-from dashboard.pages.seed import seed_run
-from dashboard.pages.wiring import wire
+from tests.fixtures.seed import seed_run
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
 def _pages(settings):
-    wire(settings)
     settings.DEBUG = False
 
 

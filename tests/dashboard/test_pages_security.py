@@ -11,16 +11,10 @@ import pytest
 from django.test import Client
 
 from dashboard.pages.csp import CSPMiddleware
-from dashboard.pages.payloads import XSS_PAYLOADS
-from dashboard.pages.seed import seed_run
-from dashboard.pages.wiring import wire
+from tests.fixtures.payloads import XSS_PAYLOADS
+from tests.fixtures.seed import seed_run
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _pages(settings):
-    wire(settings)
 
 
 class Audit(HTMLParser):

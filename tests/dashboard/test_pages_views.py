@@ -6,15 +6,9 @@ import pytest
 from django.test import Client
 
 from dashboard.models import Run, Trajectory
-from dashboard.pages.seed import seed_run
-from dashboard.pages.wiring import wire
+from tests.fixtures.seed import seed_run
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _pages(settings):
-    wire(settings)
 
 
 def login(user) -> Client:
@@ -228,7 +222,7 @@ def test_held_out_evaluation_is_charted_on_the_run_page_and_summarised_in_compar
     owner, calc
 ):
     from dashboard.ingest import writer
-    from dashboard.pages.seed import valid_config
+    from tests.fixtures.seed import valid_config
 
     config = valid_config("calc", "grpo", 12, name="calc-eval", eval={"every": 4})
     evald = seed_run(owner, name="calc-eval", env="calc", steps=12, config=config)

@@ -259,9 +259,6 @@ def test_the_form_shows_a_path_refusal_next_to_the_field(
 ):
     from test_pages_form import body, post_for
 
-    from dashboard.pages.wiring import wire
-
-    wire(settings)
     q = post_for("calc", **{"model.path": str(dirs["outside"] / "secret-model")})
     with commit():
         r = owner_client.post("/runs/new/", body(q))

@@ -10,7 +10,6 @@ from django.utils import timezone
 from pydantic import BaseModel, ValidationError
 
 from dashboard.models import Run, RunAttempt, RunStatus
-from dashboard.pages.wiring import wire
 from dashboard.runs import lease, services
 from dashboard.runs.execution import failure_message
 from dashboard.runs.jobs import execute_run
@@ -67,7 +66,6 @@ def test_the_run_page_lists_attempts_and_never_a_traceback(
     monkeypatch,
     settings,
 ):
-    wire(settings)
     monkeypatch.setenv("FAKE_RUNNER_FAIL_AT", "2")
     run = services.launch_run(owner, tiny_config)
     execute_run.run(str(run.id))

@@ -4,7 +4,7 @@ Chromium driven by Playwright.
 The server runs the embedded configuration whatever the environment says (no
 ``DATABASE_URL``/``REDIS_URL``: SQLite in a temporary directory, the in-memory channel
 layer, runs executed in-process), so the tests need nothing but Chromium. Data is
-seeded through the same settings by short subprocesses (``dashboard.pages.seed``).
+seeded through the same settings by short subprocesses (``tests.fixtures.seed``).
 Screenshots go to ``$ARTIFACTS_DIR/screenshots`` (default ``artifacts/screenshots``).
 
 Every page is opened with ``dialog`` and ``securitypolicyviolation`` hooks: a
@@ -127,7 +127,7 @@ class Server:
 
     def manage(self, *args: str) -> str:
         out = subprocess.run(
-            [sys.executable, "-m", "dashboard.pages.wiring", "manage", *args],
+            [sys.executable, "manage.py", *args],
             cwd=ROOT,
             env=self.env,
             capture_output=True,
@@ -139,7 +139,11 @@ class Server:
 
     def script(self, code: str) -> object:
         """Run Python against the server's database; returns the JSON it prints last."""
-        prelude = "from dashboard.pages.wiring import setup; setup()\nimport json\n"
+        prelude = (
+            "import os, django\n"
+            "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'dashboard.settings')\n"
+            "django.setup()\nimport json\n"
+        )
         out = subprocess.run(
             [sys.executable, "-c", prelude + code],
             cwd=ROOT,
@@ -158,10 +162,12 @@ class Server:
             [
                 sys.executable,
                 "-m",
-                "dashboard.pages.wiring",
-                "serve",
+                "daphne",
+                "-b",
                 "127.0.0.1",
+                "-p",
                 str(self.port),
+                "dashboard.asgi:application",
             ],
             cwd=ROOT,
             env=self.env,
@@ -252,11 +258,11 @@ def roots_live(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def scripted_live(tmp_path_factory):
-    """Runs are played by ``dashboard.pages.scripted.scripted_trainer``: every step's text
+    """Runs are played by ``tests.fixtures.scripted.scripted_trainer``: every step's text
     is a script-injection payload, streamed over the websocket."""
     s = Server(
         tmp_path_factory.mktemp("scripted"),
-        trainer="dashboard.pages.scripted.scripted_trainer",
+        trainer="tests.fixtures.scripted.scripted_trainer",
     ).start()
     _users(s)
     yield s

@@ -13,7 +13,7 @@ SEED = """
 from django.contrib.auth import get_user_model
 from dashboard.models import Run
 from dashboard.pages.forms import default_config
-from dashboard.pages.seed import write_events
+from tests.fixtures.seed import write_events
 alice = get_user_model().objects.get(username='alice')
 cfg = default_config('calc')
 assert cfg['algorithm']['kl_beta'] == 0.0

@@ -20,7 +20,7 @@ REPLAY = """
 from django.contrib.auth import get_user_model
 from dashboard.models import Run
 from dashboard.pages.forms import default_config
-from dashboard.pages.seed import write_events
+from tests.fixtures.seed import write_events
 from rewards.config import DetectorConfig
 from rewards.monitor import RewardMonitor
 from trainer.records import alert_event

@@ -80,7 +80,7 @@ def test_reconnects_and_seq_gaps_are_backfilled(scripted_live, page, shots, ui):
 def seeded(scripted_live):
     return scripted_live.script(
         "from django.contrib.auth import get_user_model\n"
-        "from dashboard.pages.seed import seed_run\n"
+        "from tests.fixtures.seed import seed_run\n"
         "a = get_user_model().objects.get(username='alice')\n"
         "r = seed_run(a, name='keyboard', env='swarm', steps=6)\n"
         "big = seed_run(a, name='long trajectory', env='search', steps=1, groups=1, group_size=1, tokens=4000)\n"

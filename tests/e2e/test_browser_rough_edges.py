@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 SEED = """
 from django.contrib.auth import get_user_model
 from dashboard.models import Run
-from dashboard.pages.seed import seed_run
+from tests.fixtures.seed import seed_run
 alice = get_user_model().objects.get(username='alice')
 run = seed_run(alice, name='a run with a fairly long name', env='swarm', steps=8)
 Run.objects.filter(pk=run.pk).update(status='queued')

@@ -34,8 +34,8 @@ def assert_clean(page) -> None:
 def hostile(scripted_live):
     return scripted_live.script(
         "from django.contrib.auth import get_user_model\n"
-        "from dashboard.pages.payloads import XSS_PAYLOADS\n"
-        "from dashboard.pages.seed import seed_run\n"
+        "from tests.fixtures.payloads import XSS_PAYLOADS\n"
+        "from tests.fixtures.seed import seed_run\n"
         "a = get_user_model().objects.get(username='alice')\n"
         "r1 = seed_run(a, name=XSS_PAYLOADS[0], env='swarm', steps=12, payloads=True, alert_every=2)\n"
         "r2 = seed_run(a, name=XSS_PAYLOADS[1], env='search', steps=6, payloads=True, seed=4)\n"
