@@ -2,13 +2,15 @@
 
 Websockets are checked in order: the Origin must match ALLOWED_HOSTS (a foreign page
 cannot open a socket with the user's cookies), then the session identifies the user;
-the consumer itself checks that the run is theirs.
+the consumer itself checks that the run is theirs. Request bodies are bounded before
+Django or authentication sees them (:mod:`dashboard.site.limits`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 
 from django.core.asgi import get_asgi_application
 
@@ -21,6 +23,10 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from dashboard.live import streaming  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from dashboard.site.limits import BodyLimit, install_daphne_limits  # noqa: E402
+
+if "daphne.server" in sys.modules:  # Daphne buffers bodies: bound them as they arrive
+    install_daphne_limits()
 
 
 class RememberLoop:
@@ -37,7 +43,7 @@ class RememberLoop:
 application = RememberLoop(
     ProtocolTypeRouter(
         {
-            "http": django_asgi_app,
+            "http": BodyLimit(django_asgi_app),
             "websocket": AllowedHostsOriginValidator(
                 AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
             ),

@@ -49,6 +49,9 @@ class Command(BaseCommand):
         self.stdout.flush()
         from daphne.cli import CommandLineInterface
 
+        from dashboard.site.limits import install_daphne_limits
+
+        install_daphne_limits()  # bodies bounded as they arrive
         try:
             CommandLineInterface().run(
                 ["-b", host, "-p", str(port), "dashboard.asgi:application"]

@@ -1,0 +1,248 @@
+"""Request bodies are bounded before authentication and before Django reads them
+(issue 21.1): a declared or streamed body over the limit is a JSON 413, a stalled one a
+408, and a real Daphne server's memory does not grow with what a client sends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dashboard.site.limits import BodyLimit, body_limit
+
+ROOT = Path(__file__).resolve().parents[2]
+MB = 1 << 20
+
+
+# --- the ASGI layer ------------------------------------------------------------------
+
+
+class App:
+    """Reads the whole body like Django does, then answers 200."""
+
+    def __init__(self):
+        self.called = False
+        self.received = 0
+        self.disconnected = False
+
+    async def __call__(self, scope, receive, send):
+        self.called = True
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected = True
+                return
+            self.received += len(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+def _call(app, *, path="/api/runs/external", headers=(), chunks=(), delay=0.0):
+    sent, pending = [], list(chunks)
+
+    async def receive():
+        if delay:
+            await asyncio.sleep(delay)
+        if not pending:
+            await asyncio.sleep(3600)
+        body = pending.pop(0)
+        return {"type": "http.request", "body": body, "more_body": bool(pending)}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "path": path, "headers": list(headers), "method": "POST"}
+    asyncio.run(BodyLimit(app)(scope, receive, send))
+    return sent
+
+
+def _status(sent):
+    return next(m["status"] for m in sent if m["type"] == "http.response.start")
+
+
+def _errors(sent):
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return json.loads(body)
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_the_app_runs(settings):
+    settings.REQUEST_MAX_BODY_BYTES = 1000
+    app = App()
+    sent = _call(app, headers=[(b"content-length", b"2000000000")])
+    assert _status(sent) == 413 and not app.called
+    assert _errors(sent) == {
+        "errors": ["body: the request body is larger than the limit of 1000 bytes"],
+        "limit": 1000,
+    }
+
+
+def test_a_streamed_body_is_refused_as_it_passes_the_limit(settings):
+    settings.REQUEST_MAX_BODY_BYTES = 1000
+    app = App()
+    sent = _call(app, chunks=[b"x" * 600, b"x" * 600, b"x" * 600])
+    assert _status(sent) == 413
+    assert app.disconnected and app.received == 600  # the app never saw the rest
+    assert len([m for m in sent if m["type"] == "http.response.start"]) == 1
+
+
+def test_a_body_within_the_limit_reaches_the_app(settings):
+    settings.REQUEST_MAX_BODY_BYTES = 1000
+    app = App()
+    sent = _call(app, chunks=[b"x" * 500, b"x" * 500])
+    assert _status(sent) == 200 and app.received == 1000
+
+
+def test_a_stalled_body_is_a_408(settings):
+    settings.REQUEST_BODY_TIMEOUT_S = 0.2
+    app = App()
+    sent = _call(app, chunks=[b"x"], delay=1.0)
+    assert _status(sent) == 408 and app.disconnected
+    assert _errors(sent)["errors"][0].startswith("body: the request body did not")
+
+
+def test_the_limit_follows_the_path(settings):
+    settings.REQUEST_MAX_BODY_BYTES = 1 * MB
+    settings.EVENTS_MAX_BODY_BYTES = 4 * MB
+    settings.DATASET_MAX_UPLOAD_BYTES = 50 * MB
+    assert body_limit("/api/runs/external") == 1 * MB
+    assert body_limit("/api/runs/0f6c/events") == 4 * MB
+    assert body_limit("/datasets/") > 50 * MB
+
+
+# --- a real Daphne server --------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def daphne(tmp_path_factory):
+    port = _free_port()
+    var = tmp_path_factory.mktemp("var")
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update(
+        {
+            "DASHBOARD_VAR_DIR": str(var),
+            "ALLOWED_HOSTS": "127.0.0.1",
+            "REQUEST_BODY_TIMEOUT_S": "2",
+        }
+    )
+    cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    proc = subprocess.Popen(
+        [*cmd, "dashboard.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("daphne did not start")
+    yield port, psutil.Process(proc.pid)
+    proc.kill()
+    proc.wait()
+
+
+def _head(path: str, length: int | None, extra: str = "") -> bytes:
+    size = f"Content-Length: {length}\r\n" if length is not None else ""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{size}{extra}"
+        "Content-Type: application/json\r\n\r\n"
+    ).encode()
+
+
+def _send_until_refused(port: int, head: bytes, chunk: bytes, total: int):
+    """Send ``head`` then up to ``total`` bytes of ``chunk``s; return the answer and
+    the seconds from the first byte to the answer."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(head)
+    start, sent = time.monotonic(), 0
+    sock.settimeout(0.0)
+    answer = b""
+    try:
+        while sent < total:
+            try:
+                sent += sock.send(chunk)
+            except BlockingIOError:
+                time.sleep(0.001)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            try:
+                answer += sock.recv(65536)
+                if answer:
+                    break
+            except BlockingIOError:
+                pass
+        sock.settimeout(5)
+        while b"\r\n\r\n" not in answer:
+            more = sock.recv(65536)
+            if not more:
+                break
+            answer += more
+    except (ConnectionResetError, TimeoutError):
+        pass
+    finally:
+        sock.close()
+    return answer, time.monotonic() - start
+
+
+def _rss_mb(proc: psutil.Process) -> float:
+    return proc.memory_info().rss / MB
+
+
+@pytest.mark.slow
+def test_daphne_refuses_a_declared_2_gb_body_at_once(daphne):
+    port, proc = daphne
+    before = _rss_mb(proc)
+    answer, seconds = _send_until_refused(
+        port, _head("/api/runs/external", 2 << 30), b"x" * MB, 1 * MB
+    )
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b'"limit"' in answer
+    assert seconds < 1.0
+    assert _rss_mb(proc) - before < 50
+
+
+@pytest.mark.slow
+def test_daphne_refuses_a_1_gb_chunked_body_without_growing(daphne):
+    port, proc = daphne
+    before = _rss_mb(proc)
+    head = _head("/api/runs/external", None, "Transfer-Encoding: chunked\r\n")
+    piece = b"x" * (256 << 10)
+    chunk = b"%x\r\n%s\r\n" % (len(piece), piece)
+    answer, seconds = _send_until_refused(port, head, chunk, 1 << 30)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert seconds < 1.0
+    assert _rss_mb(proc) - before < 50
+
+
+@pytest.mark.slow
+def test_daphne_answers_a_stalled_body_408(daphne):
+    port, _ = daphne
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(_head("/api/runs/external", 1000) + b"x" * 10)
+    start = time.monotonic()
+    answer = sock.recv(65536)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert 1.5 < time.monotonic() - start < 6
