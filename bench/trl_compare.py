@@ -392,31 +392,9 @@ def _trl_reward_fn(score):
     return reward
 
 
-def run_trl(work: Work) -> RunTiming:
-    from datasets import Dataset
-    from transformers import PrinterCallback, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    run = RunTiming()
-    gen_log: list[tuple[float, int]] = []
-
-    class Timed(GRPOTrainer):
-        # Private in TRL; pinned in requirements-bench.txt. Times sampling only.
-        def _generate_single_turn(self, *args, **kwargs):
-            t0 = time.perf_counter()
-            ids, logprobs = super()._generate_single_turn(*args, **kwargs)
-            gen_log.append((time.perf_counter() - t0, sum(len(c) for c in ids)))
-            return ids, logprobs
-
-    class Clock(TrainerCallback):
-        # on_step_begin..on_step_end spans generation, reward, loss, backward, step.
-        def on_step_begin(self, args, state, control, **kwargs):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step > 1:
-                run.step_s.append(time.perf_counter() - self.t0)
-
+def _trl_model_and_rows(work: Work):
+    """The model, tokenizer and prompt rows TRL trains on: the same weights, prompts and
+    stopping rule as our side."""
     torch.manual_seed(work.seed)  # as trainer.loop.train does before building
     if work.shape == "realistic":
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -444,8 +422,15 @@ def run_trl(work: Work) -> RunTiming:
         model.config.eos_token_id = model.generation_config.eos_token_id = policy.eoa_id
         # Our prompts start with <bos>; the word tokenizer adds no special tokens.
         rows = [f"{tok.bos_token} {p}" for step in prompts_per_step(work) for p in step]
+    return model, tok, rows
+
+
+def _grpo_config(work: Work):
+    """TRL's settings matched to our grpo preset, one optimiser step per step."""
+    from trl import GRPOConfig
+
     batch = work.prompts * work.group_size
-    args = GRPOConfig(
+    return GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-bench-"),
         per_device_train_batch_size=batch,  # one optimiser step = P * G completions
         gradient_accumulation_steps=1,
@@ -473,6 +458,35 @@ def run_trl(work: Work) -> RunTiming:
         disable_tqdm=True,
         seed=work.seed,
     )
+
+
+def run_trl(work: Work) -> RunTiming:
+    from datasets import Dataset
+    from transformers import PrinterCallback, TrainerCallback
+    from trl import GRPOTrainer
+
+    run = RunTiming()
+    gen_log: list[tuple[float, int]] = []
+
+    class Timed(GRPOTrainer):
+        # Private in TRL; pinned in requirements-bench.txt. Times sampling only.
+        def _generate_single_turn(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            ids, logprobs = super()._generate_single_turn(*args, **kwargs)
+            gen_log.append((time.perf_counter() - t0, sum(len(c) for c in ids)))
+            return ids, logprobs
+
+    class Clock(TrainerCallback):
+        # on_step_begin..on_step_end spans generation, reward, loss, backward, step.
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step > 1:
+                run.step_s.append(time.perf_counter() - self.t0)
+
+    model, tok, rows = _trl_model_and_rows(work)
+    args = _grpo_config(work)
     trainer = Timed(
         model=model,
         reward_funcs=_trl_reward_fn(_reward_of(work)),

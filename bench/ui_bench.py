@@ -248,35 +248,14 @@ def browser_side(base: str, run, big_traj: str) -> None:
         browser.close()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=100_000)
-    ap.add_argument("--trajectories", type=int, default=10_000)
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--no-browser", action="store_true")
-    args = ap.parse_args()
-
-    var = embedded_env()
-    import django
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
-    django.setup()
-    from django.conf import settings
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
+def _seed_runs(user, args):
+    """The 100k-step run (metrics and trajectories), a long trajectory, a small run
+    and a runs list of more than one page; prints how long the loads took."""
     from django.db import connection
-    from django.test import Client
 
     from dashboard.models import Run
     from dashboard.pages.charts import run_charts
     from tests.fixtures import seed
-
-    call_command("migrate", interactive=False, verbosity=0)
-    user = get_user_model().objects.create_user("ui-bench", password=PASSWORD)
-    atexit.register(lambda: get_user_model().objects.filter(pk=user.pk).delete())
-    print(
-        f"database: {connection.vendor} ({'embedded, ' + str(var) if var else 'DATABASE_URL'})"
-    )
 
     config = seed.valid_config("swarm", "dr_grpo", args.steps, name="bench 100k")
     run = Run.objects.create(
@@ -320,20 +299,11 @@ def main() -> None:
         f"{args.trajectories:,} trajectories (+ judgements, critical paths) in {t2 - t1:.1f}s"
     )
 
-    client = Client(
-        HTTP_HOST="localhost",
-        **({"secure": True} if settings.SECURE_SSL_REDIRECT else {}),
-    )
-    client.force_login(user)
-    big_traj = f"/runs/{big.pk}/trajectories/1/0/0/"
-    server_side(client, run, small, steps_with_traj, big_traj, args.repeat)
+    return run, big, small, steps_with_traj
 
-    if args.no_browser or not os.path.exists(CHROMIUM):
-        print(
-            "browser part skipped"
-            + ("" if args.no_browser else f": {CHROMIUM} is missing")
-        )
-        return
+
+def _serve_and_browse(run, big_traj) -> None:
+    """The pages in headless Chromium against a Daphne server of the same database."""
     env = dict(os.environ)
     env.update({"PYTHONPATH": str(ROOT), "ALLOWED_HOSTS": "127.0.0.1,localhost"})
     port = 8700 + os.getpid() % 200
@@ -368,6 +338,50 @@ def main() -> None:
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--trajectories", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--no-browser", action="store_true")
+    args = ap.parse_args()
+
+    var = embedded_env()
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+    django.setup()
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+
+    call_command("migrate", interactive=False, verbosity=0)
+    user = get_user_model().objects.create_user("ui-bench", password=PASSWORD)
+    atexit.register(lambda: get_user_model().objects.filter(pk=user.pk).delete())
+    print(
+        f"database: {connection.vendor} ({'embedded, ' + str(var) if var else 'DATABASE_URL'})"
+    )
+
+    run, big, small, steps_with_traj = _seed_runs(user, args)
+    client = Client(
+        HTTP_HOST="localhost",
+        **({"secure": True} if settings.SECURE_SSL_REDIRECT else {}),
+    )
+    client.force_login(user)
+    big_traj = f"/runs/{big.pk}/trajectories/1/0/0/"
+    server_side(client, run, small, steps_with_traj, big_traj, args.repeat)
+
+    if args.no_browser or not os.path.exists(CHROMIUM):
+        print(
+            "browser part skipped"
+            + ("" if args.no_browser else f": {CHROMIUM} is missing")
+        )
+        return
+    _serve_and_browse(run, big_traj)
 
 
 if __name__ == "__main__":

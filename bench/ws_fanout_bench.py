@@ -121,6 +121,84 @@ def session_cookie(user) -> str:
     return s.session_key
 
 
+def _start_daphne(port: int, env: dict[str, str]) -> subprocess.Popen:
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "dashboard.asgi:application",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    for _ in range(150):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.2)
+    return server
+
+
+async def _fan_out(args, port, env, cookie, run_id, stats, ready) -> int:
+    """Connect the clients, publish from a second process, return frames published."""
+    base = f"http://127.0.0.1:{port}"
+    headers = {"Cookie": f"sessionid={cookie}", "Origin": base}
+    url = f"ws://127.0.0.1:{port}/ws/runs/{run_id}/"
+    tasks = [
+        asyncio.create_task(client(url, headers, base, cookie, run_id, stats, ready))
+        for _ in range(args.clients)
+    ]
+    while len(ready) < args.clients:
+        if all(t.done() for t in tasks):
+            break
+        await asyncio.sleep(0.1)
+    print(
+        f"{len(ready)} clients connected; publishing {args.rate:g} frames/s for {args.seconds:g}s"
+    )
+    pub = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--publish",
+        str(run_id),
+        "--rate",
+        str(args.rate),
+        "--seconds",
+        str(args.seconds),
+        cwd=str(ROOT),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await pub.communicate()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return json.loads(out.decode().strip().splitlines()[-1])["published"]
+
+
+def _report(stats: list[dict], published: int, clients: int) -> None:
+    lat = [x * 1000 for s in stats for x in s["latencies"]]
+    lost = sum(published - s["received"] for s in stats) + published * (
+        clients - len(stats)
+    )
+    gaps = sum(s["gaps"] for s in stats)
+    unrecovered = gaps - sum(s["recovered"] for s in stats)
+    print(
+        f"clients {len(stats)}/{clients}, frames published {published}, delivered {len(lat):,}"
+    )
+    print(
+        f"publish-to-receive latency p50 {percentile(lat, 50):.1f} ms, p99 {percentile(lat, 99):.1f} ms (goal p99 < 250 ms)"
+    )
+    print(
+        f"frames lost {lost:,}; seq gaps {gaps}, unrecovered after backfill {unrecovered} (goal 0)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=200)
@@ -141,85 +219,15 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, ALLOWED_HOSTS="127.0.0.1,localhost", SECURE_SSL_REDIRECT="0")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "dashboard.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    server = _start_daphne(port, env)
+    stats: list[dict] = []
+    ready: list[int] = []
     try:
-        for _ in range(150):
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.2)
-        stats: list[dict] = []
-        ready: list[int] = []
-        base = f"http://127.0.0.1:{port}"
-        headers = {"Cookie": f"sessionid={cookie}", "Origin": base}
-        url = f"ws://127.0.0.1:{port}/ws/runs/{run.id}/"
-
-        async def go():
-            tasks = [
-                asyncio.create_task(
-                    client(url, headers, base, cookie, run.id, stats, ready)
-                )
-                for _ in range(args.clients)
-            ]
-            while len(ready) < args.clients:
-                if all(t.done() for t in tasks):
-                    break
-                await asyncio.sleep(0.1)
-            print(
-                f"{len(ready)} clients connected; publishing {args.rate:g} frames/s for {args.seconds:g}s"
-            )
-            pub = await asyncio.create_subprocess_exec(
-                sys.executable,
-                __file__,
-                "--publish",
-                str(run.id),
-                "--rate",
-                str(args.rate),
-                "--seconds",
-                str(args.seconds),
-                cwd=str(ROOT),
-                env=env,
-                stdout=asyncio.subprocess.PIPE,
-            )
-            out, _ = await pub.communicate()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            return json.loads(out.decode().strip().splitlines()[-1])["published"]
-
-        published = asyncio.run(go())
+        published = asyncio.run(_fan_out(args, port, env, cookie, run.id, stats, ready))
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(15)
-    lat = [x * 1000 for s in stats for x in s["latencies"]]
-    lost = sum(published - s["received"] for s in stats) + published * (
-        args.clients - len(stats)
-    )
-    gaps = sum(s["gaps"] for s in stats)
-    unrecovered = gaps - sum(s["recovered"] for s in stats)
-    print(
-        f"clients {len(stats)}/{args.clients}, frames published {published}, delivered {len(lat):,}"
-    )
-    print(
-        f"publish-to-receive latency p50 {percentile(lat, 50):.1f} ms, p99 {percentile(lat, 99):.1f} ms (goal p99 < 250 ms)"
-    )
-    print(
-        f"frames lost {lost:,}; seq gaps {gaps}, unrecovered after backfill {unrecovered} (goal 0)"
-    )
+    _report(stats, published, args.clients)
 
 
 if __name__ == "__main__":
