@@ -8,6 +8,9 @@ tokens get 401, other users' runs 404, staff see every run. Every error is JSON.
 ``errors`` are ``field: message`` lines; nothing is enqueued then. Numbers that are
 not finite are written as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
 Views are adapters: parse, call ``services``/``dashboard.reads``, return.
+
+May import: ``reads``, ``runs``, ``ingest``, ``live``, ``library``, ``site`` and the
+root modules; never ``pages``.
 """
 
 from __future__ import annotations

@@ -12,4 +12,8 @@ Everything is bounded so a run with 100k steps and 10k trajectories reads quickl
 everything returned for JSON is JSON-ready (non-finite floats are the strings ``"NaN"``,
 ``"Infinity"``, ``"-Infinity"``). Ownership is the caller's job
 (``services.visible_runs`` / ``get_run_for_user``); nothing here writes.
+
+May import: ``ingest`` (the stored shapes: rollup levels, packed arrays, shared
+prompts), ``live``, ``library``, ``site`` and the root modules; never ``runs``,
+``api`` or ``pages``.
 """

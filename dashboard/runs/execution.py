@@ -34,7 +34,7 @@ _interrupted = threading.Event()
 
 def interrupt() -> None:
     """Stop the run this process executes at its next step, resumable from its last
-    checkpoint by the next process (``executor.recover``)."""
+    checkpoint by the next process (``inprocess.recover``)."""
     _interrupted.set()
 
 
