@@ -212,10 +212,12 @@ def update(
         mismatch = mismatch_metrics(
             scores.old_logprobs, batch.sampler_logprobs, batch.loss_mask
         )
-    # The whole batch's numbers, before the KL controller.
+    # The whole batch's numbers, before the KL controller. Every process reduces
+    # its mismatch, an empty one too: a process whose rows carry no sampler
+    # log-probs would otherwise leave the others waiting in the collective.
     trained = float(batch.loss_mask.sum())
     metrics = ctx.par.reduce_metrics(metrics, trained)
-    mismatch = ctx.par.reduce_metrics(mismatch, trained) if mismatch else {}
+    mismatch = ctx.par.reduce_metrics(mismatch, trained)
     metrics.update(
         kl_step(ctx.algo, state, scores, metrics.get("kl", scored.kl_reward))
     )
