@@ -25,7 +25,7 @@ from trainer.policy import Prefixes, left_pad
 from trainer.rollout import Rollout
 
 if TYPE_CHECKING:
-    from trainer.distributed import Parallel
+    from trainer.single import Handle
 
 
 @dataclass
@@ -135,37 +135,41 @@ def token_advantages(
     batch: Batch,
     results: Sequence[RewardResult],
     group_size: int,
-    values: torch.Tensor | None = None,
-    par: Parallel | None = None,
+    values: torch.Tensor | None,
+    par: Handle,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """Per-token advantages (B, T-1), returns for the value head (or None), and one
     advantage per trajectory (B,) for display (its mean over trained tokens).
 
-    With ``par`` (several processes, each with whole groups) what spans the batch is
-    taken over every rank's share: the ``"batch"`` std and GAE's whitening."""
+    What spans the batch is taken over every process's share (each holds whole
+    groups): the ``"batch"`` std (``par.std_scaled``) and GAE's whitening."""
     mask = batch.loss_mask
     returns = None
-    # Every rank's batch std: scale unscaled advantages by it (both are linear in 1/std).
-    batch_std = par is not None and algo.std_scaling == "batch"
-    scaling = "none" if batch_std else algo.std_scaling
     if algo.credit == "outcome":
         totals = torch.tensor([r.breakdown.total for r in results], dtype=torch.float32)
-        per_traj = group_advantages(
-            totals, group_size, std_scaling=scaling, eps=algo.eps
-        )
-        if batch_std:
-            per_traj = per_traj / (_std(par, totals.tolist()) + algo.eps)
-        per_traj = per_traj.to(mask.device)
+        per_traj = par.std_scaled(
+            lambda scaling: group_advantages(
+                totals, group_size, std_scaling=scaling, eps=algo.eps
+            ),
+            totals.tolist(),
+            algo.std_scaling,
+            algo.eps,
+        ).to(mask.device)
         adv = per_traj.unsqueeze(1) * mask
         return adv, None, per_traj
     if algo.credit == "process":
         step_rewards = [step_totals(r) for r in results]
-        steps = process_advantages(
-            step_rewards, group_size, std_scaling=scaling, eps=algo.eps
+        adv = par.std_scaled(
+            lambda scaling: _spread_steps(
+                process_advantages(
+                    step_rewards, group_size, std_scaling=scaling, eps=algo.eps
+                ),
+                batch,
+            ),
+            [x for s in step_rewards for x in s],
+            algo.std_scaling,
+            algo.eps,
         )
-        adv = _spread_steps(steps, batch)
-        if batch_std:
-            adv = adv / (_std(par, [x for s in step_rewards for x in s]) + algo.eps)
     else:  # "gae": a critic supplies the baseline, token by token
         if values is None:
             raise ValueError("credit 'gae' needs values from the value head")
@@ -190,7 +194,7 @@ def _gae(
     batch: Batch,
     results: Sequence[RewardResult],
     values: torch.Tensor,
-    par: Parallel | None = None,
+    par: Handle,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE over each trajectory's trained tokens in order; a step's reward arrives on
     its last action token and the episode is terminal (bootstrap value 0)."""
@@ -219,31 +223,9 @@ def _gae(
         a, r = gae_advantages(rewards, v, gamma=algo.gamma, lam=algo.lam)
         adv[b, pos.to(adv.device)] = a.to(adv.device)
         ret[b, pos.to(ret.device)] = r.to(ret.device)
-    # PPO practice (CleanRL's norm_adv): whiten advantages over the batch's tokens.
-    m = batch.loss_mask
-    if par is not None:  # over every rank's tokens
-        s, ss, k = par.all_sum(
-            [float((adv * m).sum()), float(((adv * m) ** 2).sum()), float(m.sum())]
-        )
-        mean_f = s / max(k, 1.0)
-        var_f = max(ss / max(k, 1.0) - mean_f**2, 0.0)
-        adv = (adv - mean_f) / (math.sqrt(var_f) + algo.eps)
-        return adv * m, ret
-    n = m.sum().clamp(min=1)
-    mean = (adv * m).sum() / n
-    var = (((adv - mean) * m) ** 2).sum() / n
-    adv = (adv - mean) / (var.sqrt() + algo.eps)
-    return adv * m, ret
-
-
-def _std(par: Parallel, xs: list[float]) -> float:
-    """The unbiased std of every rank's ``xs`` together (0 for fewer than two)."""
-    n, s, ss = par.all_sum(
-        [float(len(xs)), math.fsum(xs), math.fsum(x * x for x in xs)]
-    )
-    if n < 2:
-        return 0.0
-    return math.sqrt(max(ss - s * s / n, 0.0) / (n - 1))
+    # PPO practice (CleanRL's norm_adv): whiten advantages over the batch's tokens
+    # (every process's).
+    return par.whiten(adv, batch.loss_mask, algo.eps), ret
 
 
 def with_kl_penalty(

@@ -85,7 +85,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for line in format_errors(exc):
             print(f"  {line}", file=sys.stderr)
         return 2
-    parallel = None
+    from trainer.single import Single
+
+    parallel: Any = Single()  # one process: a world of size one
     if cfg.resources.processes > 1:
         import torch.distributed as dist
 
@@ -105,8 +107,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         return _train(args, cfg, parallel)
     finally:
-        if parallel is not None:
-            parallel.close()
+        parallel.close()
 
 
 def _launch(args: argparse.Namespace, processes: int) -> int:
@@ -142,9 +143,8 @@ def _train(args: argparse.Namespace, cfg: TrainConfig, parallel: Any) -> int:
     from trainer.events import JsonlSink, NullSink
     from trainer.runner import run_from_config
 
-    main_rank = parallel is None or parallel.main
     out = Path(args.out) if args.out else None
-    if not main_rank:  # rank 0 alone writes, prints and reports the run
+    if not parallel.main:  # rank 0 alone writes, prints and reports the run
         try:
             result = run_from_config(
                 cfg,

@@ -105,24 +105,30 @@ def save_sharded(
     return final
 
 
-def load_sharded(
-    path: str | os.PathLike[str],
-    *,
-    policy: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    par: Parallel | None,
-) -> TrainState:
-    """Every rank calls it: restores weights, optimizer and this rank's RNGs."""
+def check_writers(path: str | os.PathLike[str], have: int) -> dict[str, Any]:
+    """The checkpoint's ``meta.json``, once it is known to have been written by
+    ``have`` processes (a resumed run needs as many: the RNG streams are per rank)."""
     path = Path(path)
     meta = json.loads((path / "meta.json").read_text())
     wrote = meta.get("processes", 1) if is_sharded(path) else 1
-    have = 1 if par is None else par.world
     if wrote != have:
         raise ValueError(
             f"resources.processes: checkpoint {path.name} was written by {wrote} "
             f"process(es), this run has {have}; resume with {wrote}"
         )
-    assert par is not None  # wrote == have > 1
+    return meta
+
+
+def load_sharded(
+    path: str | os.PathLike[str],
+    *,
+    policy: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    par: Parallel,
+) -> TrainState:
+    """Every rank calls it: restores weights, optimizer and this rank's RNGs."""
+    path = Path(path)
+    meta = check_writers(path, par.world)
     model_sd, optim_sd = get_state_dict(policy, optimizer)
     sd = {"model": model_sd, "optim": optim_sd}
     dcp.load(sd, checkpoint_id=str(path / "dcp"))

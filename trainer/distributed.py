@@ -18,6 +18,9 @@ A run with ``resources.processes`` N > 1 is N processes (ranks), started by ``to
   sends its rollouts and records to rank 0, which alone owns the sink: every trajectory
   reaches it once.
 
+One process is a run of world size one: ``trainer.single.Single`` has the same
+interface, so the trainer never asks whether it is distributed.
+
 This module knows nothing of Django or of how processes are launched.
 """
 
@@ -26,14 +29,19 @@ from __future__ import annotations
 import inspect
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from trainer.checkpoint import TrainState
 
 # Update metrics that are one rank's share of a whole-batch loss: their sum is the
 # batch's value. Identical on every rank (taken as they are): the gradient norm after
@@ -152,6 +160,86 @@ class Parallel:
             vals = [(m[name], w) for m, w in parts if name in m]
             out[name] = _reduce(name, vals)
         return out
+
+    def minibatches(self, order: torch.Tensor, count: int) -> list[torch.Tensor]:
+        """This rank's rows cut into exactly ``count`` parts (some maybe empty): the
+        ranks' k-th parts make the k-th global minibatch, and every rank takes part
+        in every gradient all-reduce."""
+        return list(torch.tensor_split(order, count))
+
+    # ----- statistics over the whole batch -----------------------------------------
+    def token_mean(self, x: torch.Tensor, mask: torch.Tensor) -> float:
+        """The mean of ``x`` (B, T-1) over every rank's trained tokens."""
+        keep = mask > 0
+        total, count = self.all_sum([float(x[keep].sum()), float(keep.sum())])
+        return total / max(count, 1.0)
+
+    def whiten(self, adv: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
+        """``adv`` (B, T-1) whitened over every rank's trained tokens."""
+        s, ss, k = self.all_sum(
+            [
+                float((adv * mask).sum()),
+                float(((adv * mask) ** 2).sum()),
+                float(mask.sum()),
+            ]
+        )
+        mean = s / max(k, 1.0)
+        var = max(ss / max(k, 1.0) - mean**2, 0.0)
+        return (adv - mean) / (math.sqrt(var) + eps) * mask
+
+    def std_scaled(
+        self,
+        advantages: Callable[[str], torch.Tensor],
+        rewards: list[float],
+        scaling: str,
+        eps: float,
+    ) -> torch.Tensor:
+        """``advantages(scaling)`` computed on this rank's rows, except that the
+        ``"batch"`` std is that of every rank's ``rewards``: unscaled advantages
+        divided by it (both are linear in 1/std)."""
+        if scaling != "batch":
+            return advantages(scaling)
+        return advantages("none") / (self.batch_std(rewards) + eps)
+
+    def batch_std(self, xs: list[float]) -> float:
+        """The unbiased std of every rank's ``xs`` together (0 for fewer than two)."""
+        n, s, ss = self.all_sum(
+            [float(len(xs)), math.fsum(xs), math.fsum(x * x for x in xs)]
+        )
+        if n < 2:
+            return 0.0
+        return math.sqrt(max(ss - s * s / n, 0.0) / (n - 1))
+
+    # ----- checkpoints -------------------------------------------------------------
+    def save(
+        self,
+        root: str | Path,
+        policy: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        state: TrainState,
+        *,
+        meta: dict[str, Any],
+        keep: int,
+    ) -> Path:
+        """Every rank writes its part (``torch.distributed.checkpoint``)."""
+        from trainer.dist_checkpoint import save_sharded
+
+        return save_sharded(
+            root,
+            policy=policy,
+            optimizer=optimizer,
+            state=state,
+            meta=meta,
+            keep=keep,
+            par=self,
+        )
+
+    def load(
+        self, path: Path, policy: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> TrainState:
+        from trainer.dist_checkpoint import load_sharded
+
+        return load_sharded(path, policy=policy, optimizer=optimizer, par=self)
 
     # ----- collectives -----------------------------------------------------------
     def all_sum(self, values: Sequence[float]) -> list[float]:

@@ -34,6 +34,7 @@ from torch import nn
 if TYPE_CHECKING:
     from trainer.distributed import Parallel
     from trainer.policy import Policy
+    from trainer.single import Handle
 
 
 def available() -> bool:
@@ -62,9 +63,9 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return [m for m in found if id(m) not in inner]
 
 
-def shard(policy: Policy, par: Parallel) -> None:
+def shard(policy: Policy, par: Handle) -> None:
     """fsdp: ``fully_shard`` the policy's layers, then its model and its value head
-    (before its optimizer is built). ddp: nothing."""
+    (before its optimizer is built). ddp, or one process: nothing."""
     if par.strategy != "fsdp":
         return
     from torch.distributed.device_mesh import init_device_mesh
@@ -85,11 +86,11 @@ def _sharded(module: nn.Module) -> list[nn.Module]:
 
 
 @contextmanager
-def gathered(policy: Policy, par: Parallel | None) -> Iterator[None]:
+def gathered(policy: Policy, par: Handle) -> Iterator[None]:
     """With fsdp, the whole model on every rank for the block: each rank may then run
     as many forwards as it likes (generation, scoring) without collectives. Every
     rank enters and leaves together (an all-gather at the start). Otherwise a no-op."""
-    if par is None or par.strategy != "fsdp":
+    if par.strategy != "fsdp":
         yield
         return
     mods = _sharded(policy)

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rewards.types import RewardResult
-from trainer.algorithms import ResolvedAlgorithm, adaptive_kl_coef, masked_mean
+from trainer.algorithms import ResolvedAlgorithm, adaptive_kl_coef
 from trainer.batch import Batch, with_kl_penalty
 from trainer.checkpoint import TrainState
 from trainer.update import Scores, token_kl
 
 if TYPE_CHECKING:
-    from trainer.distributed import Parallel
+    from trainer.single import Handle
 
 
 def kl_in_reward(
@@ -22,7 +22,7 @@ def kl_in_reward(
     batch: Batch,
     scores: Scores,
     results: list[RewardResult],
-    par: Parallel | None = None,
+    par: Handle,
 ) -> tuple[float | None, list[RewardResult]]:
     """Set this step's KL coefficient on ``scores``; with ``kl_in_reward`` subtract
     coef * KL from the rewards (the advantages see it, the logged reward does not).
@@ -32,12 +32,7 @@ def kl_in_reward(
     if not algo.kl_in_reward or scores.ref_logprobs is None:
         return None, results
     kl = token_kl(algo, scores.old_logprobs, scores.ref_logprobs, batch.loss_mask)
-    if par is None:
-        mean = float(masked_mean(kl, batch.loss_mask))
-    else:
-        keep = batch.loss_mask > 0
-        total, count = par.all_sum([float(kl[keep].sum()), float(keep.sum())])
-        mean = total / max(count, 1.0)
+    mean = par.token_mean(kl, batch.loss_mask)
     return mean, with_kl_penalty(results, kl, batch, scores.kl_beta)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -189,29 +190,7 @@ class Policy(nn.Module):
             if isinstance(max_new_tokens, int)
             else list(max_new_tokens)
         )
-        # Identical contexts (a group's G rollouts on their first turn) are read
-        # once; their KV cache is then gathered out to every row.
-        table: dict[tuple[int, ...], int] = {}
-        of_row = [table.setdefault(tuple(c), len(table)) for c in contexts]
-        unique = list(table)
-        ids, mask = left_pad(unique, self.pad_id, dev)
-        # Left padding: positions count real tokens only, so a row's positions do not
-        # depend on how long its neighbours are.
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        logits = out.logits[:, -1, :]
-        if len(unique) < len(contexts):
-            rows = torch.tensor(of_row, device=dev)
-            out.cache.batch_select_indices(rows)
-            logits, mask, positions = logits[rows], mask[rows], positions[rows]
+        out, logits, mask, positions = self._prefill(contexts)
         next_pos = positions[:, -1:] + 1
         produced: list[list[int]] = [[] for _ in contexts]
         lps: list[list[float]] = [[] for _ in contexts]
@@ -247,6 +226,36 @@ class Policy(nn.Module):
             logits = out.logits[:, -1, :]
             next_pos = next_pos + 1
         return produced
+
+    def _prefill(
+        self, contexts: list[list[int]]
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One forward over the contexts, left-padded: the model's output (its KV
+        cache), each row's next-token logits, attention mask and positions."""
+        dev = self.device
+        # Identical contexts (a group's G rollouts on their first turn) are read
+        # once; their KV cache is then gathered out to every row.
+        table: dict[tuple[int, ...], int] = {}
+        of_row = [table.setdefault(tuple(c), len(table)) for c in contexts]
+        unique = list(table)
+        ids, mask = left_pad(unique, self.pad_id, dev)
+        # Left padding: positions count real tokens only, so a row's positions do not
+        # depend on how long its neighbours are.
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=DynamicCache(),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        logits = out.logits[:, -1, :]
+        if len(unique) < len(contexts):
+            rows = torch.tensor(of_row, device=dev)
+            out.cache.batch_select_indices(rows)
+            logits, mask, positions = logits[rows], mask[rows], positions[rows]
+        return out, logits, mask, positions
 
     # ----- scoring ------------------------------------------------------------------
     def token_stats(

@@ -14,7 +14,7 @@ from typing import Any
 
 from rewards.types import RewardResult
 from trainer.chat import ROLE_OF_KIND
-from trainer.rollout import Rollout
+from trainer.rollout import Rollout, Segment
 
 FLOAT_ARRAYS = ("logprob", "old_logprob", "ratio", "entropy", "advantage")
 
@@ -26,52 +26,20 @@ def trajectory_event(
     *,
     dropped: bool,
     advantage: float,
-    tokens: list[str],
+    tokens: list[str] | None,
     texts: list[str],
     arrays: dict[str, list[float]] | None,
-    token_arrays: bool = True,
 ) -> dict[str, Any]:
     """``tokens`` are the token strings of the whole trajectory, ``texts`` each
     segment's decoded text. ``arrays`` maps name -> per-target values (length T-1 of
     this row, unpadded); None for a dropped group (never scored by the learner).
-    ``token_arrays`` False (the recording policy's choice): each segment says its
-    text and token count ``n`` only."""
-    segments = []
-    pos = 0
-    for seg, text in zip(ro.segments, texts, strict=True):
-        n = len(seg.token_ids)
-        if not token_arrays:
-            segments.append(
-                {
-                    "turn": seg.turn,
-                    "kind": seg.kind,
-                    "role": ROLE_OF_KIND.get(seg.kind, seg.kind),
-                    "text": text,
-                    "mask": seg.mask,
-                    "n": n,
-                }
-            )
-            continue
-        entry: dict[str, Any] = {
-            "turn": seg.turn,
-            "kind": seg.kind,
-            "role": ROLE_OF_KIND.get(seg.kind, seg.kind),
-            "text": text,
-            "token_ids": list(seg.token_ids),
-            "tokens": tokens[pos : pos + n],
-            "mask": seg.mask,
-        }
-        if arrays is None:
-            for name in FLOAT_ARRAYS:
-                entry[name] = [None] * n
-        elif pos == 0:  # target index p-1 scores token p; token 0 has no prediction
-            for name in FLOAT_ARRAYS:
-                entry[name] = [None, *arrays[name][: n - 1]][:n]
-        else:
-            for name in FLOAT_ARRAYS:
-                entry[name] = arrays[name][pos - 1 : pos + n - 1]
-        segments.append(entry)
-        pos += n
+    ``tokens`` None (the recording policy keeps no token arrays): each segment says
+    its text and token count ``n`` only."""
+    segments = (
+        [_text_segment(seg, text) for seg, text in zip(ro.segments, texts, strict=True)]
+        if tokens is None
+        else _token_segments(ro, texts, tokens, arrays)
+    )
     ep = ro.episode
     bd = result.breakdown
     return {
@@ -105,6 +73,51 @@ def trajectory_event(
         ],
         "segments": segments,
     }
+
+
+def _text_segment(seg: Segment, text: str) -> dict[str, Any]:
+    return {
+        "turn": seg.turn,
+        "kind": seg.kind,
+        "role": ROLE_OF_KIND.get(seg.kind, seg.kind),
+        "text": text,
+        "mask": seg.mask,
+        "n": len(seg.token_ids),
+    }
+
+
+def _token_segments(
+    ro: Rollout,
+    texts: list[str],
+    tokens: list[str],
+    arrays: dict[str, list[float]] | None,
+) -> list[dict[str, Any]]:
+    """Each segment with its token ids and strings and its slice of every array."""
+    segments = []
+    pos = 0
+    for seg, text in zip(ro.segments, texts, strict=True):
+        n = len(seg.token_ids)
+        entry: dict[str, Any] = {
+            "turn": seg.turn,
+            "kind": seg.kind,
+            "role": ROLE_OF_KIND.get(seg.kind, seg.kind),
+            "text": text,
+            "token_ids": list(seg.token_ids),
+            "tokens": tokens[pos : pos + n],
+            "mask": seg.mask,
+        }
+        if arrays is None:
+            for name in FLOAT_ARRAYS:
+                entry[name] = [None] * n
+        elif pos == 0:  # target index p-1 scores token p; token 0 has no prediction
+            for name in FLOAT_ARRAYS:
+                entry[name] = [None, *arrays[name][: n - 1]][:n]
+        else:
+            for name in FLOAT_ARRAYS:
+                entry[name] = arrays[name][pos - 1 : pos + n - 1]
+        segments.append(entry)
+        pos += n
+    return segments
 
 
 def judgement_events(

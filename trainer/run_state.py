@@ -11,25 +11,23 @@ from typing import TYPE_CHECKING
 import torch
 
 from trainer.algorithms import ResolvedAlgorithm
-from trainer.checkpoint import TrainState, load_checkpoint, save_checkpoint
+from trainer.checkpoint import TrainState
 from trainer.config import TrainConfig
 from trainer.policy import AdaptersOff, Policy
 
 if TYPE_CHECKING:
-    from trainer.distributed import Parallel
+    from trainer.single import Handle
 
 
 def load_state(
     path: Path,
     policy: Policy,
     optimizer: torch.optim.Optimizer,
-    par: Parallel | None,
+    par: Handle,
 ) -> TrainState:
-    from trainer.dist_checkpoint import is_sharded, load_sharded
-
-    if par is None and not is_sharded(path):
-        return load_checkpoint(path, policy=policy, optimizer=optimizer)
-    return load_sharded(path, policy=policy, optimizer=optimizer, par=par)
+    """Every process restores the checkpoint it can read: one file alone, its
+    shards among several (``Single.load`` / ``Parallel.load``)."""
+    return par.load(path, policy, optimizer)
 
 
 def save_state(
@@ -38,24 +36,11 @@ def save_state(
     optimizer: torch.optim.Optimizer,
     state: TrainState,
     config: TrainConfig,
-    par: Parallel | None,
+    par: Handle,
 ) -> Path:
     meta = {"config": config.model_dump(mode="json")}
-    keep = config.checkpoint.keep
-    if par is None:
-        return save_checkpoint(
-            root, policy=policy, optimizer=optimizer, state=state, meta=meta, keep=keep
-        )
-    from trainer.dist_checkpoint import save_sharded
-
-    return save_sharded(
-        root,
-        policy=policy,
-        optimizer=optimizer,
-        state=state,
-        meta=meta,
-        keep=keep,
-        par=par,
+    return par.save(
+        root, policy, optimizer, state, meta=meta, keep=config.checkpoint.keep
     )
 
 
@@ -74,12 +59,12 @@ def freeze_long_lived() -> bool:
 
 
 def reference_copy(
-    policy: Policy, algo: ResolvedAlgorithm, par: Parallel | None
+    policy: Policy, algo: ResolvedAlgorithm, par: Handle
 ) -> Policy | None:
     """fsdp: the whole frozen copy that will hold the KL reference, taken while the
     policy is still whole (a sharded module cannot be copied); its weights are set
     by :func:`reference_policy`. Otherwise None (the copy is taken there)."""
-    if par is None or par.strategy != "fsdp" or algo.kl_beta <= 0 or policy.lora:
+    if par.strategy != "fsdp" or algo.kl_beta <= 0 or policy.lora:
         return None
     return policy.frozen_copy()
 
@@ -88,7 +73,7 @@ def reference_policy(
     policy: Policy,
     algo: ResolvedAlgorithm,
     checkpoint_dir: str | Path | None,
-    par: Parallel | None = None,
+    par: Handle,
     *,
     whole: Policy | None = None,
 ) -> Policy | AdaptersOff | None:
@@ -113,11 +98,10 @@ def reference_policy(
     if checkpoint_dir is not None:
         path = Path(checkpoint_dir) / "reference.safetensors"
         exists = path.exists()
-        if par is not None:
-            par.barrier()  # every rank has looked before rank 0 writes it
+        par.barrier()  # every rank has looked before rank 0 writes it
         if exists:
             load_model(ref, str(path), strict=False)
-        elif par is None or par.main:
+        elif par.main:
             path.parent.mkdir(parents=True, exist_ok=True)
             save_model(ref, str(path))
     return ref

@@ -15,6 +15,7 @@ from trainer.distributed import Parallel
 from trainer.envs.base import make_env
 from trainer.events import Sink
 from trainer.loop import TrainResult, train
+from trainer.single import Single
 
 
 def reward_config_for(config: TrainConfig):
@@ -46,12 +47,12 @@ def run_from_config(
     resume: bool = True,
     endpoints: Mapping[str, Any] | None = None,
     init_checkpoint: str | Path | None = None,
-    parallel: Parallel | None = None,
+    parallel: Parallel | Single | None = None,
 ) -> TrainResult:
     """Build and train; ``init_checkpoint``: the checkpoint directory that
     ``model.init_from_run`` names (the platform resolves the run id to it);
     ``parallel``: this process's rank when several train the run
-    (``trainer.distributed``)."""
+    (``trainer.distributed``); None: this process trains alone."""
     from rewards import build_monitor, build_reward_fn
 
     if config.model.init_from_run and init_checkpoint is None:

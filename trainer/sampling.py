@@ -22,7 +22,7 @@ from trainer.rollout import play
 from trainer.sampled import Sampled
 
 if TYPE_CHECKING:
-    from trainer.distributed import Parallel
+    from trainer.single import Handle
 
 
 def sample(
@@ -33,35 +33,29 @@ def sample(
     reward_fn: RewardFn,
     policy: Policy,
     state: TrainState,
-    par: Parallel | None = None,
+    par: Handle,
 ) -> Sampled:
     """Roll out and score. DAPO's dynamic sampling (arXiv 2503.14476 §3.2): groups whose
     rewards are all equal carry no gradient, so they are dropped and new tasks sampled
     until the batch holds ``tasks_per_step`` groups or the round cap is hit.
 
-    With ``par`` this rank plays its share of the step's tasks (and of each
-    resampling round's), numbered after the lower ranks' groups."""
+    Each process plays its share of the step's tasks (and of each resampling
+    round's), numbered after the lower ranks' groups; alone, all of them."""
     G = config.rollout.group_size
-    need = (
-        config.rollout.tasks_per_step
-        if par is None
-        else par.share(config.rollout.tasks_per_step)
-    )
+    need = par.share(config.rollout.tasks_per_step)
     out = Sampled([], [], [], 0)
     rounds = 1 + (
         algo.max_resample_rounds if algo.group_filter == "drop_zero_variance" else 0
     )
     kept_groups = 0
     for _ in range(rounds):
-        if par is None:
-            tasks = env.sample_tasks(need - kept_groups, state.task_rng)
-        else:  # every rank takes part in every round, if only to draw in step
-            mine = par.my_tasks(env, need - kept_groups, state.task_rng)
-            if mine is None:
-                break
-            if not mine:
-                continue
-            tasks = mine
+        # Every rank takes part in every round, if only to draw in step; None: no
+        # rank misses a group, the step is full.
+        tasks = par.my_tasks(env, need - kept_groups, state.task_rng)
+        if tasks is None:
+            break
+        if not tasks:
+            continue
         t0 = time.perf_counter()
         rollouts = play(
             policy,
@@ -86,10 +80,7 @@ def sample(
         out.kept += [k for k in keep for _ in range(G)]
         out.groups_dropped += keep.count(False)
         kept_groups += keep.count(True)
-        if par is None and kept_groups >= need:
-            break
-    if par is not None:
-        offset = par.group_offset(len(out.rollouts) // G)
-        for ro in out.rollouts:
-            ro.group += offset
+    offset = par.group_offset(len(out.rollouts) // G)
+    for ro in out.rollouts:
+        ro.group += offset
     return out

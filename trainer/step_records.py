@@ -134,10 +134,9 @@ def build_records(
                 res,
                 dropped=not sampled.kept[i],
                 advantage=per_traj_adv[i],
-                tokens=policy.tokens(ro.token_ids) if chosen.token_arrays else [],
+                tokens=policy.tokens(ro.token_ids) if chosen.token_arrays else None,
                 texts=[next(texts) for _ in ro.segments],
                 arrays=arrays[i],
-                token_arrays=chosen.token_arrays,
             )
         )
         out.extend(judgement_events(step, ro, res))

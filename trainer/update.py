@@ -5,7 +5,7 @@
 log-probs. On-policy with one epoch and one minibatch (no critic), the policy being
 optimised *is* the sampling policy, so that pass is skipped and the first training
 forward supplies the old log-probs (detached) and entropy, as TRL does when
-``num_iterations == 1``. ``optimise`` then runs ``epochs`` passes of ``minibatches`` over the batch
+``num_iterations == 1``. ``optimise`` (a :class:`Learner`) then runs ``epochs`` passes of ``minibatches`` over the batch
 with the configured loss (old log-probs kept fixed across epochs, as PPO does), clips
 the gradient norm and steps AdamW.
 """
@@ -27,10 +27,10 @@ from trainer.algorithms import (
 )
 from trainer.batch import Batch
 from trainer.config import OptimConfig
-from trainer.policy import Policy
+from trainer.policy import Policy, TokenStats
 
 if TYPE_CHECKING:
-    from trainer.distributed import Parallel
+    from trainer.single import Handle
 
 
 @dataclass
@@ -114,28 +114,36 @@ def score(
     )
 
 
+@dataclass(frozen=True)
+class Learner:
+    """Who learns and how: the policy, its optimizer, the algorithm's loss and the
+    process's place in the run (alone or among several, ``trainer.single``)."""
+
+    policy: Policy
+    optimizer: torch.optim.Optimizer
+    algo: ResolvedAlgorithm
+    optim: OptimConfig
+    max_len: int  # the rollout's token budget: ``seq_mean_token_sum_norm``'s norm
+    par: Handle
+
+
 def optimise(
-    policy: Policy,
-    optimizer: torch.optim.Optimizer,
-    algo: ResolvedAlgorithm,
-    optim: OptimConfig,
+    learner: Learner,
     batch: Batch,
     scores: Scores,
     advantages: torch.Tensor,
     returns: torch.Tensor | None,
     *,
-    max_len: int,
     generator: torch.Generator,
-    par: Parallel | None = None,
 ) -> tuple[dict[str, float], torch.Tensor]:
     """Returns averaged metrics and the log-probs of the last epoch's forward (B, T-1).
 
-    With ``par`` (several processes) ``batch`` is this rank's share: every rank cuts
-    it into exactly ``minibatches`` parts (the ranks' k-th parts make the k-th global
-    minibatch; an empty part trains one row with nothing trained in it, so that every
-    rank takes part in every gradient all-reduce)."""
+    ``batch`` is this process's share: with several, every rank cuts it into exactly
+    ``minibatches`` parts (the ranks' k-th parts make the k-th global minibatch; an
+    empty part trains one row with nothing trained in it, so that every rank takes
+    part in every gradient all-reduce)."""
+    policy, optim = learner.policy, learner.optim
     B = batch.size
-    mb = max(1, -(-B // optim.minibatches))
     sums: dict[str, float] = {}
     count = 0
     fill = scores.old_logprobs is None
@@ -147,30 +155,20 @@ def optimise(
     policy.train()
     for _epoch in range(optim.epochs):
         order = torch.randperm(B, generator=generator)
-        parts = (
-            [order[sl] for sl in _chunks(B, mb)]
-            if par is None
-            else list(torch.tensor_split(order, optim.minibatches))
-        )
-        for part in parts:
-            blank = part.numel() == 0  # only with par: this rank's part is empty
+        for part in learner.par.minibatches(order, optim.minibatches):
+            blank = part.numel() == 0  # several processes: this rank's part is empty
             idx = (order[:1] if blank else part).to(batch.input_ids.device)
             mb_batch = batch.select(idx)
             if blank:
                 mb_batch.loss_mask = torch.zeros_like(mb_batch.loss_mask)
             metrics, logprobs = _minibatch_step(
-                policy,
-                optimizer,
-                algo,
-                optim,
+                learner,
                 mb_batch,
                 scores,
                 idx,
                 advantages[idx],
                 None if returns is None else returns[idx],
-                max_len,
                 fill=fill,
-                par=par,
             )
             if not blank:
                 last_logprobs[idx] = logprobs
@@ -182,28 +180,18 @@ def optimise(
 
 
 def _minibatch_step(
-    policy: Policy,
-    optimizer: torch.optim.Optimizer,
-    algo: ResolvedAlgorithm,
-    optim: OptimConfig,
+    learner: Learner,
     mb: Batch,
     scores: Scores,
     idx: torch.Tensor,
     adv: torch.Tensor,
     returns: torch.Tensor | None,
-    max_len: int,
     *,
     fill: bool = False,
-    par: Parallel | None = None,
 ) -> tuple[dict[str, float], torch.Tensor]:
-    mask = mb.loss_mask
-    # Several processes: every loss is rescaled from this rank's normaliser to the
-    # whole minibatch's (all ranks' tokens), so the ranks' losses add up to the
-    # one-process loss.
-    scales = None if par is None else par.loss_scales(mask)
-    scale = 1.0 if scales is None else scales[algo.agg]
-    forward = policy.token_stats if par is None else par.token_stats
-    st = forward(
+    """One minibatch: the forward, the loss, one optimizer step."""
+    algo = learner.algo
+    st = learner.par.token_stats(
         mb.input_ids,
         mb.attention_mask,
         with_entropy=fill or algo.entropy_coef != 0,
@@ -215,6 +203,37 @@ def _minibatch_step(
     if fill:  # on-policy: this forward is the sampling policy's view
         scores.old_logprobs[idx] = st.logprobs.detach()
         scores.entropy[idx] = st.entropy.detach()
+    loss, metrics = _loss(learner, mb, st, scores, idx, adv, returns)
+    learner.optimizer.zero_grad(set_to_none=True)
+    # DDP averages the ranks' gradients: N x each share makes it their sum.
+    (loss * learner.par.world).backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        learner.policy.parameters(), learner.optim.grad_clip
+    )
+    learner.optimizer.step()
+    # fsdp: a DTensor (the norm over every rank's shards)
+    whole = getattr(grad_norm, "full_tensor", None)
+    metrics["grad_norm"] = float(grad_norm if whole is None else whole())
+    metrics["loss"] = float(loss.detach())
+    return metrics, st.logprobs.detach()
+
+
+def _loss(
+    learner: Learner,
+    mb: Batch,
+    st: TokenStats,
+    scores: Scores,
+    idx: torch.Tensor,
+    adv: torch.Tensor,
+    returns: torch.Tensor | None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The minibatch's loss (policy, KL, value, entropy terms) and its metrics."""
+    algo, mask, max_len = learner.algo, mb.loss_mask, learner.max_len
+    # Every loss is rescaled from this process's normaliser to the whole
+    # minibatch's (every rank's tokens), so the ranks' losses add up to the
+    # one-process loss (alone: x 1.0).
+    scales = learner.par.loss_scales(mask)
+    scale = scales[algo.agg]
     weights, corr = None, {}
     if algo.rollout_correction != "off" and mb.sampler_logprobs is not None:
         weights, corr = rollout_weights(
@@ -237,9 +256,8 @@ def _minibatch_step(
         dual_clip=algo.dual_clip or None,
         weights=weights,
     )
-    if scales is not None:
-        loss = loss * scale
-        metrics["policy_loss"] *= scale
+    loss = loss * scale
+    metrics["policy_loss"] *= scale
     metrics = {**metrics, **corr}
     if scores.ref_logprobs is not None and not algo.kl_in_reward:
         kl = (
@@ -256,26 +274,20 @@ def _minibatch_step(
     if returns is not None and st.values is not None:
         # PPO's clipped critic (CleanRL, verl): the rollout-time values anchor it.
         clip = algo.value_clip if scores.values is not None else 0.0
-        vl = value_loss(
-            st.values,
-            returns,
-            mask,
-            agg="token_mean",
-            old_values=None if not clip else scores.values[idx],
-            clip=clip or None,
-        ) * (1.0 if scales is None else scales["token_mean"])
+        vl = (
+            value_loss(
+                st.values,
+                returns,
+                mask,
+                agg="token_mean",
+                old_values=None if not clip else scores.values[idx],
+                clip=clip or None,
+            )
+            * scales["token_mean"]
+        )
         loss = loss + algo.value_coef * vl
         metrics["value_loss"] = float(vl.detach())
     if algo.entropy_coef != 0 and st.entropy is not None:
         ent = agg_loss(st.entropy, mask, algo.agg, max_len=max_len) * scale
         loss = loss - algo.entropy_coef * ent
-    optimizer.zero_grad(set_to_none=True)
-    # DDP averages the ranks' gradients: N x each share makes it their sum.
-    (loss if par is None else loss * par.world).backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), optim.grad_clip)
-    optimizer.step()
-    # fsdp: a DTensor (the norm over every rank's shards)
-    whole = getattr(grad_norm, "full_tensor", None)
-    metrics["grad_norm"] = float(grad_norm if whole is None else whole())
-    metrics["loss"] = float(loss.detach())
-    return metrics, st.logprobs.detach()
+    return loss, metrics
