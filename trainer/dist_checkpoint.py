@@ -18,7 +18,7 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -33,8 +33,8 @@ from trainer.checkpoint import (
     write_weights,
 )
 
-if TYPE_CHECKING:
-    from trainer.distributed import Parallel
+# ``par`` below is the run's distributed handle (trainer.distributed.Parallel), typed
+# Any: importing it here would close a circle (distributed saves through this module).
 
 
 def is_sharded(path: str | os.PathLike[str]) -> bool:
@@ -49,7 +49,7 @@ def save_sharded(
     state: TrainState,
     meta: dict[str, Any],
     keep: int,
-    par: Parallel,
+    par: Any,
 ) -> Path:
     """Every rank calls it; returns ``root/step-NNNNNN``."""
     root = Path(root)
@@ -124,7 +124,7 @@ def load_sharded(
     *,
     policy: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    par: Parallel,
+    par: Any,
 ) -> TrainState:
     """Every rank calls it: restores weights, optimizer and this rank's RNGs."""
     path = Path(path)

@@ -26,15 +26,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from trainer.distributed import Parallel
     from trainer.policy import Policy
-    from trainer.single import Handle
+
+
+# ``par`` below is the run's distributed handle (trainer.distributed.Parallel), typed
+# Any: importing it here would close a circle (distributed saves through this module).
 
 
 def available() -> bool:
@@ -63,7 +65,7 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return [m for m in found if id(m) not in inner]
 
 
-def shard(policy: Policy, par: Handle) -> None:
+def shard(policy: Policy, par: Any) -> None:
     """fsdp: ``fully_shard`` the policy's layers, then its model and its value head
     (before its optimizer is built). ddp, or one process: nothing."""
     if par.strategy != "fsdp":
@@ -86,7 +88,7 @@ def _sharded(module: nn.Module) -> list[nn.Module]:
 
 
 @contextmanager
-def gathered(policy: Policy, par: Handle) -> Iterator[None]:
+def gathered(policy: Policy, par: Any) -> Iterator[None]:
     """With fsdp, the whole model on every rank for the block: each rank may then run
     as many forwards as it likes (generation, scoring) without collectives. Every
     rank enters and leaves together (an all-gather at the start). Otherwise a no-op."""
@@ -121,7 +123,7 @@ def refresh_reference(ref: Policy, policy: Policy) -> None:
     ref.load_state_dict(full_state(policy), strict=False)
 
 
-def write_full_weights(directory: Path, policy: Policy, par: Parallel) -> None:
+def write_full_weights(directory: Path, policy: Policy, par: Any) -> None:
     """``policy.safetensors`` as one process writes it (every rank calls it, rank 0
     writes): tied weights once, under the name ``save_model`` keeps."""
     from safetensors.torch import save_file
