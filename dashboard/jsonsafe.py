@@ -58,6 +58,19 @@ def text(value: Any, limit: int | None = None) -> str:
     return s[:limit] if limit is not None else s
 
 
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as it is (NUL, lone surrogates), or None: the
+    check for input that is refused rather than repaired (names, configs, filters)."""
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "must not contain lone surrogates (not valid UTF-8)"
+    return None
+
+
 def opt_text(value: Any, limit: int | None = None) -> str | None:
     return None if value is None else text(value, limit)
 
