@@ -22,7 +22,7 @@ def num(value: Any) -> float | str | None:
         return value
     if value is None:
         return None
-    value = float(value)
+    value = to_float(value) if isinstance(value, int) else float(value)
     if math.isfinite(value):
         return value
     return NAN if math.isnan(value) else (POS_INF if value > 0 else NEG_INF)
@@ -34,8 +34,13 @@ def to_float(value: Any) -> float:
         return value
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:  # an int past the float range
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, float):
+        return value
     if isinstance(value, str):
         try:
             return float(value)  # accepts "NaN", "Infinity", "-Infinity"

@@ -193,6 +193,8 @@ def parse_events(data: bytes) -> list[dict[str, Any]]:
             errors.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
         except (EventError, RecursionError) as exc:
             errors.append(f"line {number}: {exc}")
+        except ValueError as exc:  # an integer past Python's digit limit
+            errors.append(f"line {number}: not JSON ({exc})")
         else:
             events.append(event)
         if len(errors) >= MAX_ERRORS:

@@ -9,11 +9,13 @@ import json
 
 import pytest
 
+from dashboard.library import model_dirs
 from dashboard.models import Run
 from dashboard.runs import external
 
 pytestmark = pytest.mark.django_db
 
+HUGE = "1" + "0" * 400  # a 401-digit JSON integer
 JUDGE = {
     "name": "j",
     "backend": "openai",
@@ -117,3 +119,92 @@ def test_a_nul_in_a_runs_list_filter_is_a_400_page(owner_client, run, param):
     r = owner_client.get(f"/runs/?{param}=%00")
     assert r.status_code == 400
     assert f"{param}: " in r.content.decode()
+
+
+# --- numbers out of range -----------------------------------------------------------
+def _events(run_id, client, line: str):
+    return client.post(
+        f"/api/runs/{run_id}/events", line, content_type="application/x-ndjson"
+    )
+
+
+@pytest.mark.parametrize(
+    "event, field",
+    [
+        ('{"type": "step", "step": 1, "metrics": {"loss": %s}}', "metrics.loss"),
+        (
+            '{"type": "trajectory", "step": 1, "group": 0, "index": 0, "reward": %s}',
+            "reward",
+        ),
+        (
+            '{"type": "trajectory", "step": 1, "group": 0, "index": 0, '
+            '"advantage": %s}',
+            "advantage",
+        ),
+        (
+            '{"type": "trajectory", "step": 1, "group": 0, "index": 0, "segments": '
+            '[{"kind": "model", "text": "a", "logprob": [%s]}]}',
+            "segments.0.logprob.0",
+        ),
+        (
+            '{"type": "judgement", "step": 1, "group": 0, "index": 0, "judge": "j", '
+            '"scores": {"ok": %s}}',
+            "scores.ok",
+        ),
+    ],
+)
+def test_a_huge_integer_in_an_event_is_a_400_naming_the_field(
+    owner_client, ext_run, event, field
+):
+    r = _events(ext_run.pk, owner_client, event % HUGE)
+    assert r.status_code == 400, r.content[:300]
+    assert errors_of(r)[0].startswith(f"line 1: {field}: "), errors_of(r)
+
+
+def test_an_integer_past_pythons_digit_limit_in_an_event_is_a_400(
+    owner_client, ext_run
+):
+    line = '{"type": "step", "step": 1, "metrics": {"loss": %s}}' % ("9" * 5000)
+    r = _events(ext_run.pk, owner_client, line)
+    assert r.status_code == 400
+    assert errors_of(r)[0].startswith("line 1: "), errors_of(r)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/runs?offset=9223372036854775808",
+        "/api/runs/{run}/trajectories?offset=9223372036854775808",
+        "/api/runs/{run}/judgements?offset=9223372036854775808",
+        "/api/runs/{run}/trajectories?since_step=9223372036854775808",
+        "/api/runs/{run}/judgements?step=9223372036854775808",
+        "/api/runs/{run}/backfill?since_step=9223372036854775808",
+        "/api/runs/{run}/trajectories/9223372036854775808/0/0",
+    ],
+)
+def test_an_offset_or_step_past_64_bits_is_a_400(owner_client, run, url):
+    r = owner_client.get(url.format(run=run.pk))
+    assert r.status_code == 400, r.content[:300]
+    assert errors_of(r)
+
+
+def test_a_model_whose_config_holds_1e999_is_unreadable_not_a_500(
+    owner_client, tmp_path, settings
+):
+    root = tmp_path / "models"
+    (root / "bad").mkdir(parents=True)
+    (root / "bad" / "config.json").write_text(
+        '{"vocab_size": 1e999, "hidden_size": 8, "intermediate_size": 16, '
+        '"num_hidden_layers": 1, "num_attention_heads": 2}'
+    )
+    settings.MODEL_ROOTS = [root]
+    model_dirs.clear_cache()
+    try:
+        r = owner_client.get("/runs/new/")
+        assert r.status_code == 200
+        html = r.content.decode()
+        row = html[html.index('data-model-row="bad"') :].split("</tr>")[0]
+        assert "unreadable" in row
+        assert [m.params for m in model_dirs.list_models()] == [None]
+    finally:
+        model_dirs.clear_cache()
