@@ -23,7 +23,7 @@ from ninja import NinjaAPI
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.renderers import JSONRenderer
 from ninja.responses import NinjaJSONEncoder
-from ninja.security import HttpBearer, django_auth
+from ninja.security import HttpBearer, SessionAuth
 
 from dashboard import jsonsafe
 from dashboard.runs import services
@@ -51,11 +51,21 @@ class BearerToken(HttpBearer):
         return user
 
 
+class BrowserSession(SessionAuth):
+    """The browser session, CSRF checked for a signed-in user only: an anonymous
+    caller is a 401 (not signed in), not a CSRF 403."""
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if not getattr(request.user, "is_authenticated", False):
+            return None
+        return super().__call__(request)
+
+
 api = NinjaAPI(
     title="Agentic RL dashboard API",
     version="1",
     description=__doc__ or "",
-    auth=[BearerToken(), django_auth],
+    auth=[BearerToken(), BrowserSession()],
     urls_namespace="api",
     docs_decorator=login_required,
     renderer=SafeJSONRenderer(),

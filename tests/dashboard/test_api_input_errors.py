@@ -8,6 +8,7 @@ import copy
 import json
 
 import pytest
+from django.test import Client
 
 from dashboard.library import model_dirs
 from dashboard.models import Run
@@ -208,3 +209,27 @@ def test_a_model_whose_config_holds_1e999_is_unreadable_not_a_500(
         assert [m.params for m in model_dirs.list_models()] == [None]
     finally:
         model_dirs.clear_cache()
+
+
+# --- item 10 ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "url", ["/api/runs", "/api/runs/external", "/api/runs/{run}/cancel"]
+)
+def test_an_anonymous_api_post_is_a_401(run, url):
+    client = Client(enforce_csrf_checks=True)
+    r = client.post(url.format(run=run.pk), "{}", content_type="application/json")
+    assert r.status_code == 401
+    assert r.json()["detail"]
+
+
+def test_seed_true_is_not_an_integer(owner_client, tiny_config, enqueued):
+    r = post_json(owner_client, "/api/runs", {"config": {**tiny_config, "seed": True}})
+    assert_400_naming(r, "config.seed")
+    assert enqueued == []
+
+
+def test_a_405_from_the_api_is_json(owner_client):
+    r = owner_client.delete("/api/runs")
+    assert r.status_code == 405
+    assert r["Content-Type"].startswith("application/json")
+    assert r.json()["detail"]
