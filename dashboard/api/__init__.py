@@ -4,8 +4,11 @@
 Authentication: a personal API token (``Authorization: Bearer <token>``, no CSRF; see
 ``/settings/tokens/`` or ``manage.py create_token``), or the browser session with CSRF
 on unsafe methods (``X-CSRFToken`` header). Anonymous callers and revoked or unknown
-tokens get 401, other users' runs 404, staff see every run. Every error is JSON. Bad input is a 400 whose
-``errors`` are ``field: message`` lines; nothing is enqueued then. Numbers that are
+tokens get 401, other users' runs 404, staff see every run. Every error is JSON (a 405
+too: ``site.middleware``). Bad input is a 400 whose ``errors`` are ``field: message``
+lines; nothing is enqueued then. No input is a 500: text no column stores (NUL, lone
+surrogates) and numbers no float or column holds are refused by the shared checks
+(``services.check_shape``/``check_text``, ``trainer.event_schema``, ``schemas.MAX_INT``). Numbers that are
 not finite are written as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
 Views are adapters: parse, call ``services``/``dashboard.reads``, return.
 """
