@@ -22,7 +22,7 @@ def num(value: Any) -> float | str | None:
         return value
     if value is None:
         return None
-    value = float(value)
+    value = to_float(value) if isinstance(value, int) else float(value)
     if math.isfinite(value):
         return value
     return NAN if math.isnan(value) else (POS_INF if value > 0 else NEG_INF)
@@ -34,8 +34,13 @@ def to_float(value: Any) -> float:
         return value
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:  # an int past the float range
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, float):
+        return value
     if isinstance(value, str):
         try:
             return float(value)  # accepts "NaN", "Infinity", "-Infinity"
@@ -56,6 +61,19 @@ def text(value: Any, limit: int | None = None) -> str:
     except UnicodeEncodeError:
         s = s.encode("utf-8", "replace").decode("utf-8")
     return s[:limit] if limit is not None else s
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as it is (NUL, lone surrogates), or None: the
+    check for input that is refused rather than repaired (names, configs, filters)."""
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "must not contain lone surrogates (not valid UTF-8)"
+    return None
 
 
 def opt_text(value: Any, limit: int | None = None) -> str | None:

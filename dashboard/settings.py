@@ -91,6 +91,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "dashboard.site.middleware.LoginRequiredMiddleware",
+    "dashboard.site.middleware.ApiMethodNotAllowedMiddleware",  # the API's 405 as JSON
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "dashboard.pages.csp.CSPMiddleware",  # Content-Security-Policy, no inline scripts

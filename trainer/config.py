@@ -329,7 +329,7 @@ class TrainConfig(_Strict):
     trainer itself only receives that function."""
 
     name: str = Field("run", min_length=1, max_length=200)
-    seed: int = Field(0, ge=0, le=2**31 - 1)
+    seed: int = Field(0, ge=0, le=2**31 - 1, strict=True)  # true is not 1
     steps: int = Field(50, ge=1, le=1_000_000)
     model: ModelConfig = Field(default_factory=ModelConfig)
     env: EnvConfig = Field(default_factory=CalcEnvConfig)

@@ -14,9 +14,11 @@ tokens) and refuse what could only exhaust a server.
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -38,7 +40,17 @@ Step = Annotated[StrictInt, Field(ge=0, lt=2**31)]
 Index = Annotated[StrictInt, Field(ge=0, lt=2**31)]
 # JSON has no NaN/inf: they are written as these strings (``JsonlSink``).
 NonFinite = Literal["NaN", "Infinity", "-Infinity"]
-Num = StrictFloat | StrictInt | NonFinite
+_FLOAT_MAX = int(sys.float_info.max)
+
+
+def _fits_a_float(value: int) -> int:
+    if not -_FLOAT_MAX <= value <= _FLOAT_MAX:
+        raise ValueError("an integer past the range of a float (about 1.8e308)")
+    return value
+
+
+# Every number is read as a float: an integer a float cannot hold is refused.
+Num = StrictFloat | Annotated[StrictInt, AfterValidator(_fits_a_float)] | NonFinite
 OptNum = Num | None
 Key = Annotated[str, Field(min_length=1, max_length=200)]
 Text = Annotated[str, Field(max_length=MAX_TEXT)]
@@ -217,9 +229,8 @@ def check_event(event: Any) -> None:
         # ("float", "literal['NaN', ...]") are not fields: drop both.
         loc = [str(p) for p in err.get("loc", ())[1:] if str(p) not in _TYPE_LABELS]
         loc = [p or '""' for p in loc if "[" not in p]
-        raise EventError(
-            ".".join(loc) or "(event)", err.get("msg", "invalid")
-        ) from None
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        raise EventError(".".join(loc) or "(event)", msg) from None
 
 
 def events_json_schema() -> dict[str, Any]:

@@ -4,8 +4,11 @@
 Authentication: a personal API token (``Authorization: Bearer <token>``, no CSRF; see
 ``/settings/tokens/`` or ``manage.py create_token``), or the browser session with CSRF
 on unsafe methods (``X-CSRFToken`` header). Anonymous callers and revoked or unknown
-tokens get 401, other users' runs 404, staff see every run. Every error is JSON. Bad input is a 400 whose
-``errors`` are ``field: message`` lines; nothing is enqueued then. Numbers that are
+tokens get 401, other users' runs 404, staff see every run. Every error is JSON (a 405
+too: ``site.middleware``). Bad input is a 400 whose ``errors`` are ``field: message``
+lines; nothing is enqueued then. No input is a 500: text no column stores (NUL, lone
+surrogates) and numbers no float or column holds are refused by the shared checks
+(``services.check_shape``/``check_text``, ``trainer.event_schema``, ``schemas.MAX_INT``). Numbers that are
 not finite are written as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
 Views are adapters: parse, call ``services``/``dashboard.reads``, return.
 
@@ -26,7 +29,7 @@ from ninja import NinjaAPI
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.renderers import JSONRenderer
 from ninja.responses import NinjaJSONEncoder
-from ninja.security import HttpBearer, django_auth
+from ninja.security import HttpBearer, SessionAuth
 
 from dashboard import jsonsafe
 from dashboard.runs import services
@@ -54,11 +57,21 @@ class BearerToken(HttpBearer):
         return user
 
 
+class BrowserSession(SessionAuth):
+    """The browser session, CSRF checked for a signed-in user only: an anonymous
+    caller is a 401 (not signed in), not a CSRF 403."""
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if not getattr(request.user, "is_authenticated", False):
+            return None
+        return super().__call__(request)
+
+
 api = NinjaAPI(
     title="Agentic RL dashboard API",
     version="1",
     description=__doc__ or "",
-    auth=[BearerToken(), django_auth],
+    auth=[BearerToken(), BrowserSession()],
     urls_namespace="api",
     docs_decorator=login_required,
     renderer=SafeJSONRenderer(),

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from ninja import Query, Router
+from ninja import Path, Query, Router
 from ninja.errors import HttpError
 
-from dashboard.api.schemas import ErrorOut, MetricsQuery, StepRange, WhatIfIn
+from dashboard.api.schemas import MAX_INT, ErrorOut, MetricsQuery, StepRange, WhatIfIn
 from dashboard.models import Alert, Checkpoint, CriticalPath, Judgement, Run, Trajectory
 from dashboard.reads import metrics as metric_reads
 from dashboard.reads import stream
@@ -45,7 +45,7 @@ def metrics(request: HttpRequest, run_id: str, q: Query[MetricsQuery]):
 def backfill(
     request: HttpRequest,
     run_id: str,
-    since_step: int = Query(-1, ge=-1),
+    since_step: int = Query(-1, ge=-1, le=MAX_INT),
     max_steps: int = Query(500, ge=1, le=5000),
 ):
     """What frames reported after ``since_step`` (for a client that missed frames)."""
@@ -70,7 +70,13 @@ def trajectories(request: HttpRequest, run_id: str, q: Query[StepRange]):
 
 
 @router.get("/runs/{run_id}/trajectories/{step}/{group}/{index}", tags=["data"])
-def trajectory(request: HttpRequest, run_id: str, step: int, group: int, index: int):
+def trajectory(
+    request: HttpRequest,
+    run_id: str,
+    step: int = Path(..., ge=0, le=MAX_INT),
+    group: int = Path(..., ge=0, le=MAX_INT),
+    index: int = Path(..., ge=0, le=MAX_INT),
+):
     """One trajectory with its segments' per-token arrays decoded, its judgements and
     critical path."""
     run = services.get_run_for_user(request.user, run_id)

@@ -6,6 +6,7 @@ from django.http import HttpRequest
 from ninja import Query, Router, Status
 
 from dashboard.api.schemas import (
+    MAX_INT,
     CloneIn,
     ErrorOut,
     LaunchIn,
@@ -23,7 +24,7 @@ router = Router()
 def list_runs(
     request: HttpRequest,
     limit: int = Query(50, ge=1, le=500),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_INT),
 ):
     runs = services.visible_runs(request.user)
     return {

@@ -11,6 +11,10 @@ from pydantic import ConfigDict
 
 from dashboard.reads import metrics as metric_reads
 
+# Steps, indices and offsets fit a 32-bit column; a bigger one is a 400, not an
+# integer the database cannot bind.
+MAX_INT = 2**31 - 1
+
 
 class RunOut(Schema):
     id: UUID
@@ -87,7 +91,7 @@ class ErrorOut(Schema):
 
 class MetricsQuery(Schema):
     keys: str = Field("", max_length=4000, description="Comma-separated metric names.")
-    since_step: int = Field(-1, ge=-1)
+    since_step: int = Field(-1, ge=-1, le=MAX_INT)
     points: int = Field(
         1000,
         ge=1,
@@ -97,10 +101,10 @@ class MetricsQuery(Schema):
 
 
 class StepRange(Schema):
-    step: int | None = Field(None, ge=0)
-    since_step: int = Field(-1, ge=-1)
+    step: int | None = Field(None, ge=0, le=MAX_INT)
+    since_step: int = Field(-1, ge=-1, le=MAX_INT)
     limit: int = Field(200, ge=1, le=2000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=MAX_INT)
 
 
 class WhatIfIn(Schema):

@@ -35,10 +35,13 @@ class ModelDir:
     path: str  # what model.path gets
     params: int | None
     chat_template: bool
+    readable: bool = True  # False: its config.json is not a JSON object we can read
 
     @property
     def params_text(self) -> str:
         n = self.params
+        if not self.readable:
+            return "unreadable config.json"
         if n is None:
             return "?"
         for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
@@ -79,6 +82,7 @@ def scan(model_roots: list[Path]) -> list[ModelDir]:
                     path=str(path),
                     params=param_count(Path(real)),
                     chat_template=has_chat_template(Path(real)),
+                    readable=_json(Path(real) / "config.json") is not None,
                 )
             )
     return out
@@ -106,7 +110,7 @@ def has_chat_template(path: Path) -> bool:
         path / "chat_template.json"
     ).is_file():
         return True
-    cfg = _json(path / "tokenizer_config.json")
+    cfg = _json(path / "tokenizer_config.json") or {}
     return bool(cfg.get("chat_template"))
 
 
@@ -120,8 +124,8 @@ def param_count(path: Path) -> int | None:
                 break
             total += n
         else:
-            return total
-    return config_params(_json(path / "config.json"))
+            return total if total < 2**63 else None
+    return config_params(_json(path / "config.json") or {})
 
 
 def safetensors_params(path: Path) -> int | None:
@@ -131,7 +135,7 @@ def safetensors_params(path: Path) -> int | None:
             (size,) = struct.unpack("<Q", fh.read(8))
             if size > MAX_HEADER_BYTES:
                 return None
-            header = json.loads(fh.read(size))
+            header = json.loads(fh.read(size), parse_constant=_no_constant)
         total = 0
         for name, info in header.items():
             if name != "__metadata__":
@@ -140,7 +144,7 @@ def safetensors_params(path: Path) -> int | None:
                     n *= int(dim)
                 total += n
         return total
-    except (OSError, ValueError, KeyError, TypeError, struct.error):
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, struct.error):
         return None
 
 
@@ -154,19 +158,37 @@ def config_params(cfg: dict[str, Any]) -> int | None:
         heads = int(cfg["num_attention_heads"])
         kv = int(cfg.get("num_key_value_heads") or heads)
         head_dim = int(cfg.get("head_dim") or h // heads)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+    except (KeyError, TypeError, ValueError, OverflowError, ZeroDivisionError):
         return None
     attn = h * heads * head_dim * 2 + h * kv * head_dim * 2
     per_layer = attn + 3 * h * inter + 2 * h
     head = 0 if cfg.get("tie_word_embeddings", True) else v * h
-    return v * h + layers * per_layer + h + head
+    total = v * h + layers * per_layer + h + head
+    return total if 0 <= total < 2**63 else None  # absurd sizes: unknown
 
 
-def _json(path: Path) -> dict[str, Any]:
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value - value != 0.0:  # 1e999 reads as inf
+        raise ValueError(f"{text} is past the range of a float")
+    return value
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when missing, too big, not an object or
+    holding a number no float holds (``1e999``, ``NaN``)."""
     try:
         if path.stat().st_size > MAX_HEADER_BYTES:
-            return {}
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+            return None
+        data = json.loads(
+            path.read_text(encoding="utf-8"),
+            parse_float=_finite,
+            parse_constant=_no_constant,
+        )
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -113,7 +113,10 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @csp
 def run_list(request: HttpRequest) -> HttpResponse:
-    runs = run_reads.filter_runs(services.visible_runs(request.user), request.GET)
+    try:
+        runs = run_reads.filter_runs(services.visible_runs(request.user), request.GET)
+    except services.ServiceError as exc:
+        return render(request, "400.html", {"errors": exc.errors}, status=400)
     page = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
     rows = list(page.object_list)
     sparks = metrics.sparklines(rows)

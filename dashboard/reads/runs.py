@@ -21,6 +21,8 @@ from django.db.models.functions import Cast
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboard import jsonsafe
+from dashboard.errors import InvalidConfig
 from dashboard.models import (
     ACTIVE_STATUSES,
     Alert,
@@ -42,8 +44,24 @@ SORTS = {
 }
 
 
+TEXT_FILTERS = ("q", "algorithm", "env")
+
+
+def check_filters(params: Any) -> None:
+    """InvalidConfig naming each text filter no query can hold (NUL, surrogates)."""
+    errors = []
+    for name in TEXT_FILTERS:
+        problem = jsonsafe.text_problem(str(params.get(name) or ""))
+        if problem:
+            errors.append(f"{name}: {problem}")
+    if errors:
+        raise InvalidConfig(errors)
+
+
 def filter_runs(runs: QuerySet[Run], params: Any) -> QuerySet[Run]:
-    """The runs list's filters and sort, from GET parameters."""
+    """The runs list's filters and sort, from GET parameters (InvalidConfig for a
+    filter :func:`check_filters` refuses)."""
+    check_filters(params)
     q = (params.get("q") or "").strip()
     if q:
         runs = runs.filter(Q(name__icontains=q) | Q(owner__username__icontains=q))

@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from dashboard import jsonsafe
 from dashboard.ingest import writer
 from dashboard.ingest.detection import detect_external, late_evidence
 from dashboard.live import frames
@@ -37,7 +38,13 @@ from dashboard.models import (
     RunStatus,
     Trajectory,
 )
-from dashboard.runs.services import Conflict, InvalidConfig, ServiceError, check_name
+from dashboard.runs.services import (
+    Conflict,
+    InvalidConfig,
+    ServiceError,
+    check_name,
+    check_text,
+)
 from trainer.recording import DEFAULT, RecordConfig, policy_from
 
 MAX_ERRORS = 20
@@ -54,12 +61,11 @@ def check_framework(value: Any) -> str:
         return "external"
     if not isinstance(value, str) or not 1 <= len(value.strip()) <= 64:
         raise InvalidConfig("framework: must be a string of 1 to 64 characters")
-    return value.strip().replace("\x00", "")
+    return check_text("framework", value.strip())
 
 
 def check_external_config(config: Any) -> dict[str, Any]:
     """Any JSON object, bounded like ours (shown and diffed, never executed)."""
-    from dashboard.jsonsafe import clean
     from dashboard.runs.services import check_shape
 
     if config is None:
@@ -72,7 +78,7 @@ def check_external_config(config: Any) -> dict[str, Any]:
             policy_from(config["record"])
         except ValueError as exc:
             raise InvalidConfig(f"config.{exc}") from None
-    return clean(config)
+    return jsonsafe.clean(config)
 
 
 # Frameworks whose trainer applies the recording policy itself (trainer.recording).
@@ -187,6 +193,8 @@ def parse_events(data: bytes) -> list[dict[str, Any]]:
             errors.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
         except (EventError, RecursionError) as exc:
             errors.append(f"line {number}: {exc}")
+        except ValueError as exc:  # an integer past Python's digit limit
+            errors.append(f"line {number}: not JSON ({exc})")
         else:
             events.append(event)
         if len(errors) >= MAX_ERRORS:
@@ -295,7 +303,7 @@ def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
 def _finish_fields(status: str, error: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {"status": status, "finished_at": timezone.now()}
     if error:
-        fields["error"] = str(error).replace("\x00", "")[-20000:]
+        fields["error"] = jsonsafe.text(error)[-20000:]  # an event's: repaired
     return fields
 
 
@@ -304,7 +312,7 @@ def check_finish(status: Any, error: Any) -> tuple[str, str | None]:
         raise InvalidConfig(f"status: must be one of {', '.join(FINISH_STATUSES)}")
     if error is not None and not isinstance(error, str):
         raise InvalidConfig("error: must be a string or null")
-    return status, error
+    return status, None if error is None else check_text("error", error)
 
 
 def do_finish_external_run(run: Run, status: Any, error: Any = None) -> Run:

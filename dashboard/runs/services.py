@@ -19,6 +19,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
 
+from dashboard import jsonsafe
 from dashboard.errors import Conflict, InvalidConfig, ServiceError  # noqa: F401
 from dashboard.live import frames
 from dashboard.models import ACTIVE_STATUSES, Run, RunStatus
@@ -61,7 +62,8 @@ async def aget_run_for_user(user: Any, run_id: Any) -> Run | None:
 def check_shape(
     value: Any, path: str = "config", depth: int = 0, budget: list[int] | None = None
 ) -> None:
-    """Refuse absurd nesting or size before the schema sees it."""
+    """Refuse absurd nesting or size before the schema sees it, and text no column
+    can store (NUL, lone surrogates: :func:`dashboard.jsonsafe.text_problem`)."""
     budget = budget if budget is not None else [MAX_CONFIG_NODES]
     budget[0] -= 1
     if budget[0] < 0:
@@ -70,8 +72,11 @@ def check_shape(
         raise InvalidConfig(
             f"{path}: nested too deeply (more than {MAX_CONFIG_DEPTH} levels)"
         )
-    if isinstance(value, dict):
+    if isinstance(value, str):
+        check_text(path, value)
+    elif isinstance(value, dict):
         for key, item in value.items():
+            check_text(f"{path}.{key}"[:200], str(key))
             check_shape(item, f"{path}.{key}"[:200], depth + 1, budget)
     elif isinstance(value, list):
         for i, item in enumerate(value):
@@ -185,12 +190,20 @@ def check_run_limit(user: Any) -> None:
         )
 
 
+def check_text(field: str, value: str) -> str:
+    """``value``, or InvalidConfig naming ``field`` when no column can store it."""
+    problem = jsonsafe.text_problem(value)
+    if problem:
+        raise InvalidConfig(f"{field}: {problem}")
+    return value
+
+
 def check_name(name: Any) -> str | None:
     if name is None:
         return None
     if not isinstance(name, str) or not 1 <= len(name.strip()) <= 200:
         raise InvalidConfig("name: must be a string of 1 to 200 characters")
-    return name.strip().replace("\x00", "")
+    return check_text("name", name.strip())
 
 
 def merge_overrides(
