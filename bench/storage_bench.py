@@ -142,7 +142,7 @@ def main() -> None:
 
     from dashboard.ingest import prompts, writer
     from dashboard.models import Trajectory
-    from trainer.recording import RecordConfig
+    from trainer.recording_policy import RecordConfig
 
     if args.no_share:  # the old path: every rollout keeps its whole prompt
         prompts.share = lambda run_id, rows, parts: []

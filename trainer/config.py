@@ -24,7 +24,7 @@ from pydantic import (
 from rewards.config import RewardConfig
 from trainer.algorithms import LOSSES, PRESETS
 from trainer.algorithms.kl import KL_KINDS
-from trainer.recording import RecordConfig
+from trainer.recording_policy import RecordConfig
 
 
 class _Strict(BaseModel):
@@ -340,7 +340,7 @@ class TrainConfig(_Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     record: RecordConfig = Field(
         default_factory=RecordConfig,
-        description="Which trajectories are stored (trainer.recording).",
+        description="Which trajectories are stored (trainer.recording_policy).",
     )
     reward: RewardConfig | None = Field(
         None,

@@ -36,12 +36,11 @@ from trainer.fsdp import gathered as unsharded
 from trainer.kl_control import kl_in_reward, kl_step
 from trainer.metrics import step_metrics
 from trainer.policy import AdaptersOff, Policy
-from trainer.records import alert_event
 from trainer.rollout import Rollout
 from trainer.sampled import Sampled
 from trainer.sampling import sample
 from trainer.single import Handle
-from trainer.step_records import (
+from trainer.step_report import (
     build_records,
     evidence_info,
     recorded_groups,
@@ -50,6 +49,7 @@ from trainer.step_records import (
     token_rows,
     token_summaries,
 )
+from trainer.trajectory_events import alert_event
 from trainer.update import Learner, Scores, on_policy, optimise, score
 
 

@@ -1,4 +1,4 @@
-"""The recording policy (``trainer.recording``) applied to a batch of events on the
+"""The recording policy (``trainer.recording_policy``) applied to a batch of events on the
 server, for external runs (streamed from TRL or verl, imported): our trainer applies
 it itself before it builds its records. Pure: events in, events out."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from dashboard import jsonsafe
 from dashboard.jsonsafe import as_int
-from trainer.recording import RecordConfig, alert_event_groups, select
+from trainer.recording_policy import RecordConfig, alert_event_groups, select
 
 
 def recorded(
@@ -18,7 +18,7 @@ def recorded(
     seed: int = 0,
     alerted: Mapping[int, Iterable[int]] | None = None,
 ) -> list[dict[str, Any]]:
-    """``events`` less what the recording policy leaves out (``trainer.recording``):
+    """``events`` less what the recording policy leaves out (``trainer.recording_policy``):
     per step, the trajectories, judgements and critical paths of unchosen groups;
     without token arrays, each segment's arrays. Metrics and alerts all stay. The
     groups alerts of the batch point at are kept, and so are ``alerted[step]`` (those

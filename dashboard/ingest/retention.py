@@ -5,7 +5,7 @@ whole trajectories, of runs finished more than N days ago. Metrics, rollups, ale
 judgements, critical paths and checkpoints stay, and so does what a run says about
 itself (config, status, summaries). With ``keep_recorded`` the groups a reader looks
 at first stay whole: per step the best and the worst group by mean reward and every
-group an alert points at (``trainer.recording.alerted_groups``). What was pruned is
+group an alert points at (``trainer.recording_policy.alerted_groups``). What was pruned is
 written on the run (``Run.pruned``) and the run page says it. Nothing here runs unless
 called.
 """
@@ -22,7 +22,7 @@ from django.db.models import Avg
 from django.utils import timezone
 
 from dashboard.models import ACTIVE_STATUSES, Alert, GroupPrompt, Run, Trajectory
-from trainer.recording import DEFAULT, alerted_groups, describe, policy_from
+from trainer.recording_policy import DEFAULT, alerted_groups, describe, policy_from
 
 
 @dataclass

@@ -39,7 +39,7 @@ from dashboard.models import (
     Trajectory,
     metric_keys,
 )
-from trainer.recording import RecordConfig
+from trainer.recording_policy import RecordConfig
 
 STEP_MODELS = (
     MetricPoint,

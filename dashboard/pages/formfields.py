@@ -37,7 +37,7 @@ from trainer.config import (
     RolloutCorrectionConfig,
     TrainConfig,
 )
-from trainer.recording import AUTO_MAX_ROLLOUTS, MAX_GROUPS, RecordConfig
+from trainer.recording_policy import AUTO_MAX_ROLLOUTS, MAX_GROUPS, RecordConfig
 
 _ROW = re.compile(r"^reward\.(components|judges)\.(\d+)\.name$")
 _DIM = re.compile(r"^reward\.judges\.(\d+)\.rubric\.(\d+)\.name$")

@@ -45,7 +45,7 @@ from dashboard.runs.services import (
     check_name,
     check_text,
 )
-from trainer.recording import DEFAULT, RecordConfig, policy_from
+from trainer.recording_policy import DEFAULT, RecordConfig, policy_from
 
 MAX_ERRORS = 20
 FINISH_STATUSES = ("succeeded", "failed", "cancelled")
@@ -81,7 +81,7 @@ def check_external_config(config: Any) -> dict[str, Any]:
     return jsonsafe.clean(config)
 
 
-# Frameworks whose trainer applies the recording policy itself (trainer.recording).
+# Frameworks whose trainer applies the recording policy itself (trainer.recording_policy).
 SELF_RECORDING = frozenset({"agentic-rl"})
 
 

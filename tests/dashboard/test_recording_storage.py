@@ -26,7 +26,7 @@ from dashboard.reads import stream, trajectories
 from dashboard.site import tokens
 from trainer.config import TrainConfig
 from trainer.events import ListSink
-from trainer.recording import RecordConfig, select
+from trainer.recording_policy import RecordConfig, select
 from trainer.runner import run_from_config
 
 pytestmark = pytest.mark.django_db

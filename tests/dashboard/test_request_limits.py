@@ -71,7 +71,9 @@ def _status(sent):
 
 
 def _errors(sent):
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    body = b"".join(
+        m.get("body", b"") for m in sent if m["type"] == "http.response.body"
+    )
     return json.loads(body)
 
 
@@ -132,7 +134,9 @@ def _free_port() -> int:
 def daphne(tmp_path_factory):
     port = _free_port()
     var = tmp_path_factory.mktemp("var")
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}
+    }
     env.update(
         {
             "DASHBOARD_VAR_DIR": str(var),

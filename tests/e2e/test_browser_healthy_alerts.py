@@ -23,7 +23,7 @@ from dashboard.pages.forms import default_config
 from tests.fixtures.seed import write_events
 from rewards.config import DetectorConfig
 from rewards.monitor import RewardMonitor
-from trainer.records import alert_event
+from trainer.trajectory_events import alert_event
 alice = get_user_model().objects.get(username='alice')
 cfg = default_config('swarm')
 cfg['steps'] = 56

@@ -10,7 +10,7 @@ from trainer.config import TrainConfig
 from trainer.envs.base import make_env
 from trainer.events import ListSink
 from trainer.loop import train
-from trainer.recording import (
+from trainer.recording_policy import (
     RecordConfig,
     alerted_groups,
     describe,

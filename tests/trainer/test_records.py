@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rewards.types import RewardBreakdown, RewardResult
 from trainer.envs.base import Task
-from trainer.records import FLOAT_ARRAYS, trajectory_event
 from trainer.rollout import Rollout, Segment
+from trainer.trajectory_events import FLOAT_ARRAYS, trajectory_event
 
 
 def _rollout() -> Rollout:

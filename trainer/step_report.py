@@ -13,9 +13,13 @@ import torch
 from rewards.types import Monitor, TrajectoryInfo
 from trainer.config import TrainConfig
 from trainer.policy import Policy
-from trainer.recording import Selection, alerted_groups, select
-from trainer.records import critical_path_event, judgement_events, trajectory_event
+from trainer.recording_policy import Selection, alerted_groups, select
 from trainer.sampled import Sampled
+from trainer.trajectory_events import (
+    critical_path_event,
+    judgement_events,
+    trajectory_event,
+)
 
 
 def token_summaries(
@@ -103,7 +107,7 @@ def token_rows(
 def recorded_groups(
     config: TrainConfig, step: int, sampled: Sampled, alerts: list[Any]
 ) -> Selection:
-    """The recording policy's choice of this step's groups (``trainer.recording``)."""
+    """The recording policy's choice of this step's groups (``trainer.recording_policy``)."""
     rewards: dict[int, list[float | None]] = {}
     for ro, res in zip(sampled.rollouts, sampled.results, strict=True):
         rewards.setdefault(ro.group, []).append(float(res.breakdown.total))
