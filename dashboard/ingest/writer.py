@@ -59,12 +59,13 @@ def start_step_of(event: dict[str, Any]) -> int:
 
 
 def last_step_after(events: Iterable[dict[str, Any]], last_step: int) -> int:
-    """The run's last step once ``events`` are stored (a restart rewinds it)."""
+    """The run's last step once ``events`` are stored: the largest step seen, in
+    whatever order the steps arrive (a restart rewinds it to before its start)."""
     for ev in events:
         if ev.get("type") == "run_started":
             last_step = start_step_of(ev) - 1
         elif ev.get("type") == "step":
-            last_step = as_int(ev.get("step"), last_step)
+            last_step = max(last_step, as_int(ev.get("step"), last_step))
     return last_step
 
 

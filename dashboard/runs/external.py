@@ -177,8 +177,10 @@ def parse_events(data: bytes) -> list[dict[str, Any]]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidConfig(f"body: not UTF-8 (byte {exc.start})") from None
-    lines = text.split("\n")
-    if len(lines) > settings.EVENTS_MAX_LINES + 1:
+    # A final newline ends the last line, it does not start another: 5,001 lines
+    # are refused with or without one.
+    lines = text.removesuffix("\n").split("\n")
+    if len(lines) > settings.EVENTS_MAX_LINES:
         raise PayloadTooLarge(
             f"body: more than {settings.EVENTS_MAX_LINES} lines; send smaller batches"
         )
@@ -319,6 +321,14 @@ def do_finish_external_run(run: Run, status: Any, error: Any = None) -> Run:
     check_external(run)
     status, error = check_finish(status, error)
     with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.status in FINISH_STATUSES:
+            if locked.status == status:  # the same finish again: nothing changes
+                return locked
+            raise Conflict(
+                f"status: run already finished as {locked.status}; "
+                "a second finish cannot change it"
+            )
         fields = _finish_fields(status, error)
         Run.objects.filter(pk=run.pk).update(**fields)
         frames.send_on_commit(run.pk)

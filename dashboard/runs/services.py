@@ -179,10 +179,13 @@ def check_init_from_run(user: Any, config: dict[str, Any]) -> list[str]:
 
 
 def check_run_limit(user: Any) -> None:
-    """At most RUN_MAX_ACTIVE_PER_USER queued or running runs per user.
+    """At most RUN_MAX_ACTIVE_PER_USER queued or running runs per user on this
+    platform's workers (external runs train elsewhere and do not count).
     Call inside a transaction: the user row is locked so launches serialise."""
     get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-    active = Run.objects.filter(owner=user, status__in=ACTIVE_STATUSES).count()
+    active = Run.objects.filter(
+        owner=user, status__in=ACTIVE_STATUSES, external=False
+    ).count()
     if active >= settings.RUN_MAX_ACTIVE_PER_USER:
         raise Conflict(
             f"runs: {active} runs are already queued or running "

@@ -419,3 +419,39 @@ def test_an_external_run_page_charts_what_was_logged(api, owner_client):
     assert "critical" not in by_id and "dropped" not in by_id  # nothing will come
     extra = [k for cid, keys in by_id.items() if cid.startswith("extra-") for k in keys]
     assert sorted(extra) == ["actor/pg_loss", "critic/score/mean"]
+
+
+# --- issue 21: honest event semantics -------------------------------------------------
+def test_last_step_is_the_largest_step_seen_whatever_the_order(api):
+    run_id = new_run(api)
+    api.post_events(
+        run_id, [{"type": "step", "step": s, "metrics": {"a": 1.0}} for s in (9, 7)]
+    )
+    assert Run.objects.get(pk=run_id).last_step == 9
+    api.post_events(run_id, [{"type": "step", "step": 5, "metrics": {"a": 1.0}}])
+    assert Run.objects.get(pk=run_id).last_step == 9
+
+
+@pytest.mark.parametrize("trailing", ["\n", ""])
+def test_the_line_limit_counts_lines_with_or_without_a_trailing_newline(
+    api, settings, trailing
+):
+    run_id = new_run(api)
+    settings.EVENTS_MAX_LINES = 3
+    line = json.dumps({"type": "step", "step": 1, "metrics": {"a": 1.0}})
+    r = api.post_events(run_id, None, raw=("\n".join([line] * 4) + trailing).encode())
+    assert r.status_code == 413 and "lines" in r.json()["detail"]
+    r = api.post_events(run_id, None, raw=("\n".join([line] * 3) + trailing).encode())
+    assert r.status_code == 200, r.content
+
+
+def test_a_second_finish_cannot_change_a_finished_runs_status(api):
+    run_id = new_run(api)
+    url = f"/api/runs/{run_id}/finish"
+    assert api.post_json(url, {"status": "succeeded"}).status_code == 200
+    again = api.post_json(url, {"status": "succeeded"})
+    assert again.status_code == 200 and again.json()["status"] == "succeeded"
+    flip = api.post_json(url, {"status": "failed", "error": "late"})
+    assert flip.status_code == 409, flip.content
+    run = Run.objects.get(pk=run_id)
+    assert run.status == "succeeded" and not run.error

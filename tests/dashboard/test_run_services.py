@@ -83,6 +83,18 @@ def test_launch_enforces_the_per_user_limit(owner, other, tiny_config, settings)
     assert Run.objects.count() == 3
 
 
+def test_external_runs_do_not_count_toward_the_active_runs_limit(
+    owner, tiny_config, settings
+):
+    from dashboard.runs import external
+
+    settings.RUN_MAX_ACTIVE_PER_USER = 4
+    for i in range(4):
+        external.do_create_external_run(owner, name=f"elsewhere {i}")
+    services.launch_run(owner, tiny_config)  # 4 running external runs: no 409
+    assert Run.objects.filter(owner=owner, external=False).count() == 1
+
+
 def test_queue_follows_the_device(owner, tiny_config, settings):
     settings.RUN_QUEUE_AUTO = "gpu"
     a = services.launch_run(owner, {**tiny_config, "model": {"device": "cuda"}})
