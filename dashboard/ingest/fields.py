@@ -5,6 +5,7 @@ the run's next frame (:func:`summarise`). Every value here is untrusted: ints th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from dashboard import jsonsafe
@@ -82,3 +83,19 @@ def summarise(ev: dict[str, Any], parts: FrameParts) -> None:
         )
     elif kind == "checkpoint":
         parts.checkpoints.append({"step": step})
+
+
+def start_step_of(event: dict[str, Any]) -> int:
+    """The first step a (re)started attempt will emit: rows from it on are replaced."""
+    return max(as_int(event.get("start_step"), 1), 1)
+
+
+def last_step_after(events: Iterable[dict[str, Any]], last_step: int) -> int:
+    """The run's last step once ``events`` are stored: the largest step seen, in
+    whatever order the steps arrive (a restart rewinds it to before its start)."""
+    for ev in events:
+        if ev.get("type") == "run_started":
+            last_step = start_step_of(ev) - 1
+        elif ev.get("type") == "step":
+            last_step = max(last_step, as_int(ev.get("step"), last_step))
+    return last_step

@@ -53,22 +53,6 @@ STEP_MODELS = (
 _KEY_LIMIT = 200
 
 
-def start_step_of(event: dict[str, Any]) -> int:
-    """The first step a (re)started attempt will emit: rows from it on are replaced."""
-    return max(as_int(event.get("start_step"), 1), 1)
-
-
-def last_step_after(events: Iterable[dict[str, Any]], last_step: int) -> int:
-    """The run's last step once ``events`` are stored: the largest step seen, in
-    whatever order the steps arrive (a restart rewinds it to before its start)."""
-    for ev in events:
-        if ev.get("type") == "run_started":
-            last_step = start_step_of(ev) - 1
-        elif ev.get("type") == "step":
-            last_step = max(last_step, as_int(ev.get("step"), last_step))
-    return last_step
-
-
 def store(
     run_id: Any,
     events: Iterable[dict[str, Any]],
@@ -97,7 +81,7 @@ def store(
                 rows += len(batch)
                 write(run_id, batch, stale_steps)
                 batch = Batch()
-                supersede(run_id, start_step_of(ev))
+                supersede(run_id, fields.start_step_of(ev))
         else:
             batch.add(run_id, ev, attempt)
             fields.summarise(ev, parts)

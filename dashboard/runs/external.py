@@ -28,6 +28,7 @@ from django.utils import timezone
 from dashboard import jsonsafe
 from dashboard.ingest import writer
 from dashboard.ingest.detection import detect_external, late_evidence
+from dashboard.ingest.fields import last_step_after
 from dashboard.live import frames
 from dashboard.models import (
     Alert,
@@ -277,7 +278,7 @@ def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
             _is_duplicate(ev, found, stale_steps, status_before) for ev in events
         )
         fields = {"heartbeat_at": timezone.now()}
-        last_step = writer.last_step_after(
+        last_step = last_step_after(
             (e for e in events if e["type"] == "step"), run.last_step
         )
         if last_step > run.last_step:

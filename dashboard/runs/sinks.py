@@ -37,6 +37,7 @@ from django.db import (
 from django.utils import timezone
 
 from dashboard.ingest import writer
+from dashboard.ingest.fields import last_step_after
 from dashboard.live import frames
 from dashboard.live.frames import FrameParts
 from dashboard.runs.lease import Claim, heartbeat, held_by
@@ -198,7 +199,7 @@ class RunSink:
 
     def _write(self, events: list[dict[str, Any]]) -> None:
         run_id = self.claim.run_id
-        last_step = writer.last_step_after(events, self.last_step)
+        last_step = last_step_after(events, self.last_step)
         rows, parts = 0, FrameParts()
         try:
             with transaction.atomic():
