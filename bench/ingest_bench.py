@@ -6,8 +6,8 @@
 Compares, on fresh runs in the same process and database:
 
 * ``RunSink`` end to end (the worker's path: buffer, writer thread, fenced
-  transaction, idempotent upserts, frames),
-* ``writer.upsert_metrics`` alone (one ``INSERT ... SELECT unnest ... ON CONFLICT``
+  transaction, idempotent first-write-wins inserts, frames),
+* ``writer.insert_metrics`` alone (one ``INSERT ... SELECT unnest ... ON CONFLICT DO NOTHING``
   per batch),
 * plain ``bulk_create`` of the same rows (no conflict handling: not idempotent),
 
@@ -94,6 +94,26 @@ def time_sink(user, events) -> tuple[float, int]:
     return time.perf_counter() - t, sink.rows_written
 
 
+def _insert_all(run, args) -> float:
+    """Seconds to write every point through ``writer.insert_metrics``, 20k a batch."""
+    from django.db import transaction
+
+    from dashboard.ingest import writer
+
+    t = time.perf_counter()
+    batch: dict = {}
+    for event in metric_events(args.steps, args.keys):
+        for k, v in event["metrics"].items():
+            batch[(event["step"], k)] = v
+        if len(batch) >= 20_000:
+            with transaction.atomic():
+                writer.insert_metrics(run.id, batch)
+            batch = {}
+    with transaction.atomic():
+        writer.insert_metrics(run.id, batch)
+    return time.perf_counter() - t
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20_000)
@@ -102,9 +122,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     args = ap.parse_args()
     user = setup()
-    from django.db import transaction
 
-    from dashboard.ingest import writer
+    from dashboard.ingest import rows as rows_of
     from dashboard.models import MetricPoint, Trajectory
 
     n = args.steps * args.keys
@@ -116,20 +135,13 @@ def main() -> None:
     )
 
     run = new_run(user)
-    t = time.perf_counter()
-    batch: dict = {}
-    for event in metric_events(args.steps, args.keys):
-        for k, v in event["metrics"].items():
-            batch[(event["step"], k)] = v
-        if len(batch) >= 20_000:
-            with transaction.atomic():
-                writer.upsert_metrics(run.id, batch)
-            batch = {}
-    with transaction.atomic():
-        writer.upsert_metrics(run.id, batch)
-    seconds = time.perf_counter() - t
+    seconds = _insert_all(run, args)
     print(
-        f"  upsert_metrics (unnest, 20k/batch) {n / seconds:12,.0f} points/s  ({seconds:.1f}s)"
+        f"  insert_metrics (unnest, 20k/batch) {n / seconds:12,.0f} points/s  ({seconds:.1f}s)"
+    )
+    seconds = _insert_all(run, args)  # the same points again: every one a duplicate
+    print(
+        f"  insert_metrics, all re-sent        {n / seconds:12,.0f} points/s  ({seconds:.1f}s)"
     )
 
     run = new_run(user)
@@ -152,12 +164,12 @@ def main() -> None:
     print(f"trajectories: {args.trajectories:,} x {args.tokens} tokens")
     seconds, _ = time_sink(user, trajectory_events(args.trajectories, args.tokens))
     print(
-        f"  RunSink (packed arrays, upsert)    {args.trajectories / seconds:12,.0f} trajectories/s"
+        f"  RunSink (packed arrays, insert)    {args.trajectories / seconds:12,.0f} trajectories/s"
     )
     run = new_run(user)
     t = time.perf_counter()
     rows = [
-        writer.trajectory_row(run.id, e["step"], e)
+        rows_of.trajectory_row(run.id, e["step"], e)
         for e in trajectory_events(args.trajectories, args.tokens)
     ]
     for i in range(0, len(rows), 200):

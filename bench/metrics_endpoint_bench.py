@@ -44,7 +44,7 @@ def main() -> None:
             for i, k in enumerate(names)
         }
         with transaction.atomic():
-            writer.upsert_metrics(run.id, points)
+            writer.insert_metrics(run.id, points)
     load_s = time.perf_counter() - t0
     with connection.cursor() as cur:
         # What autovacuum does to a finished run's tables.

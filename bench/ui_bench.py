@@ -74,7 +74,7 @@ def load_metrics(run, steps: int, keys: list[str]) -> None:
                     for s in range(lo, hi)
                     for i, k in enumerate(keys)
                 }
-                writer.upsert_metrics(run.pk, points)
+                writer.insert_metrics(run.pk, points)
             else:
                 rows = [
                     (run_id, s, k, math.sin(s / 500 + i) + rng.random() * 0.1)

@@ -22,3 +22,7 @@ class InvalidConfig(ServiceError):
 
 class Conflict(ServiceError):
     status = 409
+
+
+class Forbidden(ServiceError):
+    status = 403

@@ -1,8 +1,9 @@
 """What a run leaves behind: the run row, and the narrow tables the trainer's events land in.
 
 Every event table carries the run and the training step, with a unique key per
-(run, step, ...) so writes are idempotent upserts: a run resumed from a checkpoint
-re-emits later steps and supersedes the rows of the attempt that died.
+(run, step, ...) so writes are idempotent (the first write of a key wins): a run
+resumed from a checkpoint first deletes the later steps of the attempt that died,
+then writes them again.
 
 Storage choices (documented here, decoded by ``dashboard.ingest.arrays``/``dashboard.reads``):
 

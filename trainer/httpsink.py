@@ -17,13 +17,15 @@ What each answer does (the protocol the dashboard speaks):
   rejected like a 400.
 * 400 (and other 4xx): the batch is written to ``rejected-*.jsonl`` in the spool
   directory, the server's errors are logged, and sending goes on.
+* 409 for a finished run: refused like a 400 (the run must be reopened first).
 * 401, 403, 404: the token or run is refused; sending stops with a logged message,
   and every event from then on stays in the spool for a later
   ``python -m trainer import SPOOL_DIR``.
 
 ``close(timeout)`` flushes; what is not delivered by then stays spooled, and the log
 says where. Without ``run_id`` the run is created (``POST /api/runs/external``) on
-first use. Pure: no Django.
+first use; with one, the run is continued: ``POST /api/runs/{id}/reopen`` first (a
+finished run takes events again; a running one is unchanged). Pure: no Django.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ class HttpSink:
     ) -> None:
         self.url = url.rstrip("/")
         self.run_id = run_id
+        # A run given by id is being continued (a resume, an import into it): if it
+        # finished, the dashboard refuses its events until it is reopened.
+        self._reopen = run_id is not None
         self.name = name or "run"
         self.framework = framework
         self.config = config or {}
@@ -187,6 +192,8 @@ class HttpSink:
                     return
             if self.run_id is None and not self._create_run(batch, offset):
                 continue
+            if self._reopen and not self._reopen_run(batch, offset):
+                continue
             outcome = self._deliver(batch) if batch else DONE
             with self._lock:
                 if self._abandoned:
@@ -281,6 +288,24 @@ class HttpSink:
         elif outcome != RETRY:
             outcome = self._stop(
                 f"the dashboard refused to create the run ({_describe(answer)})"
+            )
+        with self._lock:
+            if not self._abandoned:
+                self._settle(batch, offset, outcome)
+        if outcome == RETRY:
+            self._backoff()
+        return False
+
+    def _reopen_run(self, batch: list[str], offset: int | None) -> bool:
+        """``POST /api/runs/{id}/reopen`` once, before the first batch."""
+        outcome, answer = self._post(f"/api/runs/{self.run_id}/reopen")
+        if outcome == DONE:
+            self._reopen = False
+            return True
+        if outcome != RETRY:
+            outcome = self._stop(
+                f"the dashboard refused to reopen run {self.run_id} "
+                f"({_describe(answer)})"
             )
         with self._lock:
             if not self._abandoned:

@@ -64,8 +64,10 @@ def _read_body(request: HttpRequest, limit: int) -> bytes:
 def post_events(request: HttpRequest, run_id: str):
     """Store a batch of events of an external run, all or nothing.
 
-    A bad line refuses the whole batch: 400 with ``line N: field: reason``. Events
-    already stored are counted as ``duplicates`` and change nothing."""
+    A bad line refuses the whole batch: 400 with ``line N: field: reason``. The first
+    write wins: events already stored are counted as ``duplicates`` and change
+    nothing; a re-sent event that differs from what is stored is counted in
+    ``conflicts`` (described in ``conflicting``) and changes nothing either."""
     from django.conf import settings
 
     run = external.check_external(services.get_run_for_user(request.user, run_id))
@@ -82,6 +84,19 @@ def post_events(request: HttpRequest, run_id: str):
 def finish_run(request: HttpRequest, run_id: str, payload: FinishIn):
     run = services.get_run_for_user(request.user, run_id)
     return run_dict(external.do_finish_external_run(run, payload.status, payload.error))
+
+
+@router.post(
+    "/runs/{run_id}/reopen",
+    response={200: RunOut, 403: ErrorOut, 409: ErrorOut},
+    tags=["external"],
+)
+def reopen_run(request: HttpRequest, run_id: str):
+    """A finished external run takes events again (a trainer resuming it; its
+    ``HttpSink`` calls this when given the run's id). Owner only; a running run is
+    answered unchanged."""
+    run = services.get_run_for_user(request.user, run_id)
+    return run_dict(external.do_reopen_external_run(run, request.user))
 
 
 @router.get("/events/schema.json", auth=None, tags=["external"])

@@ -79,8 +79,15 @@ class FinishIn(Schema):
 
 
 class IngestOut(Schema):
-    accepted: int
-    duplicates: int
+    accepted: int = Field(description="Events that stored something new.")
+    duplicates: int = Field(description="Events whose rows were all stored already.")
+    conflicts: int = Field(
+        description="Re-sent events that differ from what is stored (the first "
+        "write is kept)."
+    )
+    conflicting: list[dict[str, Any]] = Field(
+        description="The first conflicts: type, step, key, stored and sent values."
+    )
     cancel_requested: bool
 
 

@@ -1,6 +1,7 @@
 """The one write path for events, whoever sends them (the worker's sink, the HTTP
-events API, an import): the batch writer (:mod:`~dashboard.ingest.writer`: idempotent
-upserts of steps, trajectories, judgements, alerts), metric rollups
+events API, an import): the batch writer (:mod:`~dashboard.ingest.writer`: idempotent,
+first-write-wins inserts of the rows of :mod:`~dashboard.ingest.rows`, conflicts in
+:mod:`~dashboard.ingest.conflicts`), metric rollups
 (:mod:`~dashboard.ingest.rollups`, array literals in
 :mod:`~dashboard.ingest.sqlarrays`), packed per-token arrays
 (:mod:`~dashboard.ingest.arrays`), shared group prompts

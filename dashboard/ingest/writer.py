@@ -1,31 +1,33 @@
-"""Turning trainer events into rows, and writing batches of rows idempotently.
+"""Writing batches of rows idempotently: the one write path of every event.
 
-Every writer is an upsert on the table's unique key, so writing the same batch twice,
-or re-emitting steps after a resume, leaves exactly one row per key holding the
-latest value. Metric points go through one ``INSERT ... SELECT FROM unnest(arrays)
-ON CONFLICT DO UPDATE`` statement on PostgreSQL (one round trip per batch, no
-per-row parameters); other backends use ``bulk_create(update_conflicts=True)``.
-Callers run these inside a transaction; nothing here commits.
+The first write wins: every row is keyed (run, step, key or group/index...), and a
+key already stored is not written again, so writing the same batch twice stores it
+once and a re-sent key with another value keeps what was stored first. What differed
+is reported (:class:`~dashboard.ingest.conflicts.Outcome`), never applied silently.
+A resumed attempt that replays steps first deletes them (``run_started``: :func:`supersede`).
+Metric points go through one ``INSERT ... SELECT FROM unnest(arrays) ON CONFLICT DO
+NOTHING`` statement on PostgreSQL (one round trip per batch, no per-row parameters),
+which folds only the fresh points into the rollups; other backends insert what a
+query found missing. Callers run these inside a transaction; nothing here commits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
 
 from dashboard import jsonsafe
-from dashboard.ingest import arrays, fields, prompts, rollups
+from dashboard.ingest import conflicts, fields, prompts, rollups
 from dashboard.ingest.recording_policy import recorded
 from dashboard.ingest.rollups import BUCKET_AGGREGATES, COLUMNS, MERGE, POINTS, UNNEST
+from dashboard.ingest.rows import Batch
 from dashboard.ingest.sqlarrays import (
     float_array_literal,
     int_array_literal,
     text_array_literal,
 )
-from dashboard.jsonsafe import as_int
 from dashboard.live.frames import FrameParts
 from dashboard.models import (
     ROLLUP_SHIFTS,
@@ -50,7 +52,6 @@ STEP_MODELS = (
     Alert,
     Checkpoint,
 )
-_KEY_LIMIT = 200
 
 
 def store(
@@ -62,7 +63,7 @@ def store(
     record: RecordConfig | None = None,
     seed: int = 0,
     alerted: Mapping[int, Iterable[int]] | None = None,
-    stale_steps: set[int] | None = None,
+    outcome: conflicts.Outcome | None = None,
 ) -> tuple[int, FrameParts]:
     """Write ``events`` in order (inside the caller's transaction): the one write path
     of the worker's sink and the HTTP ingest. Returns (rows written, what the next
@@ -70,8 +71,8 @@ def store(
     (``supersede_on_start``: a resumed attempt replays them). ``record``: the
     recording policy to apply first (external runs; our trainer applies it itself),
     keeping the groups alerts of the batch point at and ``alerted[step]``.
-    ``stale_steps``: filled with the steps whose every metric point was already
-    stored (a re-sent step; see :func:`upsert_metrics`)."""
+    ``outcome``: filled with the re-sent steps and the conflicts (see
+    :class:`conflicts.Outcome`)."""
     if record is not None:
         events = recorded(events, record, seed, alerted)
     rows, parts, batch = 0, FrameParts(), Batch()
@@ -79,229 +80,136 @@ def store(
         if ev.get("type") == "run_started":
             if supersede_on_start:
                 rows += len(batch)
-                write(run_id, batch, stale_steps)
+                write(run_id, batch, outcome)
                 batch = Batch()
                 supersede(run_id, fields.start_step_of(ev))
         else:
             batch.add(run_id, ev, attempt)
             fields.summarise(ev, parts)
     rows += len(batch)
-    write(run_id, batch, stale_steps)
+    write(run_id, batch, outcome)
     return rows, parts
 
 
-def _float_or_none(value: Any) -> float | None:
-    return None if value is None else jsonsafe.to_float(value)
-
-
-@dataclass
-class Batch:
-    """Rows keyed by their unique key: a later event for the same key replaces the
-    earlier one (PostgreSQL refuses to upsert one key twice in a statement)."""
-
-    metrics: dict[tuple[int, str], float] = field(default_factory=dict)
-    trajectories: dict[tuple, Trajectory] = field(default_factory=dict)
-    segment_parts: dict[tuple, list[prompts.Part]] = field(default_factory=dict)
-    judgements: dict[tuple, Judgement] = field(default_factory=dict)
-    critical_paths: dict[tuple, CriticalPath] = field(default_factory=dict)
-    alerts: dict[tuple, Alert] = field(default_factory=dict)
-    checkpoints: dict[int, Checkpoint] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return sum(
-            len(d)
-            for d in (
-                self.metrics,
-                self.trajectories,
-                self.judgements,
-                self.critical_paths,
-                self.alerts,
-                self.checkpoints,
-            )
-        )
-
-    def add(self, run_id: Any, event: dict[str, Any], attempt: int = 0) -> None:
-        kind, step = event.get("type"), as_int(event.get("step"))
-        if kind == "step":
-            metrics = event.get("metrics")
-            for key, value in metrics.items() if isinstance(metrics, dict) else ():
-                self.metrics[(step, jsonsafe.text(key, _KEY_LIMIT))] = (
-                    jsonsafe.to_float(value)
-                )
-        elif kind == "trajectory":
-            row = trajectory_row(run_id, step, event)
-            key = (step, row.group, row.index)
-            self.trajectories[key] = row
-            self.segment_parts[key] = row.segment_parts
-        elif kind == "judgement":
-            row = judgement_row(run_id, step, event)
-            self.judgements[(step, row.group, row.index, row.judge)] = row
-        elif kind == "critical_path":
-            row = CriticalPath(
-                run_id=run_id,
-                step=step,
-                group=as_int(event.get("group")),
-                index=as_int(event.get("index")),
-                stages=jsonsafe.clean(event.get("stages") or []),
-                critical_steps=as_int(event.get("critical_steps")),
-                total_steps=as_int(event.get("total_steps")),
-                path=jsonsafe.clean(event.get("path") or []),
-            )
-            self.critical_paths[(step, row.group, row.index)] = row
-        elif kind == "alert":
-            row = Alert(
-                run_id=run_id,
-                step=step,
-                detector=jsonsafe.text(event.get("detector"), 64),
-                severity=jsonsafe.text(event.get("severity") or "warning", 16),
-                message=jsonsafe.text(event.get("message"), 10000),
-                evidence=jsonsafe.clean(event.get("evidence") or {}),
-                trajectories=fields.alert_trajectories(event.get("trajectories")),
-            )
-            self.alerts[(step, row.detector)] = row
-        elif kind == "checkpoint":
-            self.checkpoints[step] = Checkpoint(
-                run_id=run_id,
-                step=step,
-                path=jsonsafe.text(event.get("path"), 1024),
-                attempt=attempt,
-            )
-
-
-def trajectory_row(run_id: Any, step: int, event: dict[str, Any]) -> Trajectory:
-    parts = arrays.pack_segment_list(event.get("segments") or [])
-    row = Trajectory(
-        run_id=run_id,
-        step=step,
-        group=as_int(event.get("group")),
-        index=as_int(event.get("index")),
-        task_id=jsonsafe.text(event.get("task_id"), 200),
-        dropped=bool(event.get("dropped")),
-        reward=_float_or_none(event.get("reward")),
-        advantage=_float_or_none(event.get("advantage")),
-        num_turns=as_int(event.get("num_turns")),
-        length=as_int(event.get("length")),
-        truncated=bool(event.get("truncated")),
-        rewards=jsonsafe.clean(event.get("rewards") or {}),
-        facts=jsonsafe.clean(event.get("facts") or {}),
-        agent_steps=jsonsafe.clean(event.get("steps") or []),
-        segments=[m for m, _ in parts],
-        arrays=b"".join(b for _, b in parts),
-    )
-    row.segment_parts = parts  # for prompts.share
-    return row
-
-
-def judgement_row(run_id: Any, step: int, event: dict[str, Any]) -> Judgement:
-    target = event.get("target_step")
-    return Judgement(
-        run_id=run_id,
-        step=step,
-        group=as_int(event.get("group")),
-        index=as_int(event.get("index")),
-        judge=jsonsafe.text(event.get("judge"), 64),
-        backend=jsonsafe.text(event.get("backend"), 32),
-        ok=bool(event.get("ok", True)),
-        score=_float_or_none(event.get("score")),
-        scores=jsonsafe.clean(event.get("scores") or {}),
-        rationale=jsonsafe.text(event.get("rationale")),
-        raw=jsonsafe.opt_text(event.get("raw")),
-        error=jsonsafe.opt_text(event.get("error")),
-        target_step=None if target is None else as_int(target),
-    )
-
-
-def write(run_id: Any, batch: Batch, stale_steps: set[int] | None = None) -> None:
-    """Upsert every row of the batch (inside the caller's transaction)."""
+def write(run_id: Any, batch: Batch, outcome: conflicts.Outcome | None = None) -> None:
+    """Insert the batch's rows whose keys are not stored yet (inside the caller's
+    transaction); what differed from the stored rows goes to ``outcome``."""
+    outcome = outcome if outcome is not None else conflicts.Outcome()
+    for kind, step, key, stored, sent in batch.conflicts:
+        outcome.conflict(kind, step, key, stored, sent)
     if batch.metrics:
-        stale = upsert_metrics(
-            run_id, batch.metrics, find_stale=stale_steps is not None
-        )
-        if stale_steps is not None:
-            stale_steps.update(stale)
-    if batch.trajectories:
-        new = prompts.share(run_id, batch.trajectories, batch.segment_parts)
+        insert_metrics(run_id, batch.metrics, outcome)
+    trajectories = conflicts.fresh(run_id, Trajectory, batch.trajectories, outcome)
+    if trajectories:
+        parts = {k: batch.segment_parts[k] for k in trajectories}
+        new = prompts.share(run_id, trajectories, parts)
         GroupPrompt.objects.bulk_create(new, batch_size=200)
-    _upsert(Trajectory, batch.trajectories.values(), ["run", "step", "group", "index"])
-    _upsert(
-        Judgement, batch.judgements.values(), ["run", "step", "group", "index", "judge"]
-    )
-    _upsert(
-        CriticalPath, batch.critical_paths.values(), ["run", "step", "group", "index"]
-    )
-    _upsert(Alert, batch.alerts.values(), ["run", "step", "detector"])
-    _upsert(Checkpoint, batch.checkpoints.values(), ["run", "step"])
+    _insert(Trajectory, trajectories.values())
+    for model, rows in (
+        (Judgement, batch.judgements),
+        (CriticalPath, batch.critical_paths),
+        (Alert, batch.alerts),
+        (Checkpoint, batch.checkpoints),
+    ):
+        _insert(model, conflicts.fresh(run_id, model, rows, outcome).values())
 
 
-def upsert_metrics(
-    run_id: Any, points: dict[tuple[int, str], float], *, find_stale: bool = True
-) -> set[int]:
-    """Upsert the points and fold them into every rollup level; returns the steps
-    whose every point was already stored (re-sent ones; on SQLite, a query skipped
-    unless ``find_stale``)."""
+def insert_metrics(
+    run_id: Any,
+    points: dict[tuple[int, str], float],
+    outcome: conflicts.Outcome | None = None,
+) -> None:
+    """Insert the points not stored yet and fold those into every rollup level; the
+    re-sent steps and the points re-sent with another value go to ``outcome``."""
+    outcome = outcome if outcome is not None else conflicts.Outcome()
     if connection.vendor != "postgresql":
-        stale = _stale_steps_py(run_id, points) if find_stale else set()
-        rows = [
-            MetricPoint(run_id=run_id, step=s, key=k, value=v)
-            for (s, k), v in points.items()
-        ]
-        MetricPoint.objects.bulk_create(
-            rows,
-            update_conflicts=True,
-            unique_fields=["run", "key", "step"],
-            update_fields=["value"],
-            batch_size=250,
-        )
-        _fold_rollups_py(run_id, ((k, s, v) for (s, k), v in points.items()))
-        return stale
+        _insert_metrics_py(run_id, points, outcome)
+        return
     steps, keys, values = [], [], []
     for (step, key), value in points.items():
         steps.append(step)
         keys.append(key)
         values.append(value)
-    # One statement: the arrays are parsed once, the points upserted (each saying
-    # whether it was new: xmax is 0 on an inserted row), and the batch folded into
-    # every rollup level (per bucket: the smaller (value, step) pair, the larger one,
-    # and the later (step, value) pair). The arrays travel as three array literals
-    # built here: the driver's per-element quoting cost more than the SQL.
+    # One statement: the arrays are parsed once, the points not stored yet inserted
+    # and those (only) folded into every rollup level (per bucket: the smaller
+    # (value, step) pair, the larger one, and the later (step, value) pair). Every
+    # part of the statement sees the table as it was before it, so the join finds the
+    # points stored earlier: a step none of whose points is fresh was re-sent, and a
+    # stored value distinct from the sent one is a conflict. The arrays travel as
+    # three array literals built here: the driver's per-element quoting cost more.
+    table = MetricPoint._meta.db_table
     with connection.cursor() as cur:
         cur.execute(
             "WITH t AS MATERIALIZED (SELECT * FROM unnest(%s::integer[], %s::varchar[], "
             "%s::double precision[]) AS t(s, k, v)), "
-            f"p AS (INSERT INTO {MetricPoint._meta.db_table} (run_id, step, key, value) "
-            "SELECT %s, s, k, v FROM t "
-            "ON CONFLICT (run_id, key, step) DO UPDATE SET value = EXCLUDED.value "
-            "RETURNING step, xmax = 0 AS fresh), "
+            f"p AS (INSERT INTO {table} (run_id, step, key, value) "
+            "SELECT %s, s, k, v FROM t ON CONFLICT (run_id, key, step) DO NOTHING "
+            "RETURNING step AS s, key AS k, value AS v), "
             f"r AS (INSERT INTO {MetricRollup._meta.db_table} AS r {COLUMNS} "
             + " UNION ALL ".join(
                 f"SELECT %s::uuid, k, {sh}, s >> {sh}, "
-                f"{BUCKET_AGGREGATES.format(**UNNEST)} FROM t GROUP BY k, s >> {sh}"
+                f"{BUCKET_AGGREGATES.format(**UNNEST)} FROM p GROUP BY k, s >> {sh}"
                 for sh in ROLLUP_SHIFTS
             )
             + f" ON CONFLICT (run_id, key, shift, bucket) DO UPDATE SET {MERGE}) "
-            "SELECT step FROM p GROUP BY step HAVING NOT bool_or(fresh)",
+            "SELECT s, NULL, NULL, NULL FROM (SELECT s FROM t EXCEPT SELECT s FROM p) x "
+            f"UNION ALL SELECT t.s, t.k, m.value, t.v FROM t JOIN {table} m "
+            "ON m.run_id = %s AND m.key = t.k AND m.step = t.s "
+            "WHERE m.value IS DISTINCT FROM t.v",
             [
                 int_array_literal(steps),
                 text_array_literal(keys),
                 float_array_literal(values),
                 run_id,
             ]
-            + [run_id] * len(ROLLUP_SHIFTS),
+            + [run_id] * len(ROLLUP_SHIFTS)
+            + [run_id],
         )
-        return {step for (step,) in cur.fetchall()}
+        for step, key, stored, sent in cur.fetchall():
+            if key is None:
+                outcome.stale_steps.add(step)
+            else:
+                outcome.conflict(
+                    "step", step, {"key": key}, jsonsafe.num(stored), jsonsafe.num(sent)
+                )
 
 
-def _stale_steps_py(run_id: Any, points: dict[tuple[int, str], float]) -> set[int]:
-    by_step: dict[int, set[str]] = {}
-    for step, key in points:
-        by_step.setdefault(step, set()).add(key)
-    found: dict[int, set[str]] = {}
-    rows = MetricPoint.objects.filter(
-        run_id=run_id, step__in=list(by_step), key__in={k for _, k in points}
-    ).values_list("step", "key")
-    for step, key in rows:
-        found.setdefault(step, set()).add(key)
-    return {s for s, keys in by_step.items() if keys <= found.get(s, set())}
+def _insert_metrics_py(
+    run_id: Any, points: dict[tuple[int, str], float], outcome: conflicts.Outcome
+) -> None:
+    """:func:`insert_metrics` without PostgreSQL (SQLite: the embedded default)."""
+    steps = [s for s, _ in points]
+    stored = dict(
+        (
+            ((s, k), v)
+            for s, k, v in MetricPoint.objects.filter(
+                run_id=run_id,
+                step__gte=min(steps),
+                step__lte=max(steps),
+                key__in={k for _, k in points},
+            ).values_list("step", "key", "value")
+        )
+    )
+    fresh = {sk: v for sk, v in points.items() if sk not in stored}
+    for (step, key), value in points.items():
+        if (step, key) in stored and not conflicts.same(stored[(step, key)], value):
+            outcome.conflict(
+                "step",
+                step,
+                {"key": key},
+                jsonsafe.num(stored[(step, key)]),
+                jsonsafe.num(value),
+            )
+    outcome.stale_steps.update(set(steps) - {s for s, _ in fresh})
+    MetricPoint.objects.bulk_create(
+        [
+            MetricPoint(run_id=run_id, step=s, key=k, value=v)
+            for (s, k), v in fresh.items()
+        ],
+        ignore_conflicts=True,
+        batch_size=250,
+    )
+    _fold_rollups_py(run_id, ((k, s, v) for (s, k), v in fresh.items()))
 
 
 def rebuild_rollup(
@@ -337,7 +245,7 @@ _ROLLUP_FIELDS = ["vmin", "smin", "vmax", "smax", "vlast", "slast"]
 def _fold_rollups_py(
     run_id: Any, points: Iterable[tuple[str, int, float | None]]
 ) -> None:
-    """The rollup upsert of :func:`upsert_metrics` without PostgreSQL (SQLite: the
+    """The rollup fold of :func:`insert_metrics` without PostgreSQL (SQLite: the
     embedded default): this batch's buckets folded into the stored rows in Python."""
     batch = rollups.fold_points(points, ROLLUP_SHIFTS)
     if not batch:
@@ -405,22 +313,10 @@ def _rebuild_rollup_py(
     )
 
 
-def _upsert(model: type, rows: Iterable[Any], unique: list[str]) -> None:
+def _insert(model: type, rows: Iterable[Any]) -> None:
     rows = list(rows)
-    if not rows:
-        return
-    update = [
-        f.name
-        for f in model._meta.concrete_fields
-        if not f.primary_key and f.name not in unique and f.name != "created_at"
-    ]
-    model.objects.bulk_create(
-        rows,
-        update_conflicts=True,
-        unique_fields=unique,
-        update_fields=update,
-        batch_size=200,
-    )
+    if rows:
+        model.objects.bulk_create(rows, ignore_conflicts=True, batch_size=200)
 
 
 def supersede(run_id: Any, from_step: int) -> None:

@@ -3,15 +3,17 @@ import) that report their events over the HTTP API.
 
 ``check_*`` validates and raises :class:`~dashboard.runs.services.ServiceError`; ``do_*``
 mutates. Events go through the same write path as the worker's sink
-(:func:`dashboard.ingest.writer.store`: idempotent upserts, rollups, frames after the commit),
+(:func:`dashboard.ingest.writer.store`: first-write-wins inserts, rollups, frames after the commit),
 so the run page, the trajectory browser and compare cannot tell an external run from
 ours. The hacking detectors run here, as events arrive (:mod:`dashboard.ingest.detection`).
 
 A batch is all or nothing: every line is parsed and checked against the event schema
 (:mod:`trainer.event_schema`) before anything is written, and a bad line refuses the
 batch with its line number and field. Re-sending events is harmless: rows are keyed
-(run, step, group, index...), and events whose rows all existed already are counted as
-duplicates.
+(run, step, group, index...) and the first write wins. Events whose rows all existed
+already are counted as ``duplicates``; a re-sent event that differs from what is stored
+is a conflict: the stored row is kept, the event counted in ``conflicts`` and the first
+differences described in ``conflicting`` (:mod:`dashboard.ingest.conflicts`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from dashboard import jsonsafe
+from dashboard.errors import Forbidden
 from dashboard.ingest import writer
+from dashboard.ingest.conflicts import Outcome
 from dashboard.ingest.detection import detect_external, late_evidence
 from dashboard.ingest.fields import last_step_after
 from dashboard.live import frames
@@ -211,7 +215,7 @@ def parse_events(data: bytes) -> list[dict[str, Any]]:
 # --- storing a batch ----------------------------------------------------------------
 def _existing(run_id: Any, events: list[dict[str, Any]]) -> set[tuple]:
     """The keys of rows these events (other than steps: their metric points say it
-    as they are written, see ``writer.upsert_metrics``) would write that are already
+    as they are written, see ``writer.insert_metrics``) would write that are already
     stored."""
     steps: dict[str, set[int]] = {}
     for ev in events:
@@ -234,12 +238,52 @@ _KEYED = (
 _FIELDS = {kind: fields for kind, _, fields in _KEYED}
 
 
+def _ident(ev: dict[str, Any]) -> tuple:
+    kind = ev["type"]
+    if kind == "step":
+        return (kind, ev["step"])
+    return (kind, ev.get("step", 0), *(ev.get(f) for f in _FIELDS.get(kind, ())))
+
+
+def _refuse_if_new(
+    run: Run,
+    events: list[dict[str, Any]],
+    flagged: set[int],
+    found: set[tuple],
+    outcome: Outcome,
+) -> None:
+    """A finished run takes a batch that stores nothing new (a client's retry of what
+    it sent before it finished); anything new is a 409 (rolled back) until the run
+    is reopened."""
+    for i, ev in enumerate(events):
+        if ev["type"] == "run_started" or i in flagged:
+            continue
+        if not _is_duplicate(ev, found, outcome, run.status):
+            raise Conflict(
+                f"run: finished as {run.status}; it takes no more events "
+                f"(line {i + 1}: a new {ev['type']}) unless reopened: "
+                f"POST /api/runs/{run.pk}/reopen"
+            )
+
+
+def _conflicted(events: list[dict[str, Any]], outcome: Outcome) -> set[int]:
+    """The positions of the events counted as conflicts: of the events with a
+    conflicting key, the last one (an earlier one in the batch was the first write)."""
+    left, out = set(outcome.conflicting), set()
+    for i in range(len(events) - 1, -1, -1):
+        ident = _ident(events[i])
+        if ident in left:
+            left.discard(ident)
+            out.add(i)
+    return out
+
+
 def _is_duplicate(
-    ev: dict[str, Any], found: set[tuple], stale_steps: set[int], status: str
+    ev: dict[str, Any], found: set[tuple], outcome: Outcome, status: str
 ) -> bool:
     kind = ev["type"]
     if kind == "step":
-        return ev["step"] in stale_steps or not ev["metrics"]
+        return ev["step"] in outcome.stale_steps or not ev["metrics"]
     if kind in _FIELDS:
         return (kind, ev["step"], *(ev.get(f) for f in _FIELDS[kind])) in found
     if kind == "run_finished":
@@ -248,7 +292,10 @@ def _is_duplicate(
 
 
 def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Store a checked batch; returns ``{"accepted", "duplicates", "cancel_requested"}``.
+    """Store a checked batch; returns ``{"accepted", "duplicates", "conflicts",
+    "conflicting", "cancel_requested"}`` (each event counted once: a conflict if
+    anything of it differed from what was stored, else a duplicate if nothing of it
+    was new, else accepted).
 
     The run's heartbeat is its last event: a lost run comes back to ``running``. A
     ``run_finished`` event finishes the run like :func:`do_finish_external_run`.
@@ -264,7 +311,7 @@ def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
         # the groups an alert points at (dashboard.ingest.detection).
         alerted = late_evidence(run, events)
         alerts = detect_external(run, events)
-        stale_steps: set[int] = set()
+        outcome = Outcome()
         _, parts = writer.store(
             run.pk,
             [*events, *alerts],
@@ -272,10 +319,15 @@ def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
             record=record,
             seed=seed,
             alerted=alerted,
-            stale_steps=stale_steps,
+            outcome=outcome,
         )
+        flagged = _conflicted(events, outcome)
+        if status_before in FINISH_STATUSES:
+            _refuse_if_new(run, events, flagged, found, outcome)
+        conflicted = len(flagged)
         duplicates = sum(
-            _is_duplicate(ev, found, stale_steps, status_before) for ev in events
+            i not in flagged and _is_duplicate(ev, found, outcome, status_before)
+            for i, ev in enumerate(events)
         )
         fields = {"heartbeat_at": timezone.now()}
         last_step = last_step_after(
@@ -294,11 +346,13 @@ def do_ingest_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
             setattr(run, name, value)
         parts.status = run.status
         parts.last_step = run.last_step
-        if duplicates < len(events) or "status" in fields:
+        if duplicates + conflicted < len(events) or "status" in fields:
             transaction.on_commit(lambda: frames.send(run.pk, parts))
     return {
-        "accepted": len(events) - duplicates,
+        "accepted": len(events) - duplicates - conflicted,
         "duplicates": duplicates,
+        "conflicts": conflicted,
+        "conflicting": outcome.shown,
         "cancel_requested": run.cancel_requested,
     }
 
@@ -333,6 +387,23 @@ def do_finish_external_run(run: Run, status: Any, error: Any = None) -> Run:
         fields = _finish_fields(status, error)
         Run.objects.filter(pk=run.pk).update(**fields)
         frames.send_on_commit(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def do_reopen_external_run(run: Run, user: Any) -> Run:
+    """A finished external run back to ``running``, to take events again (a trainer
+    resuming it). Only its owner may; a running or lost run is answered unchanged."""
+    check_external(run)
+    if run.owner_id != getattr(user, "pk", None):
+        raise Forbidden("run: only its owner can reopen it")
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.status in FINISH_STATUSES:
+            Run.objects.filter(pk=run.pk).update(
+                status=RunStatus.RUNNING, finished_at=None, heartbeat_at=timezone.now()
+            )
+            frames.send_on_commit(run.pk)
     run.refresh_from_db()
     return run
 

@@ -6,7 +6,7 @@ thread per run does everything else:
 
 * every ``RUN_FRAME_INTERVAL_MS`` (or sooner when the buffer is large) it writes the
   buffered events in one transaction: a fence on the run's lease (which is also the
-  heartbeat), then idempotent upserts (``dashboard.ingest.writer``);
+  heartbeat), then idempotent inserts (``dashboard.ingest.writer``);
 * after the commit it folds what was written into the next frame and publishes at
   most one frame per interval (coalescing: ~10 frames/s whatever the step rate);
 * between writes it heartbeats every ``RUN_HEARTBEAT_SECONDS``.

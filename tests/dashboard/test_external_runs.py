@@ -15,6 +15,7 @@ from django.test import Client
 from django.utils import timezone
 from fake_runner import events_for_step
 
+from dashboard.ingest.conflicts import Outcome
 from dashboard.models import (
     Alert,
     ApiToken,
@@ -153,6 +154,8 @@ def test_posted_events_are_stored_once_and_a_resend_counts_duplicates(
     assert r.json() == {
         "accepted": len(batch),
         "duplicates": 0,
+        "conflicts": 0,
+        "conflicting": [],
         "cancel_requested": False,
     }
     points, trajs = MetricPoint.objects.count(), Trajectory.objects.count()
@@ -161,6 +164,8 @@ def test_posted_events_are_stored_once_and_a_resend_counts_duplicates(
     assert r.json() == {
         "accepted": 0,
         "duplicates": len(batch) - 1,
+        "conflicts": 0,
+        "conflicting": [],
         "cancel_requested": False,
     }
     assert (MetricPoint.objects.count(), Trajectory.objects.count()) == (points, trajs)
@@ -207,10 +212,11 @@ def test_the_sqlite_path_finds_the_same_re_sent_steps(owner):
     from dashboard.ingest import writer
 
     run = Run.objects.create(owner=owner, name="r", config={}, external=True)
-    writer.upsert_metrics(run.pk, {(1, "a"): 1.0, (2, "a"): 2.0})
+    writer.insert_metrics(run.pk, {(1, "a"): 1.0, (2, "a"): 2.0})
     points = {(1, "a"): 1.0, (2, "a"): 2.0, (2, "b"): 0.5, (3, "a"): 3.0}
-    assert writer._stale_steps_py(run.pk, points) == {1}
-    assert writer.upsert_metrics(run.pk, points) == {1}
+    found = Outcome()
+    writer._insert_metrics_py(run.pk, points, found)
+    assert found.stale_steps == {1} and found.count == 0
 
 
 def test_gzip_bodies_are_accepted(api):

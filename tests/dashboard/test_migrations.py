@@ -89,7 +89,7 @@ def test_sqlite_rollups_are_built_for_runs_stored_before(owner, tiny_config, enq
         pytest.skip("PostgreSQL has kept the rollups since 0003")
     run = services.launch_run(owner, tiny_config)
     values = {s: (math.nan if s % 41 == 0 else math.cos(s / 7)) for s in range(1, 700)}
-    writer.upsert_metrics(run.id, {(s, "kl"): v for s, v in values.items()})
+    writer.insert_metrics(run.id, {(s, "kl"): v for s, v in values.items()})
     fields = ("key", "shift", "bucket", "smin", "smax", "slast")
     expected = sorted(MetricRollup.objects.filter(run=run).values_list(*fields))
     MetricRollup.objects.all().delete()

@@ -226,7 +226,7 @@ def test_held_out_evaluation_is_charted_on_the_run_page_and_summarised_in_compar
 
     config = valid_config("calc", "grpo", 12, name="calc-eval", eval={"every": 4})
     evald = seed_run(owner, name="calc-eval", env="calc", steps=12, config=config)
-    writer.upsert_metrics(
+    writer.insert_metrics(
         evald.id, {(4, "eval/pass@k"): 0.25, (8, "eval/pass@k"): 0.625}
     )
     c = login(owner)

@@ -341,7 +341,7 @@ def _run_with_points(owner, tiny_config):
         s: (math.nan if s % 97 == 0 else float((s * 7) % 13)) for s in range(0, 5000)
     }
     for lo in range(0, 5000, 700):
-        writer.upsert_metrics(
+        writer.insert_metrics(
             run.id,
             {
                 (s, k): raw[s]

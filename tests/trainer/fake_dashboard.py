@@ -1,9 +1,9 @@
 """A fake dashboard for client tests: the ingest protocol of ``/work``'s server side
-(create run, post NDJSON events, finish) on stdlib ``http.server`` in a thread.
+(create run, post NDJSON events, finish, reopen) on stdlib ``http.server`` in a thread.
 
 Events are keyed as the real server keys them and stored once each, in order of first
 arrival. It can be told to answer with an error (``fail(503, times=2)``), to refuse
-batches over ``max_lines`` with 413, and be stopped and restarted on the same port
+batches over ``max_lines`` with 413 (and new events for a finished run with 409), and be stopped and restarted on the same port
 (the store survives: a restart is the same dashboard coming back).
 """
 
@@ -17,6 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 TOKEN = "test-token"
+
+
+FINISHED = ("succeeded", "failed", "cancelled")
 
 
 def event_key(event: dict[str, Any]) -> tuple:
@@ -51,6 +54,7 @@ class Store:
     def __init__(self) -> None:
         self.runs: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, int, int]] = []  # (path, lines, status)
+        self.reopened: list[str] = []  # the ids POSTed to /reopen
         self.lock = threading.Lock()
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -162,6 +166,11 @@ class _Handler(BaseHTTPRequestHandler):
                 body = json.loads(raw)
                 run.update(status=body["status"], error=body.get("error"))
                 return 200, {k: run[k] for k in ("id", "name", "status")}, 0
+            if parts[3] == "reopen":
+                dash.store.reopened.append(run["id"])
+                if run["status"] in FINISHED:
+                    run["status"] = "running"
+                return 200, {k: run[k] for k in ("id", "name", "status")}, 0
         return 404, {"detail": "Not found."}, 0
 
     def _events(self, run: dict[str, Any], raw: bytes) -> tuple[int, dict, int]:
@@ -181,6 +190,9 @@ class _Handler(BaseHTTPRequestHandler):
             events.append(event)
         if errors:
             return 400, {"detail": "invalid events", "errors": errors}, len(lines)
+        fresh = [e for e in events if event_key(e) not in run["keys"]]
+        if run["status"] in FINISHED and fresh:
+            return 409, {"detail": "run: finished; reopen it"}, len(lines)
         accepted = duplicates = 0
         for event in events:
             key = event_key(event)

@@ -212,6 +212,23 @@ def test_it_reports_into_a_given_run_and_tells_the_id_of_a_created_one(dash, tmp
     assert dash.events() == [step_event(1), step_event(2)]
 
 
+def test_continuing_a_finished_run_reopens_it_before_sending(dash, tmp_path):
+    """A resumed trainer (a sink given the run's id) reopens the run first: the
+    dashboard refuses new events for a finished run until then."""
+    first = HttpSink(dash.url, TOKEN, name="n1", spool_dir=tmp_path / "a", **FAST)
+    first.emit(step_event(1))
+    first.emit({"type": "run_finished", "status": "succeeded", "step": 1})
+    first.close(timeout=30)
+    run_id = dash.only_run()["id"]
+    assert dash.only_run()["status"] == "succeeded" and dash.store.reopened == []
+    again = HttpSink(dash.url, TOKEN, run_id, spool_dir=tmp_path / "b", **FAST)
+    again.emit(step_event(2))
+    again.close(timeout=30)
+    assert dash.store.reopened == [run_id]
+    assert dash.events()[-1] == step_event(2) and again.stats["rejected"] == 0
+    assert dash.only_run()["status"] == "running"
+
+
 def test_the_spool_puts_a_batch_back_in_front_of_newer_lines(tmp_path):
     spool = Spool(tmp_path)
     spool.append(["a", "b", "c"])

@@ -21,43 +21,18 @@ import math
 from pathlib import Path
 from typing import Any
 
+from trainer import metric_names
 from trainer.importers.shapes import group_by_prompt, grpo_advantages, text_trajectory
+from trainer.metric_names import VERL
 
-# verl name -> ours (names from verl's metric_utils.py, dp_actor.py, core_algos.py).
-# ``actor/ppo_kl`` is KL(old || new policy) of the PPO update, not the KL to the
-# reference that our (and TRL's) ``kl`` means: that one is ``actor/kl_loss``
-# (use_kl_loss) or ``actor/reward_kl_penalty`` (KL in the reward), so only those map.
-METRIC_NAMES = {
-    "critic/score/mean": "reward",
-    "critic/advantages/mean": "advantages/mean",
-    "critic/advantages/max": "advantages/max",
-    "critic/advantages/min": "advantages/min",
-    "response_length/mean": "completions/mean_length",
-    "actor/entropy": "entropy",
-    "actor/pg_clipfrac": "clip_ratio/region_mean",
-    "actor/pg_loss": "policy_loss",
-    "actor/grad_norm": "grad_norm",
-    "actor/kl_loss": "kl",
-    "actor/reward_kl_penalty": "kl",
-    "num_turns/mean": "num_turns",
-    "timing_s/update_actor": "timing_s/update",
-}
+METRIC_NAMES = VERL  # the table lives in trainer.metric_names
 BASE_KEYS = ("input", "output", "gts", "score", "step")
 
 
 def map_metrics(data: dict[str, Any]) -> dict[str, float]:
-    """verl's logged values (numbers only; null, written for NaN, back to NaN) under
-    their own names, plus our names for the ones we know."""
-    out: dict[str, float] = {}
-    for name, value in data.items():
-        if value is None:
-            out[name] = math.nan
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[name] = float(value)
-    for theirs, ours in METRIC_NAMES.items():
-        if theirs in out and ours not in data:
-            out.setdefault(ours, out[theirs])
-    return out
+    """verl's logged values under their own names, plus ours for the ones we know
+    (:func:`trainer.metric_names.map_metrics`)."""
+    return metric_names.map_metrics("verl", data)
 
 
 def _is_number(value: Any) -> bool:

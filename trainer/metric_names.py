@@ -1,0 +1,100 @@
+"""One table of metric names: what each trainer calls a metric, mapped to ours.
+
+Every importer and receiver (verl's rollout dumps, TRL, trackio, W&B run directories,
+TensorBoard, prime-rl, miles, Tinker) maps names through :func:`map_metrics` and
+nothing else, so the table below is the one place a name is decided. The originals
+are always kept: a run imported from verl shows ``actor/entropy`` *and* our
+``entropy``, and a name the table does not know is stored as it came.
+
+``NAMES[framework]`` maps a framework's name to ours; ``COMMON`` applies to every
+framework (names several of them share, W&B's system metrics). A plugin adds or
+corrects names with :func:`register_names` (say for a fork that renamed a metric);
+later registrations win over the built-in entries they repeat.
+
+Ours are the names of :mod:`trainer.metrics` (named like TRL and verl where a name
+exists), plus the families the run page charts when a run reports them:
+
+* ``off_policy/staleness``: how many policy versions old the sampled data was
+  (async trainers: verl ``fully_async``, prime-rl's off-policy steps, TRL async);
+* ``mismatch/*``: the trainer's log-probs against the sampler's (``mismatch/kl``,
+  ``mismatch/logprob_diff_mean``, ``mismatch/is_ratio_mean``...).
+
+Pure data and two functions: no Django.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+# verl name -> ours (names from verl's metric_utils.py, dp_actor.py, core_algos.py).
+# ``actor/ppo_kl`` is KL(old || new policy) of the PPO update, not the KL to the
+# reference that our (and TRL's) ``kl`` means: that one is ``actor/kl_loss``
+# (use_kl_loss) or ``actor/reward_kl_penalty`` (KL in the reward), so only those map.
+VERL = {
+    "critic/score/mean": "reward",
+    "critic/advantages/mean": "advantages/mean",
+    "critic/advantages/max": "advantages/max",
+    "critic/advantages/min": "advantages/min",
+    "response_length/mean": "completions/mean_length",
+    "actor/entropy": "entropy",
+    "actor/pg_clipfrac": "clip_ratio/region_mean",
+    "actor/pg_loss": "policy_loss",
+    "actor/grad_norm": "grad_norm",
+    "actor/kl_loss": "kl",
+    "actor/reward_kl_penalty": "kl",
+    "num_turns/mean": "num_turns",
+    "timing_s/update_actor": "timing_s/update",
+}
+
+# TRL logs most names as ours already once its ``train/`` prefix is dropped
+# (``reward``, ``reward_std``, ``rewards/<fn>/mean``, ``kl``, ``entropy``,
+# ``clip_ratio/...``, ``completions/mean_length``, ``frac_reward_zero_std``).
+TRL: dict[str, str] = {}
+
+NAMES: dict[str, dict[str, str]] = {
+    "verl": VERL,
+    "trl": TRL,
+}
+
+COMMON: dict[str, str] = {}
+
+_PREFIXES = {"trl": ("train/",)}
+
+
+def register_names(framework: str, names: Mapping[str, str]) -> None:
+    """Add (or correct) ``framework``'s names: ``{their name: ours}``. ``"*"`` is
+    :data:`COMMON`, applied to every framework."""
+    if not isinstance(framework, str) or not framework:
+        raise ValueError("framework: must be a non-empty string")
+    for theirs, ours in names.items():
+        if not (isinstance(theirs, str) and isinstance(ours, str) and theirs and ours):
+            raise ValueError(f"names: {theirs!r} -> {ours!r} must be non-empty strings")
+    table = COMMON if framework == "*" else NAMES.setdefault(framework, {})
+    table.update(names)
+
+
+def ours(framework: str, name: str) -> str | None:
+    """Our name for ``framework``'s ``name`` (its prefixes dropped), or None."""
+    table = NAMES.get(framework, {})
+    for prefix in _PREFIXES.get(framework, ()):
+        name = name.removeprefix(prefix)
+    return table.get(name) or COMMON.get(name)
+
+
+def map_metrics(framework: str, data: Mapping[str, Any]) -> dict[str, float]:
+    """``data``'s numbers (null, as JSON writes NaN, back to NaN; booleans and text
+    dropped) under their own names, plus ours for the names the table knows, unless
+    the trainer logged that name of ours itself."""
+    out: dict[str, float] = {}
+    for name, value in data.items():
+        if value is None:
+            out[name] = math.nan
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    for name in list(out):
+        mapped = ours(framework, name)
+        if mapped is not None and mapped not in data:
+            out.setdefault(mapped, out[name])
+    return out
