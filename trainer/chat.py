@@ -12,7 +12,8 @@ A renderer is chosen once, from the tokenizer, when the policy is built:
   generation prompt, as the template writes them.
 
 The renderer knows tokens and text; it knows nothing of environments' rules or rewards
-(tool calls are parsed by the environment, :mod:`trainer.envs.tools`).
+(tool calls are parsed by the environment, :mod:`trainer.envs.tools`, from the action's
+text with the model's special tokens kept: :func:`action_text`).
 """
 
 from __future__ import annotations
@@ -64,9 +65,7 @@ class WordRenderer:
         return [*self._encode(text), self.end_id]
 
     def action_text(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(
-            [t for t in ids if t not in self.stop_ids], skip_special_tokens=True
-        )
+        return action_text(self.tokenizer, ids, self.stop_ids)
 
 
 class ChatRenderer:
@@ -148,12 +147,23 @@ class ChatRenderer:
         return [*self._encode(text), self.end_id]
 
     def action_text(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(
-            [t for t in ids if t not in self.stop_ids], skip_special_tokens=True
-        )
+        return action_text(self.tokenizer, ids, self.stop_ids)
 
 
 Renderer = WordRenderer | ChatRenderer
+
+
+def action_text(
+    tokenizer: PreTrainedTokenizerBase, ids: Sequence[int], stop_ids: Sequence[int]
+) -> str:
+    """The text of an action as the environment parses it: the model's own special
+    tokens kept (a chat tokenizer's ``<tool_call>`` tags are special, and a call
+    decoded without them is never executed); only the end of turn (``stop_ids``),
+    padding and BOS dropped."""
+    drop = {*stop_ids, tokenizer.pad_token_id, tokenizer.bos_token_id} - {None}
+    return tokenizer.decode(
+        [t for t in ids if t not in drop], skip_special_tokens=False
+    )
 
 
 def make_renderer(

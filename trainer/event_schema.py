@@ -172,6 +172,8 @@ class CheckpointEvent(_Event):
     type: Literal["checkpoint"]
     step: Step
     path: Annotated[str, Field(max_length=1024)] = ""
+    # The attempt that saved it (an export's; a trainer's sink knows its own).
+    attempt: Annotated[StrictInt, Field(ge=0, lt=2**31)] | None = None
 
 
 class RunFinished(_Event):

@@ -92,7 +92,9 @@ class Batch:
                 run_id=run_id,
                 step=step,
                 path=jsonsafe.text(event.get("path"), 1024),
-                attempt=attempt,
+                attempt=as_int(event.get("attempt"), attempt)
+                if event.get("attempt") is not None
+                else attempt,
             )
             self._put(self.checkpoints, step, row)
 

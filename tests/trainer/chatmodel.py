@@ -2,7 +2,8 @@
 
 A byte-level BPE tokenizer trained by ``tokenizers`` on a small corpus, a ChatML-style
 chat template with system, user, assistant and tool roles, and a tiny Llama model
-with random weights, saved with ``save_pretrained``.
+with random weights, saved with ``save_pretrained``. As in Qwen's and most chat
+tokenizers, the tool tags ``<tool_call>``/``</tool_call>`` are special tokens.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"

@@ -1,6 +1,6 @@
 """``python -m trainer import``: send a saved or foreign run to a dashboard.
 
-    python -m trainer import events.jsonl|SPOOL_DIR --report-to URL [--name N]
+    python -m trainer import events.jsonl|SPOOL_DIR|EXPORT --report-to URL [--name N]
                              [--run-id ID]
     python -m trainer import --from verl ROLLOUT_DIR --report-to URL [--name N]
                              [--metrics FILE] [--follow] [--poll-s S] [--idle-exit S]
@@ -77,13 +77,15 @@ def _sink(args: argparse.Namespace, token: str, **kwargs: Any) -> HttpSink:
 
 
 def _import_events(args: argparse.Namespace, path: Path, token: str) -> HttpSink:
-    from trainer.importers.jsonl import first_config, read_events
+    from trainer.importers.jsonl import first_config, header, replay
 
     config = first_config(path)
-    name = args.name or config.get("name") or path.stem
-    sink = _sink(args, token, name=str(name), framework="import", config=config)
+    head = header(path) or {}
+    name = args.name or head.get("name") or config.get("name") or path.stem
+    framework = head.get("framework") or "import"
+    sink = _sink(args, token, name=str(name), framework=str(framework), config=config)
     try:
-        for event in read_events(path):
+        for event in replay(path):
             sink.emit(event)
     except Exception:
         sink.close(timeout=args.close_timeout)

@@ -1,7 +1,12 @@
-"""Saved events, as they are: an ``events.jsonl`` or an ``HttpSink`` spool directory.
+"""Saved events, as they are: an ``events.jsonl``, an ``HttpSink`` spool directory, or
+a dashboard export.
 
-Both hold the lines ``python -m trainer run`` writes (NaN/inf as strings), so replaying
-them is reading and re-sending; the dashboard dedupes what it already has.
+All hold the lines ``python -m trainer run`` writes (NaN/inf as strings), so replaying
+them is reading and re-sending; the dashboard dedupes what it already has. An export
+(``GET /api/runs/{id}/export``) starts with a ``{"type": "run"}`` header instead of a
+``run_started``: :func:`replay` turns it into the ``run_started`` (and, for a run
+that had ended, the closing ``run_finished``) the header stands for, and
+:func:`header` gives its name and framework to the new run.
 """
 
 from __future__ import annotations
@@ -49,10 +54,39 @@ def read_events(path: str | Path) -> Iterator[dict[str, Any]]:
                 yield event
 
 
-def first_config(path: str | Path) -> dict[str, Any]:
-    """The config of the first ``run_started`` event ({} without one)."""
+FINISHED = ("succeeded", "failed", "cancelled")
+
+
+def header(path: str | Path) -> dict[str, Any] | None:
+    """An export's ``run`` header (its first line), or None for events files."""
     for event in read_events(path):
-        if event["type"] == "run_started":
+        return event if event["type"] == "run" else None
+    return None
+
+
+def replay(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The events to send: :func:`read_events`, an export's header replaced by the
+    ``run_started`` it stands for, and its final status sent last."""
+    status = None
+    for event in read_events(path):
+        if event["type"] != "run":
+            yield event
+            continue
+        config = event.get("config")
+        yield {
+            "type": "run_started",
+            "config": config if isinstance(config, dict) else {},
+            "start_step": 0,
+        }
+        status = event.get("status")
+    if status in FINISHED:
+        yield {"type": "run_finished", "status": status}
+
+
+def first_config(path: str | Path) -> dict[str, Any]:
+    """The config of the first ``run_started`` event or export header ({} without)."""
+    for event in read_events(path):
+        if event["type"] in ("run_started", "run"):
             config = event.get("config")
             return config if isinstance(config, dict) else {}
     return {}
