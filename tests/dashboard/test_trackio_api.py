@@ -254,3 +254,22 @@ def test_trackio_bodies_have_their_own_limit(settings):
     settings.TRACKIO_MAX_BODY_BYTES = 10_000
     assert limits.body_limit("/trackio/api/bulk_log") == 10_000
     assert limits.body_limit("/api/runs") == settings.REQUEST_MAX_BODY_BYTES
+
+
+def test_a_projects_runs_are_a_group_shown_and_filtered_in_the_list(
+    call, owner, owner_client, token
+):
+    call("bulk_log", {"logs": [entry({"loss": 1.0}, 0, run="<b>a</b>")]})
+    call("bulk_log", {"logs": [{**entry({"loss": 1.0}, 0, run="b"), "run_id": "id-b"}]})
+    Run.objects.create(owner=owner, name="native", config={}, group="")
+    page = owner_client.get("/runs/").content.decode()
+    assert '<th class="wide-only">Group</th>' in page
+    assert 'href="/runs/?group=proj"' in page and "&lt;b&gt;a&lt;/b&gt;" in page
+    assert '<option value="proj">' in page
+    only = owner_client.get("/runs/?group=proj").content.decode()
+    assert "native" not in only and "&lt;b&gt;a&lt;/b&gt;" in only and ">b</a>" in only
+    api = Client().get("/api/runs?group=proj", HTTP_AUTHORIZATION=f"Bearer {token}")
+    names = {r["name"]: r["group"] for r in api.json()["runs"]}
+    assert names == {"<b>a</b>": "proj", "b": "proj"}
+    bad = owner_client.get("/runs/?group=a%00b")
+    assert bad.status_code == 400 and "group:" in bad.content.decode()
