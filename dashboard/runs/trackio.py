@@ -215,7 +215,13 @@ def _log_events(run: Run, items: list[tuple[str, dict[str, Any]]]) -> list[dict]
         per_entry.append(
             (where, convert.entry_events(metrics, step, run.framework, weights=weights))
         )
-    taken = _taken(run, (ev["step"] for _, evs in per_entry for ev in evs))
+    unplaced = {
+        ev["step"]
+        for _, evs in per_entry
+        for ev in evs
+        if ev["type"] == "trajectory" and (ev["group"] is None or ev["index"] is None)
+    }
+    taken = _taken(run, unplaced) if unplaced else {}
     events = []
     for where, evs in per_entry:
         events.extend(_checked(convert.place(evs, taken), where))

@@ -104,16 +104,17 @@ def step_of(metrics: Mapping[str, Any], step: Any, framework: str) -> int:
 
 def step_metrics(metrics: Mapping[str, Any], framework: str) -> dict[str, float]:
     """The entry's numbers under our names (tables, traces, media left out)."""
-    values = {k: v for k, v in metrics.items() if number(v) is not None}
+    values = {}
+    for key, value in metrics.items():
+        x = value if type(value) is float else number(value)
+        if x is not None:
+            values[key] = x
     if framework == "trl":
-        return {
-            key.removeprefix("train/"): number(v)
-            for key, v in values.items()
-            if key != "train/global_step"
-        }
+        values.pop("train/global_step", None)
+        return {key.removeprefix("train/"): v for key, v in values.items()}
     if framework == "verl":
-        return map_metrics({k: number(v) for k, v in values.items()})
-    return {key: number(v) for key, v in values.items()}
+        return map_metrics(values)
+    return values
 
 
 # --- TRL's completions table ---------------------------------------------------------
@@ -353,6 +354,8 @@ def entry_events(
     if values:
         events.append({"type": "step", "step": step, "metrics": values})
     for value in metrics.values():
+        if not isinstance(value, (dict, list)):
+            continue
         if is_table(value) and is_completions(value.get("_value")):
             events.extend(table_events(step, value["_value"], weights=weights))
         else:
