@@ -11,6 +11,11 @@ by side: the same events written in-process through ``dashboard.ingest.writer.st
 write path both share), so the ratio is what HTTP, gzip, JSON parsing and the schema
 check cost. Goal: at least 50k metric points/s on 2 cores.
 
+The same metric points through trackio's endpoint (``POST /trackio/api/bulk_log``,
+uncompressed JSON of ``--steps-per-batch`` entries, each a ``trackio.log`` call of
+``--keys`` numbers, the way trackio's client sends its queue), one trackio run per
+sender, with the same goal (``--only-trackio``: just that).
+
 Then ``HttpSink``'s cost to a training run (``--sink-runs``): the tiny calc config
 trained with ``JsonlSink`` alone and with ``JsonlSink`` + ``HttpSink`` to the same
 server, alternated, whole-run wall times compared (medians), plus the time spent in
@@ -109,8 +114,48 @@ def start_servers(n: int) -> tuple[list[subprocess.Popen], list[str]]:
     return procs, urls
 
 
-def send_all(urls, token, payloads_per_sender, name) -> float:
-    """Create one run per sender, post every payload; returns the wall time."""
+def trackio_batches(steps: int, keys: int, per_batch: int, sender: int):
+    """trackio ``bulk_log`` bodies: one entry a step, like its client's queue."""
+    names = [f"metric/{i}" for i in range(keys)]
+    run_id = f"bench{sender:04d}" + "0" * 24
+    entries = []
+    for step in range(1, steps + 1):
+        entries.append(
+            {
+                "project": "bench", "run": f"trackio-{sender}", "run_id": run_id,
+                "metrics": {k: math.sin(step + i + sender) for i, k in enumerate(names)},
+                "step": step, "config": None, "log_id": f"{sender:04d}{step:028d}",
+            }
+        )  # fmt: skip
+        if len(entries) == per_batch:
+            yield json.dumps({"args": [], "kwargs": {"logs": entries}}).encode()
+            entries = []
+    if entries:
+        yield json.dumps({"args": [], "kwargs": {"logs": entries}}).encode()
+
+
+def events_target(http, i: int, name: str) -> tuple[str, dict[str, str]]:
+    """Our events API: one external run per sender."""
+    r = http.post(
+        "/api/runs/external", json={"name": f"{name}-{i}", "framework": "bench"}
+    )
+    if r.status_code != 201:
+        raise RuntimeError(f"create: {r.status_code} {r.text[:200]}")
+    headers = {"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"}
+    return f"/api/runs/{r.json()['id']}/events", headers
+
+
+def trackio_target(token: str):
+    def target(http, i: int, name: str) -> tuple[str, dict[str, str]]:
+        headers = {"Content-Type": "application/json", "x-trackio-write-token": token}
+        return "/trackio/api/bulk_log", headers
+
+    return target
+
+
+def send_all(urls, token, payloads_per_sender, name, target=events_target) -> float:
+    """Post every payload, a sender a thread (``target`` says where, creating what
+    it needs first); returns the wall time."""
     import httpx
 
     errors: list[str] = []
@@ -128,24 +173,15 @@ def send_all(urls, token, payloads_per_sender, name) -> float:
             headers={"Authorization": f"Bearer {token}"},
             timeout=120,
         ) as http:
-            r = http.post(
-                "/api/runs/external", json={"name": f"{name}-{i}", "framework": "bench"}
-            )
-            if r.status_code != 201:
-                raise RuntimeError(f"create: {r.status_code} {r.text[:200]}")
-            run_id = r.json()["id"]
+            path, headers = target(http, i, name)
             barrier.wait()
             for body in payloads:
-                r = http.post(
-                    f"/api/runs/{run_id}/events",
-                    content=body,
-                    headers={
-                        "Content-Type": "application/x-ndjson",
-                        "Content-Encoding": "gzip",
-                    },
-                )
+                r = http.post(path, content=body, headers=headers)
                 if r.status_code != 200:
                     errors.append(f"{r.status_code} {r.text[:200]}")
+                    return
+                if path.startswith("/trackio/") and r.json()["error"] is not None:
+                    errors.append(r.json()["error"][:200])
                     return
 
     barrier = threading.Barrier(len(payloads_per_sender) + 1)
@@ -254,6 +290,24 @@ def sink_overhead(url: str, token: str, runs: int, steps: int, tmp: str) -> None
           f"HttpSink {100 * statistics.median(http_s):.3f}%")  # fmt: skip
 
 
+def trackio_rate(urls, token, args) -> None:
+    per_sender = [
+        list(trackio_batches(args.steps, args.keys, args.steps_per_batch, i))
+        for i in range(args.senders)
+    ]
+    warm = [
+        list(trackio_batches(2, args.keys, 1, 100 + i)) for i in range(args.senders)
+    ]
+    send_all(urls, token, warm, "trackio-warmup", trackio_target(token))
+    wall = send_all(urls, token, per_sender, "trackio", trackio_target(token))
+    points = args.senders * args.steps * args.keys
+    print(
+        f"trackio: {args.senders} clients x {args.steps} logs x {args.keys} keys "
+        f"({args.steps_per_batch} entries a bulk_log), {args.servers} Daphne process(es)"
+    )
+    print(f"  /trackio/api/bulk_log {points / wall:10,.0f} points/s  ({wall:.2f} s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--senders", type=int, default=4)
@@ -266,6 +320,7 @@ def main() -> None:
     ap.add_argument("--sink-runs", type=int, default=4, help="0: skip")
     ap.add_argument("--sink-steps", type=int, default=15)
     ap.add_argument("--only-sink", action="store_true")
+    ap.add_argument("--only-trackio", action="store_true")
     args = ap.parse_args()
     user = setup()
     from dashboard.site import tokens
@@ -279,6 +334,9 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 sink_overhead(urls[0], token, args.sink_runs, args.sink_steps, tmp)
         if args.only_sink:
+            return
+        trackio_rate(urls, token, args)
+        if args.only_trackio:
             return
         per_sender = [
             [encode(b) for b in metric_batches(args.steps, args.keys, args.steps_per_batch, i)]

@@ -61,7 +61,8 @@ class Run(models.Model):
     An *external* run (``external``) is trained elsewhere (our trainer on another
     machine, TRL, verl, an import) and reports its events over the HTTP API; it has no
     lease or queue, ``framework`` says what produced it, and ``heartbeat_at`` is the
-    time of its last event.
+    time of its last event. ``external_id`` is the id its tracker gives it (trackio's
+    ``run_id``), unique per owner; ``group`` gathers related runs (a trackio project).
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -87,6 +88,8 @@ class Run(models.Model):
     error = models.TextField(blank=True, default="")
     external = models.BooleanField(default=False)
     framework = models.CharField(max_length=64, blank=True, default="")
+    external_id = models.CharField(max_length=64, blank=True, default="")
+    group = models.CharField(max_length=200, blank=True, default="")
     # What ``manage.py prune_runs`` removed: {"at", "older_than_days", "arrays",
     # "trajectories", "rows"}; empty: nothing was ever pruned.
     pruned = models.JSONField(default=dict, blank=True)
@@ -101,6 +104,14 @@ class Run(models.Model):
             models.Index(
                 fields=["status", "heartbeat_at"], name="run_status_heartbeat"
             ),
+            models.Index(fields=["owner", "group"], name="run_owner_group"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "external_id"],
+                condition=~models.Q(external_id=""),
+                name="run_external_id_uniq",
+            )
         ]
 
     def __str__(self) -> str:
@@ -109,6 +120,20 @@ class Run(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_STATUSES
+
+
+class EntryReceipt(models.Model):
+    """An entry of a tracker's batch already stored (trackio's ``log_id`` or
+    ``alert_id``): the same entry sent again is a duplicate, whatever step it would
+    land on now."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="receipts")
+    key = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "key"], name="receipt_uniq")
+        ]
 
 
 class RunAttempt(models.Model):

@@ -240,6 +240,10 @@ EXTERNAL_RUN_TIMEOUT = env_int("EXTERNAL_RUN_TIMEOUT", 600, min_value=5)
 EVENTS_MAX_BODY_BYTES = env_int("EVENTS_MAX_BODY_BYTES", 4 << 20, min_value=1024)
 EVENTS_MAX_DECODED_BYTES = env_int("EVENTS_MAX_DECODED_BYTES", 32 << 20, min_value=1024)
 EVENTS_MAX_LINES = env_int("EVENTS_MAX_LINES", 5000, min_value=1)
+# POST /trackio/api/<call> (trackio's client, docs/trackio.md): uncompressed JSON, so
+# the limit of a decompressed events body; entries of one bulk call.
+TRACKIO_MAX_BODY_BYTES = env_int("TRACKIO_MAX_BODY_BYTES", 32 << 20, min_value=1024)
+TRACKIO_MAX_ENTRIES = env_int("TRACKIO_MAX_ENTRIES", 5000, min_value=1)
 # Any other request body (dashboard.site.limits: counted as it streams in, before
 # authentication); a body that has not arrived after this many seconds is refused 408.
 REQUEST_MAX_BODY_BYTES = env_int("REQUEST_MAX_BODY_BYTES", 2 << 20, min_value=1024)

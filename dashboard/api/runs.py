@@ -25,8 +25,11 @@ def list_runs(
     request: HttpRequest,
     limit: int = Query(50, ge=1, le=500),
     offset: int = Query(0, ge=0, le=MAX_INT),
+    group: str | None = Query(None, max_length=200, description="A run group."),
 ):
     runs = services.visible_runs(request.user)
+    if group:
+        runs = runs.filter(group=services.check_text("group", group))
     return {
         "count": runs.count(),
         "runs": [run_dict(r) for r in runs[offset : offset + limit]],

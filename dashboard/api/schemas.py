@@ -29,6 +29,7 @@ class RunOut(Schema):
     error: str
     external: bool
     framework: str
+    group: str
     parent: UUID | None
     created_at: datetime
     started_at: datetime | None

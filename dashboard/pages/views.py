@@ -133,6 +133,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
             "statuses": ["active", *RunStatus.values],
             "presets": catalog.preset_choices(),
             "envs": catalog.env_names(),
+            "groups": run_reads.groups_of(services.visible_runs(request.user)),
             "sorts": [
                 ("new", "newest"),
                 ("old", "oldest"),

@@ -44,7 +44,7 @@ SORTS = {
 }
 
 
-TEXT_FILTERS = ("q", "algorithm", "env")
+TEXT_FILTERS = ("q", "group", "algorithm", "env")
 
 
 def check_filters(params: Any) -> None:
@@ -65,6 +65,9 @@ def filter_runs(runs: QuerySet[Run], params: Any) -> QuerySet[Run]:
     q = (params.get("q") or "").strip()
     if q:
         runs = runs.filter(Q(name__icontains=q) | Q(owner__username__icontains=q))
+    group = params.get("group") or ""
+    if group:
+        runs = runs.filter(group=group)
     status = params.get("status") or ""
     if status == "active":
         runs = runs.filter(status__in=ACTIVE_STATUSES)
@@ -91,6 +94,12 @@ def filter_runs(runs: QuerySet[Run], params: Any) -> QuerySet[Run]:
     )
     sort = params.get("sort") or "new"
     return runs.order_by(*SORTS.get(sort, SORTS["new"]))
+
+
+def groups_of(runs: QuerySet[Run]) -> list[str]:
+    """The run groups among ``runs`` (a trackio project is one), sorted."""
+    names = runs.exclude(group="").order_by().values_list("group", flat=True)
+    return sorted(set(names.distinct()))
 
 
 # --- one run -------------------------------------------------------------------------
@@ -164,6 +173,7 @@ def run_dict(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "error": run.error,
         "external": run.external,
         "framework": run.framework,
+        "group": run.group,
         "parent": run.parent_id,
         "created_at": run.created_at,
         "started_at": run.started_at,

@@ -33,6 +33,7 @@ from django.conf import settings
 
 _EVENTS = re.compile(r"^/api/runs/[^/]+/events/?$")
 _UPLOADS = ("/datasets/",)
+_TRACKIO = "/trackio/"
 _MULTIPART_SLACK = 64 << 10  # form fields and boundaries around an uploaded file
 
 
@@ -40,6 +41,8 @@ def body_limit(path: str) -> int:
     """The most bytes a request to ``path`` may carry."""
     if _EVENTS.match(path):
         return settings.EVENTS_MAX_BODY_BYTES
+    if path.startswith(_TRACKIO):
+        return settings.TRACKIO_MAX_BODY_BYTES
     if path.startswith(_UPLOADS):
         return settings.DATASET_MAX_UPLOAD_BYTES + _MULTIPART_SLACK
     return settings.REQUEST_MAX_BODY_BYTES

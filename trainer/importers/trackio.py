@@ -1,0 +1,381 @@
+"""trackio's logged values -> our events (checked against ``trackio==0.43.0``).
+
+What a trackio client logs (``trackio.Run.log``, after ``utils.serialize_values``):
+numbers (non-finite ones as ``"NaN"``, ``"Infinity"``, ``"-Infinity"``) and objects with
+a ``_type``: ``trackio.table`` (``{"_value": [row, ...]}``, a row a column -> value dict),
+``trackio.trace`` (``{"messages", "metadata", "spans"}``, OpenAI-style messages; a list
+of them under one key), and histograms, markdown and media, which have no place here.
+
+Who logs through trackio, and how their names map (docs/trackio.md):
+
+* TRL (``report_to="trackio"``): transformers' ``TrackioCallback`` logs TRL's values with
+  a ``train/`` prefix plus ``train/global_step``, without a step; the prefix is dropped
+  and the global step is the step, as :mod:`trainer.integrations.trl` does, so the two
+  ways of reporting a TRL run give the same names and steps. ``GRPOTrainer`` with
+  ``log_completions=True`` logs a ``completions`` table: ``step``, ``prompt``,
+  ``completion``, a column per reward function, extra columns, ``advantage``.
+* verl (``trainer.logger=['trackio']``): its names, plus ours
+  (:func:`trainer.importers.verl.map_metrics`), at verl's global step.
+* anyone else: the numbers under their own names, at trackio's step.
+
+Pure: no Django; the dashboard's ``runs.trackio`` finds the run and stores the events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trainer.importers.shapes import (
+    chat_text,
+    group_by_prompt,
+    grpo_advantages,
+    task_id_for,
+    text_segment,
+    text_trajectory,
+)
+from trainer.importers.verl import map_metrics
+
+TABLE, TRACE = "trackio.table", "trackio.trace"
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+MAX_FACT_TEXT = 2000
+# Keys trackio adds to a run's config (``Run.__init__``): not the trainer's.
+INTERNAL_CONFIG_KEYS = ("_Username", "_Created", "_Group")
+
+
+def detect_framework(config: Mapping[str, Any] | None) -> str:
+    """What produced a run, from its config: a ``framework`` string it states, else
+    ``trl`` for a TRL config (``GRPOConfig``: ``num_generations`` and ``report_to``),
+    ``verl`` for a verl one (``actor_rollout_ref`` and ``algorithm``), else ``trackio``."""
+    config = config or {}
+    stated = config.get("framework")
+    if isinstance(stated, str) and 1 <= len(stated.strip()) <= 64:
+        return stated.strip()
+    if "num_generations" in config and "report_to" in config:
+        return "trl"
+    if "actor_rollout_ref" in config and "algorithm" in config:
+        return "verl"
+    return "trackio"
+
+
+def trainer_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The run's config without the keys trackio itself adds."""
+    return {k: v for k, v in (config or {}).items() if k not in INTERNAL_CONFIG_KEYS}
+
+
+def number(value: Any) -> float | None:
+    """A logged number as a float (the non-finite strings too); None if not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return NON_FINITE.get(value)
+    return None
+
+
+def is_table(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("_type") == TABLE
+
+
+def traces_in(value: Any) -> list[dict[str, Any]]:
+    """The traces a logged value holds: one, a list of them, or none."""
+    if isinstance(value, dict) and value.get("_type") == TRACE:
+        return [value]
+    if isinstance(value, list) and all(
+        isinstance(v, dict) and v.get("_type") == TRACE for v in value
+    ):
+        return list(value)
+    return []
+
+
+def step_of(metrics: Mapping[str, Any], step: Any, framework: str) -> int:
+    """The training step of a logged entry: TRL's ``train/global_step`` when it is
+    there, else the step trackio sent (its counter, or verl's global step)."""
+    if framework == "trl":
+        global_step = metrics.get("train/global_step")
+        if isinstance(global_step, int) and not isinstance(global_step, bool):
+            return global_step
+    return step
+
+
+def step_metrics(metrics: Mapping[str, Any], framework: str) -> dict[str, float]:
+    """The entry's numbers under our names (tables, traces, media left out)."""
+    values = {}
+    for key, value in metrics.items():
+        x = value if type(value) is float else number(value)
+        if x is not None:
+            values[key] = x
+    if framework == "trl":
+        values.pop("train/global_step", None)
+        return {key.removeprefix("train/"): v for key, v in values.items()}
+    if framework == "verl":
+        return map_metrics(values)
+    return values
+
+
+# --- TRL's completions table ---------------------------------------------------------
+BASE_COLUMNS = ("step", "prompt", "completion", "advantage")
+
+
+def is_completions(rows: Any) -> bool:
+    return (
+        isinstance(rows, list)
+        and bool(rows)
+        and all(
+            isinstance(r, dict) and "prompt" in r and "completion" in r for r in rows
+        )
+    )
+
+
+def table_events(
+    step: int,
+    rows: list[dict[str, Any]],
+    *,
+    weights: Sequence[float] | None = None,
+) -> list[dict[str, Any]]:
+    """A completions table -> trajectory events: number columns are the reward
+    components, the reward their sum (times ``weights``, the config's
+    ``reward_weights``, when they match), ``advantage`` TRL's (else GRPO's within the
+    group); siblings are rows with an identical prompt (:func:`place` numbers the
+    groups). A ``step`` column all rows agree on (TRL's global step) is the step."""
+    steps = {r.get("step") for r in rows}
+    if len(steps) == 1:
+        (only,) = steps
+        if isinstance(only, int) and not isinstance(only, bool) and only >= 0:
+            step = only
+    prompts = [chat_text(r.get("prompt", "")) for r in rows]
+    places = group_by_prompt(prompts)
+    names = [
+        k for k, v in rows[0].items() if k not in BASE_COLUMNS and number(v) is not None
+    ]
+    scale = (
+        list(weights) if weights and len(weights) == len(names) else [1.0] * len(names)
+    )
+    parts = [{n: number(r.get(n)) for n in names} for r in rows]
+    totals = [
+        sum(
+            w * v
+            for w, v in zip(scale, p.values(), strict=True)
+            if v is not None and not math.isnan(v)
+        )
+        for p in parts
+    ]
+    computed = grpo_advantages(totals, [g for g, _ in places])
+    events = []
+    for row in range(len(rows)):
+        given = number(rows[row].get("advantage"))
+        facts = {"source": "trackio"}
+        for key, value in rows[row].items():
+            if key not in BASE_COLUMNS and isinstance(value, str):
+                facts[key] = value[:MAX_FACT_TEXT]
+        events.append(
+            text_trajectory(
+                step=step,
+                group=0,
+                index=0,
+                prompt=prompts[row],
+                completion=chat_text(rows[row].get("completion", "")),
+                reward=totals[row],
+                components={n: v for n, v in parts[row].items() if v is not None},
+                advantage=computed[row] if given is None else given,
+                facts=facts,
+            )
+        )
+        events[-1].update(group=None, index=None)  # placed by place()
+    return events
+
+
+# --- traces --------------------------------------------------------------------------
+def _content(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", "")) if isinstance(part, dict) else str(part)
+            for part in content
+        )
+    return str(content)
+
+
+def _tool_calls(message: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(name, ``<tool_call>{json}</tool_call>``) of each OpenAI-style tool call."""
+    out = []
+    for call in message.get("tool_calls") or []:
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function") if isinstance(call.get("function"), dict) else call
+        name = str(fn.get("name", ""))
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            with contextlib.suppress(ValueError):  # not JSON: kept as the string
+                args = json.loads(args)
+        body = json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+        out.append((name, f"<tool_call>{body}</tool_call>"))
+    return out
+
+
+def trace_turns(messages: list[Any]) -> tuple[list[dict], list[dict], str]:
+    """(segments, agent steps, prompt text) of a trace's messages: those before the
+    first assistant message are the prompt; each assistant message opens a turn (its
+    text and tool calls the action), the messages after it are that turn's output."""
+    messages = [m for m in messages if isinstance(m, dict)]
+    first = next(
+        (i for i, m in enumerate(messages) if m.get("role") == "assistant"),
+        len(messages),
+    )
+    segments, prompt_lines = [], []
+    for m in messages[:first]:
+        role = str(m.get("role", "user"))
+        prompt_lines.append(f"{role}: {_content(m)}")
+        segments.append({**text_segment("prompt", _content(m)), "role": role})
+    steps: list[dict[str, Any]] = []
+    for m in messages[first:]:
+        role = str(m.get("role", ""))
+        text = _content(m)
+        if role == "assistant":
+            calls = _tool_calls(m)
+            action = "\n".join([text, *(c for _, c in calls)]).strip("\n")
+            turn = len(steps)
+            seg = {**text_segment("action", action), "turn": turn, "role": "assistant"}
+            segments.append(seg)
+            steps.append(
+                {
+                    "index": turn,
+                    "tool": calls[0][0] if calls else "",
+                    "ok": True,
+                    "action": action,
+                    "observation": "",
+                    "facts": {},
+                }
+            )
+            continue
+        seg = {**text_segment("tool", text), "turn": len(steps) - 1, "role": role}
+        seg["mask"] = "tool"
+        segments.append(seg)
+        steps[-1]["observation"] = "\n".join(
+            filter(None, [steps[-1]["observation"], text])
+        )
+    return segments, steps, "\n".join(prompt_lines)
+
+
+def _whole(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def trace_events(step: int, traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Traces -> trajectory events, with the turns and tool calls of their messages;
+    ``metadata`` gives ``reward``, ``rewards`` (components), ``advantage``, ``group``
+    and ``index`` (whole numbers), ``model_version`` and any other plain value (facts)
+    where present. ``group``/``index`` not given are None: :func:`place` chooses them
+    (siblings: the same prompt at the same step)."""
+    events = []
+    for trace in traces:
+        segments, steps, prompt = trace_turns(list(trace.get("messages") or []))
+        meta = trace.get("metadata") if isinstance(trace.get("metadata"), dict) else {}
+        reward = number(meta.get("reward"))
+        parts = meta.get("rewards") if isinstance(meta.get("rewards"), dict) else {}
+        components = {
+            str(k): number(v) for k, v in parts.items() if number(v) is not None
+        }
+        facts: dict[str, Any] = {"source": "trackio"}
+        for key, value in meta.items():
+            if key in ("reward", "rewards", "advantage", "index"):
+                continue
+            if key == "group" and _whole(value) is not None:
+                continue
+            if isinstance(value, str):
+                facts[key] = value[:MAX_FACT_TEXT]
+            elif isinstance(value, (int, float, bool)) or value is None:
+                facts[key] = value
+        events.append(
+            {
+                "type": "trajectory",
+                "step": int(step),
+                "group": _whole(meta.get("group")),
+                "index": _whole(meta.get("index")),
+                "task_id": task_id_for(prompt),
+                "dropped": False,
+                "reward": reward,
+                "advantage": number(meta.get("advantage")),
+                "rewards": {"total": reward, "components": components, "per_step": {}},
+                "num_turns": len(steps),
+                "length": 0,
+                "truncated": False,
+                "facts": facts,
+                "steps": steps,
+                "segments": segments,
+            }
+        )
+    return events
+
+
+def place(
+    events: list[dict[str, Any]], taken: dict[int, list[tuple[int, int, str]]]
+) -> list[dict[str, Any]]:
+    """Give the trajectories without a ``group`` or ``index`` theirs, beside the
+    (group, index, task_id) already ``taken`` at their step (updated): the group of a
+    sibling with the same prompt (task id), else a new group; the next free index."""
+    for ev in events:
+        if ev.get("type") != "trajectory":
+            continue
+        rows = taken.setdefault(ev["step"], [])
+        if ev["group"] is None:
+            same = [g for g, _, task in rows if task == ev["task_id"]]
+            ev["group"] = (
+                same[0] if same else 1 + max((g for g, _, _ in rows), default=-1)
+            )
+        if ev["index"] is None:
+            used = [i for g, i, _ in rows if g == ev["group"]]
+            ev["index"] = 1 + max(used, default=-1)
+        rows.append((ev["group"], ev["index"], ev["task_id"]))
+    return events
+
+
+def entry_events(
+    metrics: Mapping[str, Any],
+    step: int,
+    framework: str,
+    *,
+    weights: Sequence[float] | None = None,
+) -> list[dict[str, Any]]:
+    """One ``bulk_log`` entry -> its ``step`` event (if it has numbers) and the
+    trajectories of its completions tables and traces, at the entry's step (those of
+    traces still to :func:`place`)."""
+    step = step_of(metrics, step, framework)
+    events: list[dict[str, Any]] = []
+    values = step_metrics(metrics, framework)
+    if values:
+        events.append({"type": "step", "step": step, "metrics": values})
+    for value in metrics.values():
+        if not isinstance(value, (dict, list)):
+            continue
+        if is_table(value) and is_completions(value.get("_value")):
+            events.extend(table_events(step, value["_value"], weights=weights))
+        else:
+            events.extend(trace_events(step, traces_in(value)))
+    return events
+
+
+def alert_event(entry: Mapping[str, Any], step: int) -> dict[str, Any]:
+    """A ``bulk_alert`` entry -> an ``alert`` event (``trackio:<title>``)."""
+    title = str(entry.get("title") or "alert")
+    level = str(entry.get("level") or "warn").lower()
+    severity = {"warn": "warning", "warning": "warning", "error": "error"}.get(
+        level, "info"
+    )
+    text = entry.get("text")
+    return {
+        "type": "alert",
+        "step": step,
+        "detector": f"trackio:{title}"[:64],
+        "severity": severity,
+        "message": str(text if text is not None else title)[:10_000],
+        "evidence": {"source": "trackio", "title": title[:200]},
+    }
