@@ -415,6 +415,10 @@ class Dataset(models.Model):
     prompt_key = models.CharField(max_length=64, default="prompt")
     answer_key = models.CharField(max_length=64, default="answer")
     size = models.BigIntegerField()
+    # The first rows as text, columns and their types, kept at upload so showing
+    # them never parses the file (dashboard.library.previews); None: stored before
+    # previews were kept, computed on first view.
+    preview = models.JSONField(null=True, blank=True, default=None)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

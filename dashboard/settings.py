@@ -271,6 +271,19 @@ MODEL_ROOTS = _roots("MODEL_ROOTS", VAR_DIR / "models")
 DATA_ROOTS = _roots("DATA_ROOTS", VAR_DIR / "data")
 # Uploads on /datasets/ land in <first data root>/uploads/<user id>/.
 DATASET_MAX_UPLOAD_BYTES = env_int("DATASET_MAX_UPLOAD_BYTES", 50 << 20, min_value=1)
+# One row of an upload, checked before it is parsed (dashboard.library.dataset_limits);
+# the maxima are the trainer's own (trainer.envs.row_limits.TRAINER_LIMITS), so a run
+# reads whatever an upload accepted.
+DATASET_MAX_ROW_BYTES = env_int(
+    "DATASET_MAX_ROW_BYTES", 1 << 20, min_value=64, max_value=16 << 20
+)
+DATASET_MAX_ROW_DEPTH = env_int("DATASET_MAX_ROW_DEPTH", 32, min_value=2, max_value=256)
+DATASET_MAX_ROW_VALUES = env_int(
+    "DATASET_MAX_ROW_VALUES", 100_000, min_value=4, max_value=1_000_000
+)
+DATASET_MAX_ROWS = env_int(
+    "DATASET_MAX_ROWS", 100_000, min_value=1, max_value=10_000_000
+)
 # The new-run form's model picker rescans the model roots at most this often.
 MODEL_SCAN_SECONDS = env_int("MODEL_SCAN_SECONDS", 30, min_value=0)
 

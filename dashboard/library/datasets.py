@@ -2,20 +2,20 @@
 
 An upload is written under a temporary name in the owner's folder
 (``<first data root>/uploads/<user id>/``, :func:`dashboard.library.roots.uploads_dir`),
-validated with the trainer's own reader (:func:`trainer.envs.dataset_files.read_rows`,
-so the first bad line is reported with its number exactly as a run would), and only
-then renamed into place and recorded: a refused upload leaves nothing behind. Every
-dataset is its owner's alone; anyone else gets a 404.
+validated one row at a time with the trainer's own reader
+(:func:`trainer.envs.dataset_files.iter_records`, so the first bad line is reported with
+its number exactly as a run would), each row held to the upload limits before it is
+parsed (:mod:`dashboard.library.dataset_limits`), and only then renamed into place and
+recorded with its preview (:mod:`dashboard.library.previews`): a refused upload leaves
+nothing behind, and the file a run reads is the one that was checked. Every dataset is
+its owner's alone; anyone else gets a 404.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 import re
 import uuid
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,10 @@ from django.http import Http404
 
 from dashboard.errors import Conflict, ServiceError
 from dashboard.library import roots
+from dashboard.library.dataset_limits import refusal, size_text, upload_limits
+from dashboard.library.previews import PREVIEW_ROWS, build_preview
 from dashboard.models import Dataset
 
-PREVIEW_ROWS = 5
-PREVIEW_CHARS = 300
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -100,8 +100,6 @@ def do_upload_dataset(
     answer_key: str = "answer",
 ) -> Dataset:
     """Validate and store ``upload`` (a Django ``UploadedFile``) for ``user``."""
-    from trainer.envs.dataset_files import DatasetError, read_rows
-
     if upload is None:
         raise ServiceError("file: choose a file to upload")
     check_upload_size(upload.size)
@@ -117,26 +115,18 @@ def do_upload_dataset(
     final = folder / filename
     try:
         size = _write(upload, tmp)
-        try:
-            rows = read_rows(
-                str(tmp), fmt=fmt, prompt_key=prompt_key, answer_key=answer_key
-            )
-        except DatasetError as exc:
-            msg = str(exc).replace(repr(str(tmp)), repr(filename))
-            raise ServiceError(re.sub(r"^path: ", "file: ", msg)) from None
-        except (UnicodeDecodeError, csv.Error) as exc:
-            raise ServiceError(f"file: cannot be read as {fmt} text ({exc})") from None
-        fields = first_fields(tmp, fmt)
+        rows, first = check_rows(tmp, filename, fmt, prompt_key, answer_key)
         with transaction.atomic():
             ds = Dataset.objects.create(
                 owner=user,
                 name=filename,
                 path=str(final),
-                rows=len(rows),
-                fields=fields,
+                rows=rows,
+                fields=[str(k) for k in first[0]][:64] if first else [],
                 prompt_key=prompt_key,
                 answer_key=answer_key,
                 size=size,
+                preview=build_preview(first),
             )
             os.replace(tmp, final)
     except IntegrityError:
@@ -144,6 +134,28 @@ def do_upload_dataset(
     finally:
         tmp.unlink(missing_ok=True)
     return ds
+
+
+def check_rows(
+    path: Path, filename: str, fmt: str, prompt_key: str, answer_key: str
+) -> tuple[int, list[dict[str, Any]]]:
+    """(rows, the first ones as parsed) of the file at ``path``, read one row at a
+    time by the trainer's own reader under the upload limits; the first bad row, or
+    one over a limit, is a :class:`ServiceError` naming its line."""
+    from trainer.envs.dataset_files import DatasetError, iter_records, row_of
+
+    rows, first = 0, []
+    try:
+        for line, raw in iter_records(str(path), fmt=fmt, limits=upload_limits()):
+            row_of(line, raw, prompt_key, answer_key, None, fmt)
+            rows += 1
+            if len(first) < PREVIEW_ROWS:
+                first.append(raw)
+    except DatasetError as exc:
+        raise ServiceError(refusal(exc, str(path), filename)) from None
+    if not rows:
+        raise ServiceError(f"file: {filename!r} holds no rows")
+    return rows, first
 
 
 def _write(upload: Any, dest: Path) -> int:
@@ -165,46 +177,3 @@ def do_delete_dataset(ds: Dataset) -> None:
     ):
         path.unlink(missing_ok=True)
     ds.delete()
-
-
-def _raw_records(path: Path, fmt: str) -> Any:
-    if fmt == "jsonl":
-        with path.open(encoding="utf-8") as fh:
-            for text in fh:
-                if text.strip():
-                    yield json.loads(text)
-    elif fmt == "csv":
-        with path.open(encoding="utf-8", newline="") as fh:
-            yield from csv.DictReader(fh)
-    else:
-        import pyarrow.parquet as pq
-
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=PREVIEW_ROWS):
-            yield from batch.to_pylist()
-
-
-def first_fields(path: Path, fmt: str) -> list[str]:
-    for record in _raw_records(path, fmt):
-        return [str(k) for k in record][:64] if isinstance(record, dict) else []
-    return []
-
-
-def preview(ds: Dataset) -> tuple[list[str], list[list[str]]]:
-    """(columns, the first rows as text): shown escaped by the template."""
-    path = Path(ds.path)
-    fmt = formats().get(path.suffix.lower(), "jsonl")
-    try:
-        records = [r for r in islice(_raw_records(path, fmt), PREVIEW_ROWS)]
-    except (OSError, ValueError, csv.Error):
-        return [], []
-    columns = list(dict.fromkeys(str(k) for r in records for k in r))[:16]
-    return columns, [[_cell(r.get(c)) for c in columns] for r in records]
-
-
-def _cell(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
-
-
-def size_text(n: int) -> str:
-    return f"{n / (1 << 20):g} MB" if n >= 1 << 20 else f"{n} bytes"

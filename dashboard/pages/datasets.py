@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from dashboard.library import datasets as ds
+from dashboard.library import previews
 from dashboard.pages.csp import csp
 from dashboard.runs.services import ServiceError
 
@@ -54,7 +55,7 @@ def dataset_list(request: HttpRequest) -> HttpResponse:
 @csp
 def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
     row = ds.get_dataset_for_user(request.user, dataset_id)
-    columns, rows = ds.preview(row)
+    preview = previews.preview_of(row)
     use = (
         reverse("pages:run_new")
         + "?"
@@ -63,7 +64,7 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
     return render(
         request,
         "pages/dataset.html",
-        {"dataset": row, "columns": columns, "rows": rows, "use_url": use},
+        {"dataset": row, "preview": preview, "use_url": use},
     )
 
 

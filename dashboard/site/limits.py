@@ -15,7 +15,12 @@ Two layers, one rule (:func:`body_limit`, the most a path may receive):
   rule while the body arrives: over the declared length it answers 413 at the headers,
   counts the bytes of a chunked body, and answers 408 when a body has not finished
   within the timeout (a slow or idle sender). :mod:`dashboard.asgi` installs it when
-  it runs under Daphne.
+  it runs under Daphne. It also keeps two copies of a body out of memory: Twisted's
+  own parse of a form body (the whole body read and run through the email parser,
+  for ``request.args`` that Daphne never reads: about twelve times a 48 MB upload),
+  and Daphne's queue of every chunk of the body at once. Only the first chunk is
+  queued, with a reference to the rest (the temporary file Twisted wrote,
+  :data:`REST`); :class:`BodyLimit` reads the rest from it as the app asks.
 
 Every refusal is JSON, ``{"errors": ["body: ..."], "limit": N}``, with
 ``Connection: close``; the reverse proxy should refuse large bodies too (README).
@@ -35,6 +40,10 @@ _EVENTS = re.compile(r"^/api/runs/[^/]+/events/?$")
 _UPLOADS = ("/datasets/",)
 _TRACKIO = "/trackio/"
 _MULTIPART_SLACK = 64 << 10  # form fields and boundaries around an uploaded file
+# Key of the first body message under Daphne: (the body's file, where the rest
+# starts, where it ends), read by _Guard (install_daphne_limits).
+REST = "dashboard.body_rest"
+_REST_CHUNK = 64 << 10
 
 
 def body_limit(path: str) -> int:
@@ -114,24 +123,44 @@ class _Guard:
         self.seen = 0
         self.refused = False
         self.complete = False
+        self._rest: list[Any] | None = None
 
     async def receive(self) -> dict[str, Any]:
         if self.refused:
             return {"type": "http.disconnect"}
         if self.complete:
             return await self._receive()
-        try:
-            message = await asyncio.wait_for(
-                self._receive(), timeout=settings.REQUEST_BODY_TIMEOUT_S
-            )
-        except TimeoutError:
-            return await self._stop(408)
+        if self._rest is not None:
+            message = self._read_rest()
+        else:
+            try:
+                message = await asyncio.wait_for(
+                    self._receive(), timeout=settings.REQUEST_BODY_TIMEOUT_S
+                )
+            except TimeoutError:
+                return await self._stop(408)
+            if REST in message:
+                message = dict(message)
+                self._rest = list(message.pop(REST))
         if message["type"] == "http.request":
             self.seen += len(message.get("body", b""))
             if self.seen > self.limit:
                 return await self._stop(413)
             self.complete = not message.get("more_body", False)
         return message
+
+    def _read_rest(self) -> dict[str, Any]:
+        """The next chunk of a body Daphne left in its file (the whole body has
+        arrived: reading it does not wait on the client)."""
+        content, start, end = self._rest
+        try:
+            content.seek(start)
+            chunk = content.read(min(_REST_CHUNK, end - start))
+        except (OSError, ValueError):  # closed: the client went away
+            return {"type": "http.disconnect"}
+        self._rest[1] = start + len(chunk)
+        more = bool(chunk) and start + len(chunk) < end
+        return {"type": "http.request", "body": chunk, "more_body": more}
 
     async def _stop(self, status: int) -> dict[str, Any]:
         self.refused = True
@@ -165,6 +194,20 @@ def _bounded_request(base: type) -> type:
         bounded = True
         _refused = False
         _deadline = None
+        _app_queue = None
+
+        def __init__(self, *args, **kwargs):
+            # Daphne never reads Twisted's parse of a form body (request.args).
+            kwargs["parsePOSTFormSubmission"] = False
+            super().__init__(*args, **kwargs)
+
+        @property
+        def application_queue(self):
+            return self._app_queue
+
+        @application_queue.setter
+        def application_queue(self, queue):
+            self._app_queue = None if queue is None else _FirstChunk(queue, self)
 
         def gotLength(self, length):  # noqa: N802 - Twisted's name
             path = (getattr(self.channel, "_path", b"") or b"").split(b"?", 1)[0]
@@ -215,3 +258,29 @@ def _bounded_request(base: type) -> type:
                 transport.loseConnection()
 
     return BoundedWebRequest
+
+
+class _FirstChunk:
+    """Daphne's side of an app's queue: it queues the body's first chunk with a
+    reference to the rest (:data:`REST`) and drops the chunks Daphne reads after
+    it, which :class:`_Guard` reads back from the file one at a time."""
+
+    def __init__(self, queue: asyncio.Queue, request: Any) -> None:
+        self.queue, self.request = queue, request
+        self.dropping = False
+        self.started = False
+
+    def put_nowait(self, message: dict[str, Any]) -> None:
+        if message["type"] != "http.request":
+            self.queue.put_nowait(message)
+        elif self.dropping:
+            self.dropping = message.get("more_body", False)
+        elif not self.started:
+            self.started = True
+            if message.get("more_body"):
+                # Left at its end, Daphne's next read is empty and it stops.
+                content = self.request.content
+                start = content.tell()
+                message = {**message, REST: (content, start, content.seek(0, 2))}
+                self.dropping = True
+            self.queue.put_nowait(message)

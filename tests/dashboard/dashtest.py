@@ -63,6 +63,47 @@ def service_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def embedded_env(var: Path, **extra: str) -> dict[str, str]:
+    """The environment of an embedded server (SQLite under ``var``, no Redis)."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}
+    }
+    env.update({"DASHBOARD_VAR_DIR": str(var), "ALLOWED_HOSTS": "127.0.0.1"})
+    env.update(extra)
+    return env
+
+
+@contextlib.contextmanager
+def embedded_daphne(env: dict[str, str]):
+    """A real Daphne serving ``dashboard.asgi`` with ``env``: ``(port, psutil
+    process)``, killed on exit."""
+    import psutil
+
+    port = free_port()
+    cmd = [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    proc = subprocess.Popen(
+        [*cmd, "dashboard.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            raise RuntimeError("daphne did not start")
+        yield port, psutil.Process(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 class Procs:
     """Subprocesses started by a test; all killed (group-wide) at teardown."""
 

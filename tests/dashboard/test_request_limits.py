@@ -5,20 +5,17 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
+from dashtest import embedded_daphne, embedded_env
 
-from dashboard.site.limits import BodyLimit, body_limit
+from dashboard.site.limits import REST, BodyLimit, _FirstChunk, _Guard, body_limit
 
-ROOT = Path(__file__).resolve().parents[2]
 MB = 1 << 20
 
 
@@ -124,47 +121,11 @@ def test_the_limit_follows_the_path(settings):
 # --- a real Daphne server --------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def daphne(tmp_path_factory):
-    port = _free_port()
-    var = tmp_path_factory.mktemp("var")
-    env = {
-        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}
-    }
-    env.update(
-        {
-            "DASHBOARD_VAR_DIR": str(var),
-            "ALLOWED_HOSTS": "127.0.0.1",
-            "REQUEST_BODY_TIMEOUT_S": "2",
-        }
-    )
-    cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-    proc = subprocess.Popen(
-        [*cmd, "dashboard.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("daphne did not start")
-    yield port, psutil.Process(proc.pid)
-    proc.kill()
-    proc.wait()
+    env = embedded_env(tmp_path_factory.mktemp("var"), REQUEST_BODY_TIMEOUT_S="2")
+    with embedded_daphne(env) as server:
+        yield server
 
 
 def _head(path: str, length: int | None, extra: str = "") -> bytes:
@@ -250,3 +211,68 @@ def test_daphne_answers_a_stalled_body_408(daphne):
     sock.close()
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
     assert 1.5 < time.monotonic() - start < 6
+
+
+# --- Daphne's body handed over by reference ------------------------------------------
+
+
+class _Request:
+    def __init__(self, body: bytes):
+        self.content = io.BytesIO(body)  # Twisted's, for a small body
+
+
+def _daphne_queue(body: bytes, buffer: int = 8192):
+    """What Daphne's ``process`` puts in an app's queue, through ``_FirstChunk``."""
+    queue, request = asyncio.Queue(), _Request(body)
+    first = _FirstChunk(queue, request)
+    while True:  # Daphne's loop: a short read is the last chunk
+        chunk = request.content.read(buffer)
+        more = len(chunk) == buffer
+        first.put_nowait({"type": "http.request", "body": chunk, "more_body": more})
+        if not more:
+            break
+    return queue, request
+
+
+@pytest.mark.parametrize("size", [0, 100, 8192, 3 * 8192, 200_001])
+def test_under_daphne_only_the_first_chunk_is_queued_and_the_rest_read_from_the_file(
+    settings, size
+):
+    settings.REQUEST_MAX_BODY_BYTES = 1 * MB
+    body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    queue, request = _daphne_queue(body)
+    assert queue.qsize() == 1  # not one message per chunk
+    request.content.seek(0)  # Daphne is done with the file; the guard seeks itself
+
+    received = []
+
+    async def app(scope, receive, send):
+        while True:
+            message = await receive()
+            received.append(message)
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    async def send(message):
+        pass
+
+    scope = {"type": "http", "path": "/api/runs/external", "headers": []}
+    asyncio.run(BodyLimit(app)(scope, queue.get, send))
+    assert b"".join(m["body"] for m in received) == body
+    assert all(REST not in m for m in received)
+    assert max(len(m["body"]) for m in received) <= 64 << 10
+
+
+def test_under_daphne_a_disconnect_still_reaches_the_app_and_a_closed_file_is_one():
+    queue, request = _daphne_queue(b"y" * 20_000)
+    guard = _Guard(queue.get, None, 1 * MB)
+
+    async def run():
+        first = await guard.receive()
+        request.content.close()  # Twisted cleaned up: the client went away
+        return first, await guard.receive()
+
+    first, after = asyncio.run(run())
+    assert first["body"] == b"y" * 8192 and first["more_body"]
+    assert after == {"type": "http.disconnect"}

@@ -4,6 +4,9 @@ A row's prompt is a string or a list of chat messages (``{"role", "content"}``);
 answer is a string (a number is turned into its text). The first bad row is reported
 with its line (or row) number and the field at fault; nothing here guesses. Parquet
 needs ``pyarrow`` (optional: a clear error names it when it is missing).
+
+Files are read a record at a time, each held to :class:`~trainer.envs.row_limits.RowLimits`
+before it is parsed (:func:`iter_records`); :func:`read_rows` keeps the validated rows.
 """
 
 from __future__ import annotations
@@ -11,16 +14,23 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from trainer.envs.row_limits import (
+    TRAINER_LIMITS,
+    DatasetError,
+    Lines,
+    RowLimitError,
+    RowLimits,
+    check_json_shape,
+    check_value_shape,
+)
+
 ROLES = ("system", "user", "assistant", "tool")
 FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
-
-
-class DatasetError(ValueError):
-    """A dataset that cannot be read; the message starts with the field at fault."""
+_PARQUET_BATCH = 64  # rows converted to Python at a time
 
 
 @dataclass(frozen=True)
@@ -42,8 +52,23 @@ def read_rows(
     answer_key: str = "answer",
     id_key: str | None = None,
     max_rows: int = 1_000_000,
+    limits: RowLimits = TRAINER_LIMITS,
 ) -> list[Row]:
     """Every row of the file, validated; raises :class:`DatasetError`."""
+    fmt = file_format(path, fmt)
+    limits = replace(limits, max_rows=min(max_rows, limits.max_rows))
+    rows = [
+        row_of(line, raw, prompt_key, answer_key, id_key, fmt)
+        for line, raw in iter_records(path, fmt=fmt, limits=limits)
+    ]
+    if not rows:
+        raise DatasetError(f"path: {path!r} holds no rows")
+    return rows
+
+
+def file_format(path: str, fmt: str = "auto") -> str:
+    """``fmt``, or for ``auto`` the format the extension names; the path must be a
+    file."""
     p = Path(path)
     if not p.is_file():
         raise DatasetError(f"path: {path!r} is not a file")
@@ -54,42 +79,80 @@ def read_rows(
                 f"format: cannot tell the format of {p.name!r} from its extension "
                 "(.jsonl, .parquet, .csv); set format"
             )
-    reader = {"jsonl": _jsonl, "csv": _csv, "parquet": _parquet}[fmt]
-    rows = []
-    for line, raw in reader(p):
-        if len(rows) >= max_rows:
-            raise DatasetError(f"path: more than max_rows={max_rows} rows")
-        rows.append(_row(line, raw, prompt_key, answer_key, id_key, fmt))
-    if not rows:
-        raise DatasetError(f"path: {path!r} holds no rows")
-    return rows
+    return fmt
+
+
+def iter_records(
+    path: str, *, fmt: str, limits: RowLimits = TRAINER_LIMITS
+) -> Iterator[tuple[int, Any]]:
+    """``(line or row number, the record as parsed)``, one at a time, each checked
+    against ``limits`` before it is parsed (:mod:`trainer.envs.row_limits`)."""
+    p = Path(path)
+    if fmt == "parquet":
+        records = _parquet(p, limits)
+    else:
+        records = (_jsonl if fmt == "jsonl" else _csv)(p, limits)
+    for count, (line, raw) in enumerate(records, 1):
+        if count > limits.max_rows:
+            raise RowLimitError(_where(fmt, line), "max_rows", limits.max_rows)
+        yield line, raw
 
 
 def _where(fmt: str, line: int) -> str:
     return f"row {line}" if fmt == "parquet" else f"line {line}"
 
 
-def _jsonl(p: Path) -> Iterator[tuple[int, Any]]:
-    with p.open(encoding="utf-8") as fh:
-        for n, text in enumerate(fh, 1):
-            if not text.strip():
+def _text(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(
+            f"path: {where} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
+
+
+def _jsonl(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
+    with p.open("rb") as fh:
+        lines = Lines(fh, limits)
+        for raw in lines:
+            lines.end_record()
+            if not raw.strip():
                 continue
+            where = f"line {lines.line}"
+            check_json_shape(raw, where, limits)
             try:
-                yield n, json.loads(text)
+                yield lines.line, json.loads(_text(raw, where))
             except json.JSONDecodeError as exc:
                 raise DatasetError(
-                    f"path: line {n} is not valid JSON ({exc.msg})"
+                    f"path: {where} is not valid JSON ({exc.msg})"
                 ) from None
 
 
-def _csv(p: Path) -> Iterator[tuple[int, Any]]:
-    with p.open(encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
-        for raw in reader:
-            yield reader.line_num, raw
+def _csv(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
+    with p.open("rb") as fh:
+        lines = Lines(fh, limits)
+        reader = csv.DictReader(_text(raw, f"line {lines.line}") for raw in lines)
+        try:
+            if reader.fieldnames is None:
+                return
+            lines.end_record()
+            for raw in reader:
+                lines.end_record()
+                fields = len(raw) + len(raw.get(None) or ())  # None: the extra ones
+                if fields > limits.max_row_values:
+                    where = f"line {reader.line_num}"
+                    raise RowLimitError(where, "max_row_values", limits.max_row_values)
+                yield reader.line_num, raw
+        except csv.Error as exc:
+            raise DatasetError(
+                f"path: line {lines.line} is not valid CSV ({exc})"
+            ) from None
 
 
-def _parquet(p: Path) -> Iterator[tuple[int, Any]]:
+def _parquet(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
+    """Rows of a Parquet file, a few at a time. Its metadata is checked first: the
+    row count, and each row group's decoded size against ``max_row_bytes`` a row on
+    average; each row's values and nesting once decoded."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -98,15 +161,37 @@ def _parquet(p: Path) -> Iterator[tuple[int, Any]]:
             "installed; install it or convert the file to JSONL or CSV"
         ) from None
     try:
-        table = pq.read_table(p)
+        pf = pq.ParquetFile(p)
     except Exception as exc:  # pyarrow raises its own error types
         raise DatasetError(f"path: not a readable Parquet file ({exc})") from None
-    yield from enumerate(table.to_pylist(), 1)
+    meta = pf.metadata
+    if meta.num_rows > limits.max_rows:
+        raise RowLimitError(f"row {limits.max_rows + 1}", "max_rows", limits.max_rows)
+    first = 1
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        if group.total_byte_size > max(group.num_rows, 1) * limits.max_row_bytes:
+            where = f"rows {first} to {first + group.num_rows - 1}"
+            raise RowLimitError(where, "max_row_bytes", limits.max_row_bytes)
+        first += group.num_rows
+    line = 0
+    try:
+        for batch in pf.iter_batches(batch_size=_PARQUET_BATCH):
+            for raw in batch.to_pylist():
+                line += 1
+                check_value_shape(raw, f"row {line}", limits)
+                yield line, raw
+    except (OSError, ValueError) as exc:  # pyarrow's errors derive from these
+        if isinstance(exc, DatasetError):
+            raise
+        raise DatasetError(f"path: row {line + 1} cannot be read ({exc})") from None
 
 
-def _row(
+def row_of(
     line: int, raw: Any, prompt_key: str, answer_key: str, id_key: str | None, fmt: str
 ) -> Row:
+    """The record at ``line`` as a :class:`Row`, or the :class:`DatasetError` naming
+    the field at fault."""
     where = _where(fmt, line)
     if not isinstance(raw, dict):
         raise DatasetError(f"path: {where} is not an object")
