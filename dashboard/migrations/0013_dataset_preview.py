@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('dashboard', '0011_trajectory_task_index'),
+        ('dashboard', '0012_run_group'),
     ]
 
     operations = [
