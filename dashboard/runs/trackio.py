@@ -181,6 +181,10 @@ def _taken(run: Run, steps: Iterable[int]) -> dict[int, list[tuple[int, int, str
 def _store(run: Run, events: list[dict[str, Any]], duplicates: int) -> dict[str, int]:
     if not events:
         return {"accepted": 0, "duplicates": duplicates}
+    if run.status in external.FINISH_STATUSES:
+        # trackio's client has neither a finish nor a reopen call: new entries for a
+        # run finished here (``POST /api/runs/<id>/finish``) are that run resumed.
+        run = external.do_reopen_external_run(run, run.owner)
     result = external.do_ingest_events(run, events)
     return {
         "accepted": result["accepted"],

@@ -117,6 +117,20 @@ def test_a_resent_batch_is_a_duplicate_by_its_log_ids(call, owner):
     assert MetricPoint.objects.filter(key="system/cpu").count() == 1
 
 
+def test_logging_again_to_a_run_finished_here_resumes_it(call, owner):
+    """trackio cannot reopen a run (nor finish one): a finished run that gets new
+    entries is reopened, while a re-sent entry changes nothing."""
+    logs = [entry({"loss": 0.5}, 0)]
+    call("bulk_log", {"logs": logs})
+    run = Run.objects.get(owner=owner, external_id=RUN_ID)
+    Run.objects.filter(pk=run.pk).update(status="succeeded")
+    assert call("bulk_log", {"logs": logs}).json()["data"]["duplicates"] == 1
+    assert Run.objects.get(pk=run.pk).status == "succeeded"
+    answer = call("bulk_log", {"logs": [entry({"loss": 0.4}, 1)]}).json()
+    assert answer["error"] is None and answer["data"]["accepted"] == 1
+    assert Run.objects.get(pk=run.pk).status == "running"
+
+
 def test_a_bad_entry_refuses_the_call_naming_it_and_stores_nothing(call):
     logs = [entry({"loss": 0.5}, 0), entry({"x" * 201: 1.0}, 1)]
     answer = call("bulk_log", {"logs": logs}).json()
