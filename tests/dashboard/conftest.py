@@ -11,9 +11,14 @@ not steal each other's tasks.
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+import time
 
+import psutil
 import pytest
-from dashtest import Procs, client_for
+from dashtest import ROOT, Procs, client_for
 
 
 # --- users and clients ------------------------------------------------------------------
@@ -170,3 +175,49 @@ def run(owner, tiny_config, enqueued):
     populate(r, range(1, 7))
     r.refresh_from_db()
     return r
+
+
+# --- a real Daphne server --------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def daphne(tmp_path_factory):
+    """A real Daphne serving ``dashboard.asgi`` on the embedded default (its own var/,
+    no DATABASE_URL or REDIS_URL): (port, its psutil.Process)."""
+    port = _free_port()
+    var = tmp_path_factory.mktemp("var")
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}
+    }
+    env.update(
+        {
+            "DASHBOARD_VAR_DIR": str(var),
+            "ALLOWED_HOSTS": "127.0.0.1",
+            "REQUEST_BODY_TIMEOUT_S": "2",
+        }
+    )
+    cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    proc = subprocess.Popen(
+        [*cmd, "dashboard.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("daphne did not start")
+    yield port, psutil.Process(proc.pid)
+    proc.kill()
+    proc.wait()

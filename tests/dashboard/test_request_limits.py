@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -124,47 +121,7 @@ def test_the_limit_follows_the_path(settings):
 # --- a real Daphne server --------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def daphne(tmp_path_factory):
-    port = _free_port()
-    var = tmp_path_factory.mktemp("var")
-    env = {
-        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}
-    }
-    env.update(
-        {
-            "DASHBOARD_VAR_DIR": str(var),
-            "ALLOWED_HOSTS": "127.0.0.1",
-            "REQUEST_BODY_TIMEOUT_S": "2",
-        }
-    )
-    cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-    proc = subprocess.Popen(
-        [*cmd, "dashboard.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("daphne did not start")
-    yield port, psutil.Process(proc.pid)
-    proc.kill()
-    proc.wait()
+# ``daphne``: the fixture in conftest.py (a real Daphne, module-wide).
 
 
 def _head(path: str, length: int | None, extra: str = "") -> bytes:
