@@ -1,7 +1,10 @@
 """The run page's websocket, and the per-process hub that fans frames out to it.
 
-At connect: anonymous users and runs that are not the user's are refused (close
-codes 4401 and 4404; a foreign Origin never gets here, see ``dashboard.asgi``). Then
+At connect: anonymous users and runs that are not the user's are refused with close
+codes 4401 and 4404. The handshake is accepted first and then closed with the code:
+a close before the accept is a handshake rejection, which servers answer with an
+HTTP 403 and browsers see as code 1006. (A foreign Origin never gets here, see
+``dashboard.asgi``: that handshake is rejected.) Then
 it sends a ``hello`` (status, last_step, frame_seq: where to backfill from) and
 forwards the run's frames. No ORM here: the one lookup goes through
 ``services.aget_run_for_user``. Frames arrive JSON-encoded from the sink and are sent
@@ -120,13 +123,13 @@ class RunConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self.refuse(4401, "login required")
             return
         run = await services.aget_run_for_user(
             user, self.scope["url_route"]["kwargs"]["run_id"]
         )
         if run is None:
-            await self.close(code=4404)
+            await self.refuse(4404, "no such run")
             return
         await self.accept()
         # Subscribe first, then read the run for the hello: a frame published in
@@ -146,6 +149,11 @@ class RunConsumer(AsyncWebsocketConsumer):
         while self.held:
             await self.send(text_data=self.held.pop(0))
         self.held = None
+
+    async def refuse(self, code: int, reason: str) -> None:
+        """Accept, then close with ``code``: the only way the client sees it."""
+        await self.accept()
+        await self.close(code=code, reason=reason)
 
     async def frame(self, text: str) -> None:
         """A frame from the hub: sent, or held until the hello has gone out."""

@@ -9,8 +9,10 @@ Storage choices (documented here, decoded by ``dashboard.ingest.arrays``/``dashb
 
 * ``MetricPoint`` is narrow (run, key, step, value) with one index: the composite
   primary key (run, key, step), covering ``value`` on PostgreSQL.
-  PostgreSQL stores NaN and +/-Infinity natively; SQLite turns NaN into NULL, so a NULL
-  value reads back as NaN. The JSON API writes non-finite numbers as the strings
+  Every float column that holds a number from an event is an :class:`ExactFloatField`:
+  NaN and +/-Infinity round-trip on both backends (PostgreSQL stores them natively;
+  on SQLite, which would store a bound NaN as NULL, NaN is kept as the text ``'NaN'``).
+  NULL means "no value" only. The JSON API writes non-finite numbers as the strings
   ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
 * ``Trajectory.arrays`` packs the per-token arrays of every segment as little-endian
   ``int32`` token ids followed by ``float32`` logprob, old_logprob, ratio, entropy and
@@ -22,11 +24,36 @@ Storage choices (documented here, decoded by ``dashboard.ingest.arrays``/``dashb
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, models
+
+
+class ExactFloatField(models.FloatField):
+    """A double precision column that keeps NaN on every backend.
+
+    SQLite has no NaN: the sqlite3 module binds ``float("nan")`` as NULL, so the
+    embedded default would lose it (and confuse it with "no value"). Here NaN travels
+    to SQLite as the text ``'NaN'``, which a REAL column keeps as TEXT (it is not a
+    numeric literal) and which SQLite orders above every number, as PostgreSQL
+    orders NaN; ``= 'NaN'`` finds it on both. Infinities are REAL values on SQLite
+    already. The column type is that of ``FloatField``."""
+
+    def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False):
+        value = super().get_db_prep_value(value, connection, prepared)
+        if (
+            isinstance(value, float)
+            and math.isnan(value)
+            and connection.vendor == "sqlite"
+        ):
+            return "NaN"
+        return value
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        return float(value) if isinstance(value, str) else value
 
 
 class RunStatus(models.TextChoices):
@@ -180,7 +207,8 @@ class MetricPoint(models.Model):
     )
     key = models.CharField(max_length=200)
     step = models.IntegerField()
-    value = models.FloatField(null=True)  # NULL only on SQLite, meaning NaN
+    # NULL only in rows SQLite stored before 0012 (then meaning NaN; 0012 rewrites them)
+    value = ExactFloatField(null=True)
 
 
 # Rollup levels: buckets of 2**4 = 16, 2**6 = 64 and 2**8 = 256 consecutive steps
@@ -225,11 +253,11 @@ class MetricRollup(models.Model):
     key = models.CharField(max_length=200)
     shift = models.SmallIntegerField()
     bucket = models.IntegerField()
-    vmin = models.FloatField(null=True)
+    vmin = ExactFloatField(null=True)
     smin = models.IntegerField()
-    vmax = models.FloatField(null=True)
+    vmax = ExactFloatField(null=True)
     smax = models.IntegerField()
-    vlast = models.FloatField(null=True)
+    vlast = ExactFloatField(null=True)
     slast = models.IntegerField()
 
 
@@ -246,8 +274,8 @@ class Trajectory(_StepRow):
     index = models.IntegerField()
     task_id = models.CharField(max_length=200, blank=True, default="")
     dropped = models.BooleanField(default=False)
-    reward = models.FloatField(null=True)
-    advantage = models.FloatField(null=True)
+    reward = ExactFloatField(null=True)  # NULL: none given
+    advantage = ExactFloatField(null=True)  # NULL: none given
     num_turns = models.IntegerField(default=0)
     length = models.IntegerField(default=0)
     truncated = models.BooleanField(default=False)
@@ -296,7 +324,7 @@ class Judgement(_StepRow):
     judge = models.CharField(max_length=64)
     backend = models.CharField(max_length=32, blank=True, default="")
     ok = models.BooleanField(default=True)
-    score = models.FloatField(null=True)
+    score = ExactFloatField(null=True)  # NULL: none given
     scores = models.JSONField(default=dict)
     rationale = models.TextField(blank=True, default="")
     raw = models.TextField(null=True, blank=True)

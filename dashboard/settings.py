@@ -252,8 +252,8 @@ REQUEST_BODY_TIMEOUT_S = env_int("REQUEST_BODY_TIMEOUT_S", 30, min_value=1)
 
 # --- model and data roots ------------------------------------------------------------
 # What a run on the platform may read (dashboard.library.roots): ":"-separated directories.
-# Every path in a config resolves, after symlinks, inside one of them; relative paths
-# resolve against the first. The trainer CLI is not restricted by these.
+# Every path in a config resolves, after symlinks, inside one of them; a relative path
+# resolves against them in order, the first holding it. The trainer CLI is not restricted by these.
 def _roots(name: str, default: Path) -> list[Path]:
     raw = env_str(name)
     if raw is None:

@@ -39,10 +39,10 @@ MERGE = (
 )
 
 
-# --- the same merge in Python (SQLite, where NULL is NaN) -------------------------------
-def _order(value: float | None, step: int) -> tuple:
-    """PostgreSQL's order of ARRAY[value, step]: NaN (NULL on SQLite) above numbers."""
-    if value is None or math.isnan(value):
+# --- the same merge in Python (SQLite) -------------------------------------------------
+def _order(value: float, step: int) -> tuple:
+    """PostgreSQL's order of ARRAY[value, step]: NaN above numbers (and equal to NaN)."""
+    if math.isnan(value):
         return (1, 0.0, step)
     return (0, value, step)
 
@@ -63,7 +63,7 @@ def fold(acc: list | None, row: Sequence[Any]) -> list:
 
 
 def fold_points(
-    points: Iterable[tuple[str, int, float | None]], shifts: Iterable[int]
+    points: Iterable[tuple[str, int, float]], shifts: Iterable[int]
 ) -> dict[tuple[str, int, int], list]:
     """Per (key, shift, bucket): the rollup row of these (key, step, value) points."""
     shifts = tuple(shifts)

@@ -242,9 +242,7 @@ def rebuild_rollup(
 _ROLLUP_FIELDS = ["vmin", "smin", "vmax", "smax", "vlast", "slast"]
 
 
-def _fold_rollups_py(
-    run_id: Any, points: Iterable[tuple[str, int, float | None]]
-) -> None:
+def _fold_rollups_py(run_id: Any, points: Iterable[tuple[str, int, float]]) -> None:
     """The rollup fold of :func:`insert_metrics` without PostgreSQL (SQLite: the
     embedded default): this batch's buckets folded into the stored rows in Python."""
     batch = rollups.fold_points(points, ROLLUP_SHIFTS)

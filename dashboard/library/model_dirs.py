@@ -6,6 +6,14 @@ tokenizer has a chat template, all read from small files: the safetensors header
 (exact), else the shapes implied by a Llama/Qwen-style ``config.json`` (weights are
 never loaded). The scan is bounded (depth 2, :data:`MAX_MODELS` models,
 :data:`MAX_DIRS` directories looked at) and cached for ``MODEL_SCAN_SECONDS``.
+
+Users see a model as its root's label (the root directory's own name) and its path
+relative to that root, which is also what the picker puts in ``model.path`` (a relative
+path resolves against the roots in order, :func:`dashboard.library.roots.resolve`);
+never the server's absolute path, staff included: the relative path is enough to pick
+and to find the model, and one rendering for everyone has no branch that can leak.
+A directory shadowed by the same relative path in an earlier root is not offered (the
+path would name the earlier one).
 """
 
 from __future__ import annotations
@@ -31,8 +39,8 @@ _cache: dict[tuple[str, ...], tuple[float, list[ModelDir]]] = {}
 
 @dataclass(frozen=True)
 class ModelDir:
-    name: str  # relative to its root
-    path: str  # what model.path gets
+    name: str  # relative to its root: what model.path gets
+    root: str  # the root's label (:func:`root_labels`)
     params: int | None
     chat_template: bool
     readable: bool = True  # False: its config.json is not a JSON object we can read
@@ -66,20 +74,30 @@ def clear_cache() -> None:
     _cache.clear()
 
 
+def root_labels(model_roots: list[Path]) -> list[str]:
+    """Each root's name for users: its directory's own name (``models`` for
+    ``/srv/models``), numbered where two roots share one."""
+    names = [Path(r).name or "root" for r in model_roots]
+    return [f"{n} ({i + 1})" if names.count(n) > 1 else n for i, n in enumerate(names)]
+
+
 def scan(model_roots: list[Path]) -> list[ModelDir]:
     out: list[ModelDir] = []
+    seen: set[str] = set()
     budget = [MAX_DIRS]
-    for root in model_roots:
+    for root, label in zip(model_roots, root_labels(model_roots), strict=True):
         for path in _walk(Path(root), 0, budget):
             if len(out) >= MAX_MODELS:
                 return out
-            real = roots.resolve(str(path), model_roots, want_dir=True)
-            if real is None:  # a symlink out of the roots: never offered
-                continue
+            name = path.relative_to(root).as_posix()
+            real = roots.resolve(name, model_roots, want_dir=True)
+            if name in seen or real is None or real != os.path.realpath(path):
+                continue  # shadowed by an earlier root, or a symlink out of the roots
+            seen.add(name)
             out.append(
                 ModelDir(
-                    name=str(path.relative_to(root)) or path.name,
-                    path=str(path),
+                    name=name,
+                    root=label,
                     params=param_count(Path(real)),
                     chat_template=has_chat_template(Path(real)),
                     readable=_json(Path(real) / "config.json") is not None,

@@ -4,7 +4,9 @@ Every path in a run config (``model.path``, a judge's ``model_path``, and every
 ``path`` / ``*_path`` field of the environment's parameters, plugins' included) must
 resolve, after symlinks (``os.path.realpath``), inside a root: ``MODEL_ROOTS`` for
 model directories, ``DATA_ROOTS`` for data files. A relative path resolves against the
-first root; a ``..`` component is refused outright. A dataset uploaded by one user
+roots in order, the first holding it (as a shell's PATH; the model picker offers
+models by that path, so no answer shows a root's place on the server); a ``..``
+component is refused outright. A dataset uploaded by one user
 (``<data root>/uploads/<user id>/``) is refused to every other user. The refusal is
 one message per field, the same whether the path is missing, of the wrong kind or
 outside every root, so an answer never tells whether a path outside the roots exists.
@@ -62,8 +64,16 @@ def resolve(
     path = Path(value)
     if ".." in path.parts:
         return None
-    if not path.is_absolute():
-        path = roots[0] / path
+    if path.is_absolute():
+        return _check(path, roots, want_dir, owner_id)
+    for root in roots:
+        real = _check(root / path, roots, want_dir, owner_id)
+        if real is not None:
+            return real
+    return None
+
+
+def _check(path: Path, roots: list[Path], want_dir: bool, owner_id: Any) -> str | None:
     real = _real(path)
     real_roots = [_real(r) for r in roots]
     if not any(_under(real, r) for r in real_roots):

@@ -47,13 +47,13 @@ SPARK_POINTS = 40
 num = jsonsafe.num
 
 
-def metric_value(v: float | None) -> float | str | None:
-    """A stored metric value for JSON (NULL is SQLite's NaN)."""
-    return jsonsafe.NAN if v is None else num(v)
-
-
 def finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
+
+
+# Stored values that are numbers (not NaN, not infinite): what a "best" may be.
+# ``ExactFloatField`` finds NaN with ``=`` on both backends.
+FINITE = ~Q(value__in=[math.nan, math.inf, -math.inf])
 
 
 def _bounds(run: Run, keys: list[str], since_step: int) -> tuple[int, int] | None:
@@ -252,10 +252,10 @@ def _series_py(rows: list[tuple]) -> dict[str, str]:
             },
         )
         s["step"].append(last_step)
-        s["last"].append(metric_value(last))
-        s["min"].append(metric_value(mn))
+        s["last"].append(num(last))
+        s["min"].append(num(mn))
         s["min_step"].append(mn_step)
-        s["max"].append(metric_value(mx))
+        s["max"].append(num(mx))
         s["max_step"].append(mx_step)
     return {
         key: json.dumps(s, allow_nan=False, separators=(",", ":"))
@@ -266,8 +266,7 @@ def _series_py(rows: list[tuple]) -> dict[str, str]:
 def _bucket_rows_py(
     run: Run, keys: list[str], lo: int, hi: int, points: int
 ) -> list[tuple]:
-    """The same buckets as :func:`_points_sql`, for SQLite (NULL is NaN), in key and
-    step order: each point folded into its bucket in PostgreSQL's order."""
+    """The same buckets as :func:`_points_sql`, for SQLite, in key and step order: each point folded into its bucket in PostgreSQL's order."""
     span = hi - lo + 1
     rows = MetricPoint.objects.filter(
         run=run, key__in=keys, step__gte=lo, step__lte=hi
@@ -281,15 +280,8 @@ def _bucket_rows_py(
 
 def _bucket_tuples(acc: dict[tuple[str, int], list]) -> list[tuple]:
     """(key, min, min step, max, max step, last, last step) per bucket in key and
-    bucket order, NULL (SQLite's NaN) as NaN."""
-    out = []
-    for (key, _), (mn, smn, mx, smx, vl, sl) in sorted(acc.items()):
-        out.append((key, _nan(mn), smn, _nan(mx), smx, _nan(vl), sl))
-    return out
-
-
-def _nan(value: float | None) -> float:
-    return math.nan if value is None else value
+    bucket order."""
+    return [(key, *row) for (key, _), row in sorted(acc.items())]
 
 
 def _rollup_rows_py(
@@ -385,9 +377,7 @@ def spark_svg(
 
 def best_rewards(run_ids: Iterable[Any]) -> dict[Any, float | None]:
     rows = (
-        MetricPoint.objects.filter(
-            run_id__in=list(run_ids), key="reward", value__isnull=False
-        )
+        MetricPoint.objects.filter(FINITE, run_id__in=list(run_ids), key="reward")
         .values("run_id")
         .annotate(best=Max("value"))
     )

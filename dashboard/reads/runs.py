@@ -32,7 +32,7 @@ from dashboard.models import (
     RunStatus,
     Trajectory,
 )
-from dashboard.reads.metrics import _latest, finite
+from dashboard.reads.metrics import FINITE, _latest, finite
 
 SORTS = {
     "new": ("-created_at",),
@@ -117,13 +117,13 @@ def run_stats(run: Run) -> RunStats:
     rewards = MetricPoint.objects.filter(run=run, key="reward")
     last = rewards.order_by("-step").values_list("value", flat=True).first()
     best = (
-        rewards.filter(value__isnull=False)
+        rewards.filter(FINITE)
         .order_by("-value", "step")
         .values_list("value", "step")
         .first()
     )
     last_pass = (
-        MetricPoint.objects.filter(run=run, key="eval/pass@k", value__isnull=False)
+        MetricPoint.objects.filter(FINITE, run=run, key="eval/pass@k")
         .order_by("-step")
         .values_list("value", flat=True)
         .first()

@@ -17,7 +17,6 @@ from dashboard.models import (
     Run,
     Trajectory,
 )
-from dashboard.reads.metrics import metric_value
 from dashboard.reads.runs import alert_dict
 from dashboard.reads.trajectories import (
     critical_path_dict,
@@ -39,7 +38,7 @@ def backfill(run: Run, since_step: int = -1, max_steps: int = 500) -> dict[str, 
         run=run, step__gt=since_step, step__lte=until
     ).order_by("step", "key")
     for step, key, value in metrics.values_list("step", "key", "value"):
-        steps.setdefault(step, {})[key] = metric_value(value)
+        steps.setdefault(step, {})[key] = jsonsafe.num(value)
     in_range = {"run": run, "step__gt": since_step, "step__lte": until}
     trajectories = (
         Trajectory.objects.filter(**in_range)
@@ -163,7 +162,7 @@ def _metric_lines(run: Run, line: Any) -> Iterator[str]:
             yield line({"type": "step", "step": current, "metrics": metrics})
             metrics = {}
         current = step
-        metrics[key] = metric_value(value)
+        metrics[key] = jsonsafe.num(value)
     if current is not None:
         yield line({"type": "step", "step": current, "metrics": metrics})
 

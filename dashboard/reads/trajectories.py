@@ -16,7 +16,7 @@ from dashboard.models import (
     Run,
     Trajectory,
 )
-from dashboard.reads.metrics import finite, metric_value
+from dashboard.reads.metrics import finite
 
 
 # --- rows as JSON ----------------------------------------------------------------------
@@ -27,8 +27,8 @@ def trajectory_summary(t: Trajectory) -> dict[str, Any]:
         "index": t.index,
         "task_id": t.task_id,
         "dropped": t.dropped,
-        "reward": metric_value(t.reward),
-        "advantage": metric_value(t.advantage),
+        "reward": jsonsafe.num(t.reward),  # None (none given) stays null
+        "advantage": jsonsafe.num(t.advantage),
         "num_turns": t.num_turns,
         "length": t.length,
         "truncated": t.truncated,

@@ -1,5 +1,6 @@
 // The new-run form's model picker: "Use" on a model found under the model roots puts
-// its directory into model.path (blank: a built-in size), then the live check runs.
+// its path relative to its root into model.path (blank: a built-in size), then the live
+// check runs.
 
 const form = document.getElementById("run-form");
 

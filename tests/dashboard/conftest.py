@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from dashtest import Procs, client_for
+from dashtest import Procs, client_for, embedded_daphne, embedded_env
 
 
 # --- users and clients ------------------------------------------------------------------
@@ -170,3 +170,13 @@ def run(owner, tiny_config, enqueued):
     populate(r, range(1, 7))
     r.refresh_from_db()
     return r
+
+
+# --- a real Daphne server --------------------------------------------------------------
+@pytest.fixture(scope="module")
+def daphne(tmp_path_factory):
+    """A real Daphne serving ``dashboard.asgi`` on the embedded default (its own var/,
+    no DATABASE_URL or REDIS_URL): (port, its psutil.Process)."""
+    env = embedded_env(tmp_path_factory.mktemp("var"), REQUEST_BODY_TIMEOUT_S="2")
+    with embedded_daphne(env) as server:
+        yield server

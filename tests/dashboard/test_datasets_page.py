@@ -3,14 +3,15 @@ first data root, previewed escaped, deleted; anyone else's dataset is a 404."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 
 import pytest
-from dashtest import client_for
+from dashtest import ROOT, client_for
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from dashboard.library import roots
+from dashboard.library import datasets, roots
 from dashboard.models import Dataset
 
 pytestmark = pytest.mark.django_db
@@ -114,6 +115,52 @@ def test_a_csv_upload_and_a_second_one_with_the_same_name(data_root, owner):
     r = upload(client, "sums.csv", csv, prompt_key="question", answer_key="reference")
     assert r.status_code == 409 and Dataset.objects.count() == 1
     assert stored(owner) == ["sums.csv"]
+
+
+def _parquet(rows: list[dict]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), out)
+    return out.getvalue()
+
+
+def test_a_parquet_upload_is_read_stored_and_previewed(data_root, owner):
+    """Parquet is documented, so pyarrow is a runtime requirement (requirements.txt
+    pins it as requirements-bench.txt does) and the form accepts .parquet."""
+    client = client_for(owner)
+    assert ".parquet" in datasets.formats()
+    assert "or Parquet" in client.get("/datasets/").content.decode()
+    rows = [
+        {"question": "what is 7 + 5 ?", "answer": "12", "level": 1},
+        {"question": "<b>bold</b> 2 * 3 ?", "answer": "6", "level": 2},
+    ]
+    r = upload(client, "arith.parquet", _parquet(rows), prompt_key="question")
+    assert r.status_code == 302, r.content
+    ds = Dataset.objects.get(owner=owner)
+    assert (ds.rows, ds.fields) == (2, ["question", "answer", "level"])
+    html = client.get(r["Location"]).content.decode()
+    assert "&lt;b&gt;bold&lt;/b&gt; 2 * 3 ?" in html and "<b>bold" not in html
+    r = upload(client, "broken.parquet", b"PAR1 not really")
+    assert r.status_code == 400 and "file: not a readable Parquet file" in (
+        r.content.decode()
+    )
+    r = upload(client, "short.parquet", _parquet([{"question": "1 + 1 ?"}]))
+    assert r.status_code == 400
+    assert "prompt_key: row 1 has no &#x27;prompt&#x27; field" in r.content.decode()
+    assert stored(owner) == ["arith.parquet"]
+
+
+def test_requirements_pin_pyarrow_as_the_bench_extra_does():
+    def pin(name: str) -> str:
+        return next(
+            line.split("#")[0].strip()
+            for line in (ROOT / name).read_text().splitlines()
+            if line.startswith("pyarrow==")
+        )
+
+    assert pin("requirements.txt") == pin("requirements-bench.txt") == "pyarrow==26.0.1"
 
 
 def test_another_users_dataset_is_a_404_and_delete_removes_the_file(

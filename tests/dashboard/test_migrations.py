@@ -97,3 +97,39 @@ def test_sqlite_rollups_are_built_for_runs_stored_before(owner, tiny_config, enq
     migration.build(apps, connection.schema_editor())
     assert sorted(MetricRollup.objects.filter(run=run).values_list(*fields)) == expected
     assert MetricPoint.objects.filter(run=run).count() == 699 and len(expected) > 50
+
+
+@pytest.mark.django_db
+def test_sqlite_nan_stored_as_null_before_0012_reads_back_as_nan(owner):
+    """Before 0012, SQLite kept a metric's NaN as NULL (the only meaning NULL had in
+    the metric tables); 0012 rewrites those rows to what the field now stores, and
+    back when migrated backwards."""
+    import importlib
+
+    from django.apps import apps
+
+    from dashboard.models import MetricPoint, MetricRollup, Run
+
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL always stored NaN itself")
+    run = Run.objects.create(owner=owner, name="old", config={}, external=True)
+    MetricPoint.objects.create(run=run, key="kl", step=1, value=0.5)
+    MetricRollup.objects.create(
+        run=run, key="kl", shift=4, bucket=0, vmin=0.5, smin=1, vmax=0.5, smax=1,
+        vlast=0.5, slast=1,
+    )  # fmt: skip
+    with connection.cursor() as cur:  # what the old code left behind
+        cur.execute(
+            "INSERT INTO dashboard_metricpoint (run_id, key, step, value) "
+            "VALUES (%s, 'kl', 2, NULL)",
+            [run.pk.hex],
+        )
+        cur.execute("UPDATE dashboard_metricrollup SET vmax = NULL, vlast = NULL")
+    migration = importlib.import_module("dashboard.migrations.0014_exact_floats")
+    migration.nan_as_text(apps, connection.schema_editor())
+    points = dict(MetricPoint.objects.filter(run=run).values_list("step", "value"))
+    assert points[1] == 0.5 and math.isnan(points[2])
+    row = MetricRollup.objects.get(run=run)
+    assert row.vmin == 0.5 and math.isnan(row.vmax) and math.isnan(row.vlast)
+    migration.nan_as_null(apps, connection.schema_editor())
+    assert MetricPoint.objects.get(run=run, step=2).value is None

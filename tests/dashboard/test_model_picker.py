@@ -64,7 +64,7 @@ def test_the_picker_lists_a_chat_model_with_its_exact_parameter_count(
     assert set(found) == {"team/tiny-chat", "bare"}
     chat = found["team/tiny-chat"]
     assert chat.params == want and chat.chat_template is True
-    assert chat.path == str(path)
+    assert chat.root == "models"
     assert found["bare"].params == 2200 and found["bare"].chat_template is False
     # Without its weights file the chat model's count comes from config.json alone.
     for f in path.glob("*.safetensors"):
@@ -73,7 +73,7 @@ def test_the_picker_lists_a_chat_model_with_its_exact_parameter_count(
 
     html = owner_client.get("/runs/new/").content.decode()
     assert 'data-model-row="team/tiny-chat"' in html
-    assert f'data-model-pick="{path}"' in html
+    assert 'data-model-pick="team/tiny-chat"' in html
     assert "link-out" not in html
 
 
@@ -89,3 +89,38 @@ def test_the_scan_is_cached_and_bounded(models, settings, monkeypatch):
     model_dirs.clear_cache()
     monkeypatch.setattr(model_dirs, "MAX_MODELS", 3)
     assert [m.name for m in model_dirs.list_models()] == ["m0", "m1", "m2"]
+
+
+def test_users_see_a_root_label_and_a_relative_path_never_the_server_path(
+    tmp_path, settings, owner, staff
+):
+    """Two roots: each model is shown and picked as its root's label and its path
+    relative to that root, which the roots check resolves (the roots in order); a
+    directory shadowed by the same path in an earlier root is not offered. Staff see
+    the same page: the relative path is enough to pick and to find a model."""
+    from dashtest import client_for
+
+    from dashboard.library import roots
+
+    first, second = tmp_path / "srv-a" / "models", tmp_path / "srv-b" / "weights"
+    for root, name in [(first, "small"), (second, "big"), (second, "small")]:
+        (root / name).mkdir(parents=True)
+        (root / name / "config.json").write_text("{}")
+    (first / "big-notes").mkdir()  # no config.json: not a model
+    settings.MODEL_ROOTS = [first, second]
+    model_dirs.clear_cache()
+    try:
+        found = [(m.root, m.name) for m in model_dirs.list_models()]
+        assert found == [("models", "small"), ("weights", "big")]
+        for user in (owner, staff):
+            html = client_for(user).get("/runs/new/").content.decode()
+            picker = html[html.index("data-model-picker") :].split("</table>")[0]
+            assert "<td>weights</td>" in picker and 'data-model-pick="big"' in picker
+            assert str(tmp_path) not in html and "srv-b" not in html
+        # What the submit checks (services.check_platform): the picked path passes.
+        checked, errors = roots.check_paths({"model": {"path": "big"}})
+        assert errors == [] and checked["model"]["path"] == str(
+            (second / "big").resolve()
+        )
+    finally:
+        model_dirs.clear_cache()

@@ -12,7 +12,6 @@ import time
 
 import psutil
 import pytest
-from dashtest import embedded_daphne, embedded_env
 
 from dashboard.site.limits import REST, BodyLimit, _FirstChunk, _Guard, body_limit
 
@@ -121,11 +120,7 @@ def test_the_limit_follows_the_path(settings):
 # --- a real Daphne server --------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def daphne(tmp_path_factory):
-    env = embedded_env(tmp_path_factory.mktemp("var"), REQUEST_BODY_TIMEOUT_S="2")
-    with embedded_daphne(env) as server:
-        yield server
+# ``daphne``: the fixture in conftest.py (a real Daphne, module-wide).
 
 
 def _head(path: str, length: int | None, extra: str = "") -> bytes:

@@ -95,3 +95,41 @@ def test_production_settings_pass_the_deploy_check():
         text=True,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_readme_names_every_variable_production_needs_over_plain_http():
+    """The README's plain-HTTP line, applied to the production settings, leaves no
+    HTTPS-only setting on (a browser over http would lose its login otherwise)."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    production = readme.split("## Production", 1)[1].split("\n## ", 1)[0]
+    line = next(x for x in production.splitlines() if "SESSION_COOKIE_SECURE=" in x)
+    plain = dict(re.findall(r"([A-Z_]+)=(\S+)", line))
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_VERSION"}
+    env.update(
+        DATABASE_URL="postgres://u@127.0.0.1:1/x",
+        REDIS_URL="redis://127.0.0.1:1/0",
+        SECRET_KEY="k" * 50,
+        **plain,
+    )
+    names = [
+        "SESSION_COOKIE_SECURE",
+        "CSRF_COOKIE_SECURE",
+        "SECURE_SSL_REDIRECT",
+        "SECURE_HSTS_SECONDS",
+    ]
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='dashboard.settings';"
+        "django.setup(); from django.conf import settings as s;"
+        f"print([getattr(s, n) for n in {names!r}])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[False, False, False, 0]", plain

@@ -57,7 +57,10 @@ def test_upload_pick_launch_and_read_a_tool_call(roots_live, page, shots, ui, tm
     row = page.locator("[data-model-row='tiny-chat']")
     assert "yes" in row.text_content()  # it has a chat template
     row.locator("[data-model-pick]").click()
-    assert page.input_value("[name='model.path']") == str(model)
+    assert (
+        page.input_value("[name='model.path']")
+        == model.relative_to(live.model_root).as_posix()
+    )  # root-relative: no server path is shown
     assert page.locator("[data-warmstart-hint]").is_hidden()  # a pretrained model
     page.fill("[name='envp.dataset.tools']", "calculator")
     page.fill("[name='envp.dataset.holdout']", "0")
