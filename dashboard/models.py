@@ -207,7 +207,7 @@ class MetricPoint(models.Model):
     )
     key = models.CharField(max_length=200)
     step = models.IntegerField()
-    # NULL only in rows SQLite stored before 0012 (then meaning NaN; 0012 rewrites them)
+    # NULL only in rows SQLite stored before 0014 (then meaning NaN; 0014 rewrites them)
     value = ExactFloatField(null=True)
 
 

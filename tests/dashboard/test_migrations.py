@@ -100,9 +100,9 @@ def test_sqlite_rollups_are_built_for_runs_stored_before(owner, tiny_config, enq
 
 
 @pytest.mark.django_db
-def test_sqlite_nan_stored_as_null_before_0012_reads_back_as_nan(owner):
-    """Before 0012, SQLite kept a metric's NaN as NULL (the only meaning NULL had in
-    the metric tables); 0012 rewrites those rows to what the field now stores, and
+def test_sqlite_nan_stored_as_null_before_0014_reads_back_as_nan(owner):
+    """Before 0014, SQLite kept a metric's NaN as NULL (the only meaning NULL had in
+    the metric tables); 0014 rewrites those rows to what the field now stores, and
     back when migrated backwards."""
     import importlib
 
