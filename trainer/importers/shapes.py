@@ -35,6 +35,27 @@ def text_segment(kind: str, text: str) -> dict[str, Any]:
     return seg
 
 
+def chat_text(value: Any) -> str:
+    """A prompt or completion as text: a string, or chat messages as ``role: content``
+    lines (text parts only), as TRL keeps them for conversational datasets."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        lines = []
+        for message in value:
+            if not isinstance(message, dict):
+                lines.append(str(message))
+                continue
+            content = message.get("content", "")
+            if isinstance(content, list):
+                content = "".join(
+                    part.get("text", "") for part in content if isinstance(part, dict)
+                )
+            lines.append(f"{message.get('role', '')}: {content}")
+        return "\n".join(lines)
+    return str(value)
+
+
 def task_id_for(prompt: str) -> str:
     """A stable id for a prompt (siblings of a group share it)."""
     return "p-" + hashlib.sha1(prompt.encode("utf-8")).hexdigest()[:12]
