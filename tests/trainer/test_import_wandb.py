@@ -5,6 +5,8 @@ trajectories, each run once, and ``--follow`` while the writer is still writing.
 
 from __future__ import annotations
 
+import json
+import math
 import shutil
 import subprocess
 import sys
@@ -23,6 +25,7 @@ pytest.importorskip(
 )
 
 WRITER = Path(__file__).with_name("wandb_writer.py")
+ADV = 0.5 / (math.sqrt(0.5) + 1e-4)  # GRPO: (1 - 0.5) / (std of {1, 0} + eps)
 
 
 def write_run(wandb_dir: Path, *args: str) -> subprocess.Popen:
@@ -202,3 +205,84 @@ def test_follow_sees_the_rows_of_a_run_still_being_written(dash, tmp_path):
     run = dash.only_run()
     assert run["status"] == "succeeded"
     assert len(of_type(run["events"], "trajectory")) == 4 * (before + 5)
+
+
+def record(**fields):
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    rec = pb.Record(**fields)
+    return rec.SerializeToString()
+
+
+def history(step, **values):
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    items = []
+    for key, value in values.items():
+        path = key.split(":")  # a nested key, as wandb writes a logged table
+        items.append(pb.HistoryItem(nested_key=path, value_json=json.dumps(value)))
+    return record(history=pb.HistoryRecord(item=items, step=pb.HistoryStep(num=step)))
+
+
+def test_a_log_of_verl_names_system_samples_and_cumulative_tables(dash, tmp_path):
+    """A run as verl logs to W&B (its names, its validation table logged again with
+    the rows before), built from wandb's own messages; system samples join the step
+    being read; a summary-only number joins the last step."""
+    from wandb.proto import wandb_internal_pb2 as pb
+    from wandb_frames import framed
+
+    run_dir = tmp_path / "run-20260101_000000-v1"
+    tables = run_dir / "files" / "media" / "table"
+    tables.mkdir(parents=True)
+    rows = [[1, "2+2?", "4", 1.0, "2+3?", "6", 0.0]]
+    columns = ["step", "input_1", "output_1", "score_1", "input_2", "output_2"]
+    columns.append("score_2")
+    (tables / "a.table.json").write_text(json.dumps({"columns": columns, "data": rows}))
+    rows.append([2, "9-1?", "8", 1.0, "9-1?", "7", 0.0])
+    (tables / "b.table.json").write_text(json.dumps({"columns": columns, "data": rows}))
+
+    def table(name):
+        ref = {"_type": "table-file", "path": f"media/table/{name}.table.json"}
+        return {f"val/generations:{k}": v for k, v in ref.items()}
+
+    config = pb.ConfigRecord(update=[pb.ConfigItem(key="lr", value_json="0.001")])
+    log = [
+        record(run=pb.RunRecord(run_id="v1", display_name="verl-run", config=config)),
+        record(metric=pb.MetricRecord(glob_name="*", step_metric="training/step")),
+        record(
+            stats=pb.StatsRecord(item=[pb.StatsItem(key="gpu.0.gpu", value_json="88")])
+        ),
+        history(0, **{"training/step": 1, "actor/entropy": 1.5, "_runtime": 3}),
+        history(1, **{"training/step": 1, **table("a")}),
+        history(2, **{"training/step": 2, "critic/score/mean": 0.5, **table("b")}),
+        record(
+            summary=pb.SummaryRecord(
+                update=[pb.SummaryItem(key="acc", value_json="0.75")]
+            )
+        ),
+        record(exit=pb.RunExitRecord(exit_code=0)),
+    ]
+    (run_dir / "run-v1.wandb").write_bytes(framed(log))
+    args = ["import", "--from", "wandb", str(run_dir), "--report-to", dash.url]
+    assert main(args) == 0
+
+    run = dash.only_run()
+    assert (run["name"], run["status"], run["config"]["lr"]) == (
+        "verl-run",
+        "succeeded",
+        0.001,
+    )
+    steps = {e["step"]: e["metrics"] for e in of_type(run["events"], "step")}
+    assert steps[1] == {
+        "actor/entropy": 1.5,
+        "entropy": 1.5,
+        "training/step": 1.0,
+        "system/gpu.0.gpu": 88.0,
+        "system/gpu/0/util_percent": 88.0,
+    }
+    assert steps[2]["reward"] == 0.5 and steps[2]["acc"] == 0.75
+    trajs = of_type(run["events"], "trajectory")
+    places = [(e["step"], e["group"], e["index"], e["reward"]) for e in trajs]
+    # step 1 once (table b repeats it); two prompts at step 1, one group at step 2
+    assert places == [(1, 0, 0, 1.0), (1, 1, 0, 0.0), (2, 0, 0, 1.0), (2, 0, 1, 0.0)]
+    assert trajs[2]["advantage"] == pytest.approx(ADV)

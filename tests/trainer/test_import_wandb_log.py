@@ -5,44 +5,15 @@ the tables' shapes, and the error without wandb."""
 from __future__ import annotations
 
 import math
-import struct
 import sys
-import zlib
 
 import pytest
 from fake_dashboard import TOKEN
+from wandb_frames import framed
 
 from trainer.cli import main
 from trainer.importers import wandb_tables
 from trainer.importers.wandb_log import BLOCK, BadWandbFile, RecordLog
-
-HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
-
-
-def chunk(kind: int, data: bytes) -> bytes:
-    crc = zlib.crc32(data, zlib.crc32(bytes([kind])))
-    return struct.pack("<IHB", crc, len(data), kind) + data
-
-
-def framed(records: list[bytes]) -> bytes:
-    """A transaction log holding ``records``, framed as leveldb's log writer does."""
-    out = bytearray(HEADER)
-    for record in records:
-        rest, first = record, True
-        while True:
-            left = BLOCK - len(out) % BLOCK
-            if left < 7:
-                out += b"\0" * left
-                continue
-            room = left - 7
-            piece, rest = rest[:room], rest[room:]
-            last = not rest
-            kind = (1 if last else 2) if first else (4 if last else 3)
-            out += chunk(kind, piece)
-            first = False
-            if last:
-                break
-    return bytes(out)
 
 
 def test_records_split_across_blocks_come_out_whole_and_in_order(tmp_path):
@@ -95,6 +66,7 @@ def test_verl_validation_generations_are_trajectories_once_per_step():
             [10, "3+3?", "6", 1.0, "9-1?", "8", None],
         ],
     }
+    assert wandb_tables.is_cumulative(table)
     found = wandb_tables.samples(table, step=99)
     assert [(s.step, s.prompt, s.completion) for s in found] == [
         (5, "2+2?", "4"),
@@ -122,6 +94,7 @@ def test_a_trl_table_of_chat_prompts_and_text_extras():
             [2, [{"role": "user", "content": "hi"}], "hey", 1.0, "fine", 0.5],
         ],
     }
+    assert not wandb_tables.is_cumulative(table)
     first, second = wandb_tables.samples(table, step=0, weights=[2.0])
     assert first.prompt == "user: hi" and first.components == {}
     assert math.isnan(first.reward) and first.advantage is None

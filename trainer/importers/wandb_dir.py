@@ -261,14 +261,11 @@ class WandbReader:
             self._waiting.append((key, ref, step))
             return []
         table = json.loads(path.read_text(encoding="utf-8"))
-        found = [
-            s
-            for s in wandb_tables.samples(
-                table, step=step, weights=self.config.get("reward_weights")
-            )
-            if (key, s.step) not in self._tables_sent
-        ]
-        self._tables_sent.update((key, s.step) for s in found)
+        weights = self.config.get("reward_weights")
+        found = wandb_tables.samples(table, step=step, weights=weights)
+        if wandb_tables.is_cumulative(table):
+            found = [s for s in found if (key, s.step) not in self._tables_sent]
+            self._tables_sent.update((key, s.step) for s in found)
         return wandb_tables.trajectories(found, self._groups_at)
 
     def _table_path(self, ref: dict) -> Path | None:

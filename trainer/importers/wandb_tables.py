@@ -81,6 +81,14 @@ def samples(table: dict[str, Any], *, step: int, weights: Any = None) -> list[Sa
     return []
 
 
+def is_cumulative(table: dict[str, Any]) -> bool:
+    """Whether each logged copy repeats the rows before it (verl's validation
+    generations), so a step already sent is skipped; a TRL table is each step's own
+    (and TRL logs another at the same step for evaluation)."""
+    columns = [str(c) for c in table.get("columns") or []]
+    return not all(c in columns for c in TRL_TEXT) and any(map(_WIDE.match, columns))
+
+
 def _trl_sample(
     row: dict[str, Any], columns: list[str], step: int, weights: Any
 ) -> Sample:
