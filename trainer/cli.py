@@ -5,6 +5,7 @@
                                            [--nproc-per-node N]
     python -m trainer import events.jsonl|SPOOL_DIR --report-to URL [--name N]
     python -m trainer import --from verl DIR --report-to URL [--follow]
+    python -m trainer import --from wandb DIR --report-to URL [--follow]
     python -m trainer presets
     python -m trainer export-model CHECKPOINT_OR_RUN_DIR OUT_DIR
 

@@ -7,9 +7,11 @@ are always kept: a run imported from verl shows ``actor/entropy`` *and* our
 ``entropy``, and a name the table does not know is stored as it came.
 
 ``NAMES[framework]`` maps a framework's name to ours; ``COMMON`` applies to every
-framework (names several of them share, W&B's system metrics). A plugin adds or
-corrects names with :func:`register_names` (say for a fork that renamed a metric);
-later registrations win over the built-in entries they repeat.
+framework (names several of them share, W&B's system metrics). A logger's runs
+(``wandb``) carry whichever trainer's names logged into them, so its lookups go on
+through those trainers' tables (:data:`CARRIED`). A plugin adds or corrects names with
+:func:`register_names` (say for a fork that renamed a metric); later registrations win
+over the built-in entries they repeat.
 
 Ours are the names of :mod:`trainer.metrics` (named like TRL and verl where a name
 exists), plus the families the run page charts when a run reports them:
@@ -48,19 +50,71 @@ VERL = {
     "timing_s/update_actor": "timing_s/update",
 }
 
-# TRL logs most names as ours already once its ``train/`` prefix is dropped
-# (``reward``, ``reward_std``, ``rewards/<fn>/mean``, ``kl``, ``entropy``,
-# ``clip_ratio/...``, ``completions/mean_length``, ``frac_reward_zero_std``).
-TRL: dict[str, str] = {}
+# TRL (1.16, GRPOTrainer.log through transformers' Trainer) logs most names as ours
+# once its ``train/`` prefix is dropped (as W&B and TensorBoard receive them). Its
+# ``loss`` is the Trainer's total loss, like our ``loss``; ``sampling/*`` compare
+# the trainer's log-probs with vLLM's, our ``mismatch/*``.
+TRL = {
+    **{
+        name: name
+        for name in (
+            "reward",
+            "reward_std",
+            "frac_reward_zero_std",
+            "kl",
+            "entropy",
+            "loss",
+            "policy_loss",
+            "grad_norm",
+            "num_tokens",
+        )
+    },
+    "learning_rate": "lr",
+    "sampling/importance_sampling_ratio/mean": "mismatch/is_ratio_mean",
+    "sampling/sampling_logp_difference/mean": "mismatch/logprob_diff_mean",
+}
+
+# W&B's system metrics, as its UI names them (``system/`` + the key the wandb package
+# samples: ``gpu.0.gpu``, ``cpu``, ``memory_percent``...), to a few of ours. Per GPU
+# index, for the first 16 devices.
+GPUS = 16
+WANDB_GPU = {
+    "gpu": "util_percent",
+    "memoryAllocated": "memory_percent",
+    "memoryAllocatedBytes": "memory_bytes",
+    "powerWatts": "power_w",
+    "temp": "temp_c",
+}
+WANDB_SYSTEM = {
+    **{
+        f"system/gpu.{i}.{theirs}": f"system/gpu/{i}/{ours}"
+        for i in range(GPUS)
+        for theirs, ours in WANDB_GPU.items()
+    },
+    "system/cpu": "system/cpu/process_percent",
+    "system/memory_percent": "system/memory/used_percent",
+    "system/memory": "system/memory/used_percent",  # its name before wandb 0.17
+    "system/proc.memory.rssMB": "system/memory/process_rss_mb",
+    "system/proc.memory.availableMB": "system/memory/available_mb",
+}
 
 NAMES: dict[str, dict[str, str]] = {
     "verl": VERL,
     "trl": TRL,
+    "wandb": {},
 }
 
-COMMON: dict[str, str] = {}
+COMMON: dict[str, str] = dict(WANDB_SYSTEM)
 
 _PREFIXES = {"trl": ("train/",)}
+
+# Name families that are ours as they are once the framework's prefix is dropped
+# (``train/rewards/acc/mean`` is our ``rewards/acc/mean``).
+_OURS_AS_IS = {"trl": ("rewards/", "completions/", "clip_ratio/", "tools/")}
+
+# A logger's runs carry the names of whichever trainer logged into it: a W&B run
+# directory holds TRL's or verl's names, looked up in their tables, in this order.
+CARRIED = {"wandb": ("trl", "verl")}
 
 
 def register_names(framework: str, names: Mapping[str, str]) -> None:
@@ -76,11 +130,22 @@ def register_names(framework: str, names: Mapping[str, str]) -> None:
 
 
 def ours(framework: str, name: str) -> str | None:
-    """Our name for ``framework``'s ``name`` (its prefixes dropped), or None."""
-    table = NAMES.get(framework, {})
+    """Our name for ``framework``'s ``name`` (its prefixes dropped), or None; a
+    logger (:data:`CARRIED`) looks in its trainers' tables too."""
+    for source in (framework, *CARRIED.get(framework, ())):
+        mapped = _ours_in(source, name)
+        if mapped is not None:
+            return mapped
+    return COMMON.get(name)
+
+
+def _ours_in(framework: str, name: str) -> str | None:
     for prefix in _PREFIXES.get(framework, ()):
         name = name.removeprefix(prefix)
-    return table.get(name) or COMMON.get(name)
+    mapped = NAMES.get(framework, {}).get(name)
+    if mapped is None and name.startswith(_OURS_AS_IS.get(framework, ())):
+        mapped = name
+    return mapped
 
 
 def map_metrics(framework: str, data: Mapping[str, Any]) -> dict[str, float]:

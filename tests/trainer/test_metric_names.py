@@ -60,3 +60,43 @@ def test_a_later_registration_corrects_a_built_in_name(tables):
 def test_bad_registrations_name_the_problem(tables, framework, names):
     with pytest.raises(ValueError, match="framework|names"):
         metric_names.register_names(framework, names)
+
+
+def test_trl_names_in_a_wandb_run_map_to_ours_and_are_kept():
+    out = metric_names.map_metrics(
+        "wandb",
+        {
+            "train/reward": 0.5,
+            "train/rewards/acc/mean": 0.25,
+            "train/learning_rate": 1e-5,
+            "train/sampling/importance_sampling_ratio/mean": 1.01,
+            "actor/entropy": 2.0,  # verl logging to W&B
+            "eval/reward": 0.1,
+        },
+    )
+    assert out["train/reward"] == out["reward"] == 0.5
+    assert out["rewards/acc/mean"] == 0.25 and out["lr"] == 1e-5
+    assert out["mismatch/is_ratio_mean"] == 1.01 and out["entropy"] == 2.0
+    assert "eval/reward" in out and sum(v == 0.1 for v in out.values()) == 1
+
+
+def test_wandb_system_metrics_map_to_a_few_of_ours():
+    out = metric_names.map_metrics(
+        "wandb",
+        {
+            "system/gpu.0.gpu": 97.0,
+            "system/gpu.3.memoryAllocated": 40.0,
+            "system/gpu.3.memoryAllocatedBytes": 2e10,
+            "system/cpu": 12.5,
+            "system/memory_percent": 30.0,
+            "system/proc.memory.rssMB": 900.0,
+            "system/disk./.usageGB": 10.0,
+        },
+    )
+    assert out["system/gpu/0/util_percent"] == 97.0
+    assert out["system/gpu/3/memory_percent"] == 40.0
+    assert out["system/gpu/3/memory_bytes"] == 2e10
+    assert out["system/cpu/process_percent"] == 12.5
+    assert out["system/memory/used_percent"] == 30.0
+    assert out["system/memory/process_rss_mb"] == 900.0
+    assert out["system/disk./.usageGB"] == 10.0 and len(out) == 13

@@ -4,11 +4,16 @@
                              [--run-id ID]
     python -m trainer import --from verl ROLLOUT_DIR --report-to URL [--name N]
                              [--metrics FILE] [--follow] [--poll-s S] [--idle-exit S]
+    python -m trainer import --from wandb RUN_DIR|WANDB_DIR --report-to URL
+                             [--name N] [--state FILE] [--follow] [--poll-s S]
+                             [--idle-exit S]
 
 The token comes from ``DASHBOARD_TOKEN`` (exit 2 without it). ``--follow`` keeps
 reading a live verl run's files (new metric lines, new step files) until Ctrl-C or
 until nothing new arrived for ``--idle-exit`` seconds; an import that ends by itself
-(not by Ctrl-C) marks the run finished (``run_finished``, ``succeeded``).
+(not by Ctrl-C) marks the run finished (``run_finished``, ``succeeded``). W&B run
+directories are :mod:`trainer.importers.wandb_import`'s (each run once; finished by
+W&B's own exit record); reading them needs ``pip install -r requirements-wandb.txt``.
 """
 
 from __future__ import annotations
@@ -23,16 +28,23 @@ from trainer.httpsink import HttpSink
 
 
 def add_import_parser(sub: Any) -> None:
-    imp = sub.add_parser("import", help="send a saved run or a verl run to a dashboard")
-    imp.add_argument("path", help="events.jsonl, a spool directory, or verl's dir")
+    imp = sub.add_parser(
+        "import", help="send a saved run, a verl run or W&B runs to a dashboard"
+    )
+    imp.add_argument(
+        "path", help="events.jsonl, a spool directory, verl's dir, or W&B run dir(s)"
+    )
     imp.add_argument("--report-to", required=True, metavar="URL")
     imp.add_argument(
-        "--from", dest="source", choices=("events", "verl"), default="events"
+        "--from", dest="source", choices=("events", "verl", "wandb"), default="events"
     )
     imp.add_argument("--name", default=None, help="the dashboard run's name")
     imp.add_argument("--run-id", default=None, help="send into this existing run")
     imp.add_argument("--metrics", default=None, help="verl file-logger .jsonl")
-    imp.add_argument("--follow", action="store_true", help="tail a live verl run")
+    imp.add_argument("--follow", action="store_true", help="tail a live run")
+    imp.add_argument(
+        "--state", default=None, help="W&B: the file of runs imported before"
+    )
     imp.add_argument("--poll-s", type=float, default=2.0)
     imp.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS")
     imp.add_argument(
@@ -51,6 +63,8 @@ def run_import(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     path = Path(args.path)
+    if args.source == "wandb":
+        return _import_wandb(args, path, token)
     try:
         if args.source == "verl":
             sink, finished = _import_verl(args, path, token)
@@ -70,6 +84,18 @@ def run_import(args: argparse.Namespace) -> int:
         print(f"error: {sink.error}; events kept in {sink.spool_dir}", file=sys.stderr)
         return 1
     return 0
+
+
+def _import_wandb(args: argparse.Namespace, path: Path, token: str) -> int:
+    from trainer.importers.wandb_dir import WandbMissing
+    from trainer.importers.wandb_import import import_wandb
+    from trainer.importers.wandb_log import BadWandbFile
+
+    try:
+        return import_wandb(args, path, token)
+    except (WandbMissing, BadWandbFile, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def _sink(args: argparse.Namespace, token: str, **kwargs: Any) -> HttpSink:

@@ -37,7 +37,7 @@ def text_segment(kind: str, text: str) -> dict[str, Any]:
 
 def chat_text(value: Any) -> str:
     """A prompt or completion as text: a string, or chat messages as ``role: content``
-    lines (text parts only)."""
+    lines (text parts only), as TRL keeps them for conversational datasets."""
     if isinstance(value, str):
         return value
     if isinstance(value, list):
