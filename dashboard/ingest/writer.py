@@ -10,6 +10,7 @@ Callers run these inside a transaction; nothing here commits.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from django.db import connection
 
 from dashboard import jsonsafe
-from dashboard.ingest import arrays, fields, prompts, rollups
+from dashboard.ingest import arrays, bounds, fields, prompts, rollups
 from dashboard.ingest.recording_policy import recorded
 from dashboard.ingest.rollups import BUCKET_AGGREGATES, COLUMNS, MERGE, POINTS, UNNEST
 from dashboard.ingest.sqlarrays import (
@@ -51,6 +52,7 @@ STEP_MODELS = (
     Checkpoint,
 )
 _KEY_LIMIT = 200
+log = logging.getLogger(__name__)
 
 
 def store(
@@ -83,6 +85,11 @@ def store(
                 batch = Batch()
                 supersede(run_id, fields.start_step_of(ev))
         else:
+            ev = bounds.bounded(ev)  # no write path stores more than the limits
+            if ev.get(bounds.CLIPPED):
+                log.warning(
+                    "run %s: an event cut to the limits: %s", run_id, ev[bounds.CLIPPED]
+                )
             batch.add(run_id, ev, attempt)
             fields.summarise(ev, parts)
     rows += len(batch)
@@ -187,6 +194,7 @@ def trajectory_row(run_id: Any, step: int, event: dict[str, Any]) -> Trajectory:
         agent_steps=jsonsafe.clean(event.get("steps") or []),
         segments=[m for m, _ in parts],
         arrays=b"".join(b for _, b in parts),
+        clipped=event.get(bounds.CLIPPED) or [],
     )
     row.segment_parts = parts  # for prompts.share
     return row
