@@ -291,6 +291,9 @@ class Trajectory(_StepRow):
     # The leading segments are the group's shared prompt (GroupPrompt): ``segments``
     # and ``arrays`` hold only what follows it.
     shared_prompt = models.BooleanField(default=False)
+    # What the server cut to its limits on the way in (dashboard.ingest.bounds), one
+    # note per field: empty for a trajectory stored as sent.
+    clipped = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [

@@ -244,6 +244,22 @@ EVENTS_MAX_LINES = env_int("EVENTS_MAX_LINES", 5000, min_value=1)
 # the limit of a decompressed events body; entries of one bulk call.
 TRACKIO_MAX_BODY_BYTES = env_int("TRACKIO_MAX_BODY_BYTES", 32 << 20, min_value=1024)
 TRACKIO_MAX_ENTRIES = env_int("TRACKIO_MAX_ENTRIES", 5000, min_value=1)
+# JSON values (array items, object members) of one events body, counted by its commas
+# and brackets before anything is parsed: what bounds the objects a body can unfold into.
+EVENTS_MAX_VALUES = env_int("EVENTS_MAX_VALUES", 1 << 20, min_value=1024)
+# What one event may hold, on every write path (dashboard.ingest.bounds): tokens of a
+# trajectory (and the length of each per-token array), its segments, its agent steps
+# (and each per-step reward list), characters of one text field (a segment's text, an
+# agent step's action or observation, a judge's rationale...). The events API refuses
+# an event past them (413); our own trainer's sink stores it cut, marked as cut.
+TRAJECTORY_MAX_TOKENS = env_int("TRAJECTORY_MAX_TOKENS", 131_072, min_value=1024)
+TRAJECTORY_MAX_SEGMENTS = env_int("TRAJECTORY_MAX_SEGMENTS", 1024, min_value=8)
+TRAJECTORY_MAX_STEPS = env_int("TRAJECTORY_MAX_STEPS", 1024, min_value=8)
+EVENT_MAX_TEXT_CHARS = env_int("EVENT_MAX_TEXT_CHARS", 1 << 20, min_value=1024)
+# What one read of a trajectory returns (the API's page, the trajectory page's token
+# colours): segments from an offset while their tokens and characters fit these.
+TRAJECTORY_PAGE_TOKENS = env_int("TRAJECTORY_PAGE_TOKENS", 16_384, min_value=256)
+TRAJECTORY_PAGE_CHARS = env_int("TRAJECTORY_PAGE_CHARS", 1 << 18, min_value=1024)
 # Any other request body (dashboard.site.limits: counted as it streams in, before
 # authentication); a body that has not arrived after this many seconds is refused 408.
 REQUEST_MAX_BODY_BYTES = env_int("REQUEST_MAX_BODY_BYTES", 2 << 20, min_value=1024)

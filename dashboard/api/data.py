@@ -9,7 +9,14 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Path, Query, Router
 from ninja.errors import HttpError
 
-from dashboard.api.schemas import MAX_INT, ErrorOut, MetricsQuery, StepRange, WhatIfIn
+from dashboard.api.schemas import (
+    MAX_INT,
+    ErrorOut,
+    MetricsQuery,
+    StepRange,
+    TrajectoryPage,
+    WhatIfIn,
+)
 from dashboard.models import Alert, Checkpoint, CriticalPath, Judgement, Run, Trajectory
 from dashboard.reads import metrics as metric_reads
 from dashboard.reads import stream
@@ -69,27 +76,44 @@ def trajectories(request: HttpRequest, run_id: str, q: Query[StepRange]):
     }
 
 
-@router.get("/runs/{run_id}/trajectories/{step}/{group}/{index}", tags=["data"])
+@router.get(
+    "/runs/{run_id}/trajectories/{step}/{group}/{index}",
+    response={200: Any, 400: ErrorOut},
+    tags=["data"],
+)
 def trajectory(
     request: HttpRequest,
     run_id: str,
+    q: Query[TrajectoryPage],
     step: int = Path(..., ge=0, le=MAX_INT),
     group: int = Path(..., ge=0, le=MAX_INT),
     index: int = Path(..., ge=0, le=MAX_INT),
 ):
-    """One trajectory with its segments' per-token arrays decoded, its judgements and
-    critical path."""
+    """One trajectory with its segments' per-token arrays decoded, a page at a time
+    (segments from ``offset`` while they fit ``max_tokens`` and ``max_chars``; one
+    larger than the page is cut, marked ``cut``; ``page.next`` reads on), its
+    judgements and critical path."""
     run = services.get_run_for_user(request.user, run_id)
     key = {"run": run, "step": step, "group": group, "index": index}
     t = Trajectory.objects.filter(**key).first()
     if t is None:
         raise HttpError(404, "Not Found")
-    out = trajs.trajectory_detail(t)
+    out, page = trajs.trajectory_page(t, q.offset, q.max_tokens, q.max_chars)
+    nxt = page.next_offset
+    out["page"]["next"] = None if nxt is None else _page_url(request, out["page"], nxt)
     where = (run, step, group, index)
     out["judgements"] = [trajs.judgement_dict(j) for j in trajs.judgements_for(*where)]
     cp = trajs.critical_path_for(*where)
     out["critical_path"] = trajs.critical_path_dict(cp) if cp else None
     return out
+
+
+def _page_url(request: HttpRequest, page: dict[str, Any], offset: int) -> str:
+    from urllib.parse import urlencode
+
+    query = {"offset": offset, "max_tokens": page["max_tokens"]}
+    query["max_chars"] = page["max_chars"]
+    return f"{request.path}?{urlencode(query)}"
 
 
 @router.get("/runs/{run_id}/judgements", tags=["data"])

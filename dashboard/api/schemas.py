@@ -115,6 +115,24 @@ class StepRange(Schema):
     offset: int = Field(0, ge=0, le=MAX_INT)
 
 
+class TrajectoryPage(Schema):
+    offset: int = Field(0, ge=0, le=MAX_INT, description="The first segment.")
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_INT,
+        description="Tokens in the page (default TRAJECTORY_PAGE_TOKENS, at most "
+        "TRAJECTORY_MAX_TOKENS).",
+    )
+    max_chars: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_INT,
+        description="Characters of text in the page (default TRAJECTORY_PAGE_CHARS, "
+        "at most EVENT_MAX_TEXT_CHARS).",
+    )
+
+
 class WhatIfIn(Schema):
     model_config = ConfigDict(extra="forbid")
     weights: Any = Field(

@@ -137,3 +137,20 @@ def unpack_segments(
             item[name] = [jsonsafe.num(float(f"{v:.6g}")) for v in arr.tolist()]
         out.append(item)
     return out
+
+
+def head_of_part(
+    meta: dict[str, Any], blob: bytes, keep: int
+) -> tuple[dict[str, Any], bytes]:
+    """One segment's (metadata, packed arrays) cut to its first ``keep`` tokens, without
+    unpacking the rest (a reader's page of a long segment)."""
+    n = int(meta.get("n", 0))
+    if keep >= n:
+        return meta, blob
+    cut = {**meta, "n": keep}
+    if isinstance(meta.get("tokens"), list):
+        cut["tokens"] = meta["tokens"][:keep]
+    if len(blob) < BYTES_PER_TOKEN * n:  # no arrays stored
+        return cut, blob
+    columns = 1 + len(FLOAT_FIELDS)
+    return cut, b"".join(blob[4 * n * c : 4 * (n * c + keep)] for c in range(columns))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dashboard import jsonsafe
-from dashboard.ingest import arrays, conflicts, fields, prompts
+from dashboard.ingest import arrays, bounds, conflicts, fields, prompts
 from dashboard.jsonsafe import as_int
 from dashboard.models import Alert, Checkpoint, CriticalPath, Judgement, Trajectory
 
@@ -150,6 +150,7 @@ def trajectory_row(run_id: Any, step: int, event: dict[str, Any]) -> Trajectory:
         agent_steps=jsonsafe.clean(event.get("steps") or []),
         segments=[m for m, _ in parts],
         arrays=b"".join(b for _, b in parts),
+        clipped=event.get(bounds.CLIPPED) or [],
     )
     row.segment_parts = parts  # for prompts.share
     return row

@@ -13,13 +13,14 @@ query found missing. Callers run these inside a transaction; nothing here commit
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.db import connection
 
 from dashboard import jsonsafe
-from dashboard.ingest import conflicts, fields, prompts, rollups
+from dashboard.ingest import bounds, conflicts, fields, prompts, rollups
 from dashboard.ingest.recording_policy import recorded
 from dashboard.ingest.rollups import BUCKET_AGGREGATES, COLUMNS, MERGE, POINTS, UNNEST
 from dashboard.ingest.rows import Batch
@@ -52,6 +53,7 @@ STEP_MODELS = (
     Alert,
     Checkpoint,
 )
+log = logging.getLogger(__name__)
 
 
 def store(
@@ -84,6 +86,11 @@ def store(
                 batch = Batch()
                 supersede(run_id, fields.start_step_of(ev))
         else:
+            ev = bounds.bounded(ev)  # no write path stores more than the limits
+            if ev.get(bounds.CLIPPED):
+                log.warning(
+                    "run %s: an event cut to the limits: %s", run_id, ev[bounds.CLIPPED]
+                )
             batch.add(run_id, ev, attempt)
             fields.summarise(ev, parts)
     rows += len(batch)

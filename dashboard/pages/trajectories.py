@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db.models import F
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from dashboard.ingest import prompts
 from dashboard.models import CriticalPath, Trajectory
 from dashboard.pages import charts, trajview
 from dashboard.pages import groups as groups_mod
@@ -79,14 +79,17 @@ def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
     )
 
 
-def _heatmap_data(t: Trajectory) -> dict[str, Any]:
-    segments = prompts.segments_of(t)
-    return {
-        "segments": [
+def _heatmap_data(page: trajs.SegmentPage) -> dict[str, Any]:
+    """The token arrays of the page's segments, by position (the others: none)."""
+    paged = {s["k"]: s for s in page.segments}
+    segments = []
+    for k, meta in enumerate(page.metas):
+        s = paged.get(k, {})
+        segments.append(
             {
-                "kind": s.get("kind"),
-                "turn": s.get("turn"),
-                "mask": s.get("mask"),
+                "kind": meta.get("kind"),
+                "turn": meta.get("turn"),
+                "mask": meta.get("mask"),
                 "tokens": s.get("tokens") or [],
                 "token_ids": s.get("token_ids"),
                 "logprob": s.get("logprob"),
@@ -95,8 +98,22 @@ def _heatmap_data(t: Trajectory) -> dict[str, Any]:
                 "entropy": s.get("entropy"),
                 "advantage": s.get("advantage"),
             }
-            for s in segments
-        ]
+        )
+    return {"segments": segments}
+
+
+def _page_links(request: HttpRequest, page: trajs.SegmentPage) -> dict[str, Any]:
+    """Where the page of a trajectory too large for one is, and the links on."""
+    shown = sum(int(page.metas[s["k"]].get("n", 0)) for s in page.segments)
+    whole = page.offset == 0 and page.next_offset is None
+    nxt = page.next_offset
+    return {
+        "whole": whole and not any("cut" in s for s in page.segments),
+        "first": page.offset,
+        "last": page.offset + len(page.segments) - 1,
+        "shown_tokens": shown,
+        "start_url": request.path if page.offset else "",
+        "next_url": f"{request.path}?from={nxt}#segment-{nxt}" if nxt else "",
     }
 
 
@@ -109,7 +126,12 @@ def trajectory(
     if t is None:
         raise Http404("no such trajectory")
     order = charts.component_names(run.config)
-    view = trajview.build(t, trajs.judgements_for(run, step, group, index), order)
+    offset = max(0, min(_int(request.GET.get("from")) or 0, 2**31 - 1))
+    page = trajs.segment_page(
+        t, offset, settings.TRAJECTORY_PAGE_TOKENS, settings.TRAJECTORY_PAGE_CHARS
+    )
+    judgements = trajs.judgements_for(run, step, group, index)
+    view = trajview.build(t, judgements, order, page)
     cp = trajs.critical_path_for(run, step, group, index)
     siblings = list(
         Trajectory.objects.filter(run=run, step=step)
@@ -130,7 +152,9 @@ def trajectory(
             "cp": cp,
             "prev_url": link(siblings[pos - 1]) if pos > 0 else "",
             "next_url": link(siblings[pos + 1]) if pos < len(siblings) - 1 else "",
-            "heatmap": _heatmap_data(t),
+            "heatmap": _heatmap_data(page),
+            "page": _page_links(request, page),
+            "page_chars": settings.TRAJECTORY_PAGE_CHARS,
             "step_url": reverse("pages:trajectories", args=[run.pk]) + f"?step={step}",
         },
     )

@@ -16,9 +16,13 @@ from typing import Any
 from dashboard import jsonsafe
 from dashboard.ingest import prompts
 from dashboard.models import CriticalPath, Judgement, Trajectory
+from dashboard.reads.trajectories import SegmentPage
 
 TOLERANCE = 1e-6
 OBSERVATION_LABELS = {"tool": "observation", "subagent": "sub-agent result"}
+
+
+PREVIEW_CHARS = 1000  # of a segment outside the page: the rest is a click away
 
 
 @dataclass
@@ -29,6 +33,10 @@ class Segment:
     text: str
     mask: str | None
     n: int
+    heat_n: int = 0  # tokens the heatmap colours in place of the text (0: text shown)
+    more_chars: int = 0  # characters of the text not shown (the page is elsewhere)
+    coloured: int = 0  # tokens that have colours, when fewer than n (cut to the page)
+    paged: bool = True  # in the page shown (else a preview: another page has it)
 
     @property
     def label(self) -> str:
@@ -102,21 +110,40 @@ def _per_step(
     return []
 
 
-def build(
-    t: Trajectory, judgements: list[Judgement], order: list[str] | None = None
-) -> TrajectoryView:
-    """``order``: the run's component names in config order (stored dicts lose it)."""
-    segments = [
-        Segment(
-            k,
-            s.get("turn"),
-            str(s.get("kind") or ""),
-            str(s.get("text") or ""),
-            s.get("mask"),
-            int(s.get("n") or 0),
+def _segments(t: Trajectory, page: SegmentPage | None) -> list[Segment]:
+    """Every segment of ``t``: those of ``page`` (all, without one) as the page has
+    them, the others as a preview of their text."""
+    metas = page.metas if page is not None else prompts.meta_of(t)
+    paged = {s["k"]: s for s in page.segments} if page is not None else None
+    out = []
+    for k, s in enumerate(metas):
+        text, n = str(s.get("text") or ""), int(s.get("n") or 0)
+        seg = Segment(
+            k, s.get("turn"), str(s.get("kind") or ""), text, s.get("mask"), n
         )
-        for k, s in enumerate(prompts.meta_of(t))
-    ]
+        shown = paged.get(k) if paged is not None else s
+        if shown is None:
+            seg.text, seg.paged = text[:PREVIEW_CHARS], False
+        else:
+            seg.text = str(shown.get("text") or "")
+            coloured = len(shown.get("tokens") or [])
+            seg.heat_n = n if coloured >= n else 0  # cut: the text stays shown too
+            seg.coloured = coloured if coloured < n else 0
+        seg.more_chars = len(text) - len(seg.text)
+        out.append(seg)
+    return out
+
+
+def build(
+    t: Trajectory,
+    judgements: list[Judgement],
+    order: list[str] | None = None,
+    page: SegmentPage | None = None,
+) -> TrajectoryView:
+    """``order``: the run's component names in config order (stored dicts lose it).
+    ``page``: the segments shown in full (:func:`dashboard.reads.trajectories.
+    segment_page`); the others show a preview of their text."""
+    segments = _segments(t, page)
     rewards = t.rewards if isinstance(t.rewards, dict) else {}
     per_step = (
         rewards.get("per_step") if isinstance(rewards.get("per_step"), dict) else {}

@@ -8,8 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
 from dashboard import jsonsafe
-from dashboard.ingest import prompts
+from dashboard.errors import InvalidConfig
+from dashboard.ingest import arrays, prompts
 from dashboard.models import (
     CriticalPath,
     Judgement,
@@ -59,6 +62,113 @@ def trajectory_text(t: Trajectory, prompt_cache: dict | None = None) -> dict[str
         for seg in prompts.meta_of(t, prompt_cache)
     ]
     return out
+
+
+# --- one trajectory, a page at a time ----------------------------------------------------
+@dataclass(frozen=True)
+class SegmentPage:
+    """Segments ``offset`` .. ``offset + len(segments) - 1`` of a trajectory, as many
+    as fit the page's tokens and characters (at least one). A segment larger than the
+    page on its own is cut to it and carries ``"cut": {"tokens": n, "chars": c}``,
+    its whole size."""
+
+    segments: list[dict[str, Any]]
+    offset: int
+    total: int  # segments in the trajectory, the shared prompt's included
+    tokens: int  # tokens in the trajectory
+    metas: list[dict[str, Any]]  # every segment's metadata (no arrays)
+
+    @property
+    def next_offset(self) -> int | None:
+        end = self.offset + len(self.segments)
+        return end if end < self.total else None
+
+
+def page_budget(max_tokens: int | None, max_chars: int | None) -> tuple[int, int]:
+    """A reader's page size (None: the default), refused past the ingest limits:
+    a page never needs to be larger than one stored segment can be."""
+    tokens = max_tokens or settings.TRAJECTORY_PAGE_TOKENS
+    chars = max_chars or settings.TRAJECTORY_PAGE_CHARS
+    if tokens > settings.TRAJECTORY_MAX_TOKENS:
+        raise InvalidConfig(
+            f"max_tokens: at most {settings.TRAJECTORY_MAX_TOKENS} "
+            "(TRAJECTORY_MAX_TOKENS)"
+        )
+    if chars > settings.EVENT_MAX_TEXT_CHARS:
+        raise InvalidConfig(
+            f"max_chars: at most {settings.EVENT_MAX_TEXT_CHARS} (EVENT_MAX_TEXT_CHARS)"
+        )
+    return tokens, chars
+
+
+def trajectory_page(
+    t: Trajectory, offset: int, max_tokens: int | None, max_chars: int | None
+) -> tuple[dict[str, Any], SegmentPage]:
+    """:func:`trajectory_detail` a page of segments at a time: the summary, facts and
+    agent steps, the page's segments with their arrays, and ``page`` saying where it
+    is (the caller adds the ``next`` link)."""
+    tokens, chars = page_budget(max_tokens, max_chars)
+    page = segment_page(t, offset, tokens, chars)
+    out = trajectory_summary(t)
+    out["facts"] = t.facts
+    out["steps"] = t.agent_steps
+    out["clipped"] = t.clipped
+    out["segments"] = page.segments
+    out["page"] = {
+        "offset": offset,
+        "count": len(page.segments),
+        "segments": page.total,
+        "tokens": page.tokens,
+        "max_tokens": tokens,
+        "max_chars": chars,
+        "next_offset": page.next_offset,
+    }
+    return out, page
+
+
+def _text_len(meta: dict[str, Any]) -> int:
+    text = meta.get("text")
+    return len(text) if isinstance(text, str) else 0
+
+
+def segment_page(
+    t: Trajectory,
+    offset: int,
+    max_tokens: int,
+    max_chars: int,
+    prompt_cache: dict | None = None,
+) -> SegmentPage:
+    """The page of ``t``'s segments from ``offset`` (see :class:`SegmentPage`): only
+    its segments' arrays are unpacked."""
+    gp = prompts.prompt_of(t, prompt_cache)
+    parts = prompts.split(gp.segments, bytes(gp.arrays)) if gp else []
+    own = t.segments if isinstance(t.segments, list) else []
+    parts += prompts.split(own, bytes(t.arrays or b""))
+    metas = [m for m, _ in parts]
+    page, tokens, chars = [], 0, 0
+    for k in range(offset, len(parts)):
+        meta, blob = parts[k]
+        n, c = int(meta.get("n", 0)), _text_len(meta)
+        if page and (tokens + n > max_tokens or chars + c > max_chars):
+            break
+        page.append(_page_segment(k, meta, blob, max_tokens, max_chars))
+        tokens, chars = tokens + n, chars + c
+    total_tokens = sum(int(m.get("n", 0)) for m in metas)
+    return SegmentPage(page, offset, len(parts), total_tokens, metas)
+
+
+def _page_segment(
+    k: int, meta: dict[str, Any], blob: bytes, max_tokens: int, max_chars: int
+) -> dict[str, Any]:
+    n, c = int(meta.get("n", 0)), _text_len(meta)
+    cut_meta, cut_blob = arrays.head_of_part(meta, blob, max_tokens)
+    if c > max_chars:
+        cut_meta = {**cut_meta, "text": meta["text"][:max_chars]}
+    (seg,) = arrays.unpack_segments([cut_meta], cut_blob)
+    seg = {"k": k, **seg}
+    if n > max_tokens or c > max_chars:
+        seg["cut"] = {"tokens": n, "chars": c}
+    return seg
 
 
 def judgement_dict(j: Judgement) -> dict[str, Any]:

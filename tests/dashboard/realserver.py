@@ -1,0 +1,152 @@
+"""A real Daphne server in a subprocess for the memory tests (issue 21): started on the
+embedded default (SQLite under a temporary var dir), its RSS read with psutil, and
+raw HTTP sent over a socket so that nothing on the client side buffers or retries."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+MB = 1 << 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def embedded_env(var: Path, **extra: str) -> dict[str, str]:
+    """The environment of a server on the embedded default, its state under ``var``."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}
+    }
+    env.update({"DASHBOARD_VAR_DIR": str(var), "ALLOWED_HOSTS": "127.0.0.1", **extra})
+    return env
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    """Run ``manage.py`` with ``env``; its stdout."""
+    out = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return out.stdout
+
+
+@contextlib.contextmanager
+def daphne(env: dict[str, str]) -> Iterator[tuple[int, psutil.Process]]:
+    """A Daphne serving the dashboard: (port, its process)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    proc = subprocess.Popen(
+        [*cmd, "dashboard.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            raise RuntimeError("daphne did not start")
+        yield port, psutil.Process(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def rss_mb(proc: psutil.Process) -> float:
+    return proc.memory_info().rss / MB
+
+
+class PeakRss:
+    """The largest RSS of ``proc`` while the block runs, sampled every few ms."""
+
+    def __init__(self, proc: psutil.Process) -> None:
+        self.proc = proc
+        self.before = rss_mb(proc)
+        self.peak = self.before
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_mb(self.proc))
+            time.sleep(0.002)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(0.05)
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mb(self.proc))
+
+    @property
+    def growth(self) -> float:
+        return self.peak - self.before
+
+
+def head(path: str, length: int | None, extra: str = "", **hdrs: str) -> bytes:
+    size = f"Content-Length: {length}\r\n" if length is not None else ""
+    more = "".join(f"{k.replace('_', '-')}: {v}\r\n" for k, v in hdrs.items())
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{size}{extra}{more}"
+        "Connection: close\r\n"
+        "Content-Type: application/json\r\n\r\n"
+    ).encode()
+
+
+def request(port: int, raw: bytes, timeout: float = 60) -> tuple[int, bytes, float]:
+    """Send one whole request; (status, body, seconds from the last byte sent to the
+    whole answer)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(raw)
+        start = time.monotonic()
+        answer = b""
+        while True:
+            more = sock.recv(1 << 16)
+            if not more:
+                break
+            answer += more
+            if _complete(answer):
+                break
+    seconds = time.monotonic() - start
+    head_, _, body = answer.partition(b"\r\n\r\n")
+    status = int(head_.split(b" ", 2)[1]) if head_ else 0
+    return status, body, seconds
+
+
+def _complete(answer: bytes) -> bool:
+    head_, sep, body = answer.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in head_.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(body) >= int(value.strip())
+    return False
