@@ -11,9 +11,9 @@ that never reaches a stop check: a judge that does not answer, a long scoring pa
 ended here: the run is marked ``cancelled`` through its lease first, so it is never
 left ``running``, then the process running it is terminated. For a Celery worker
 that is this prefork child (SIGKILL; the pool starts a fresh one, the broker's
-redelivery finds the run finished); in the embedded mode, where the run is a thread of
-the web process, :class:`~trainer.stopping.Stopped` is raised in that thread, which
-ends it at its next Python bytecode.
+redelivery finds the run finished); in the embedded mode (or any direct call), where
+the run is a thread of a process that must live on, :class:`~trainer.stopping.Stopped`
+is raised in that thread, which ends it at its next Python bytecode.
 """
 
 from __future__ import annotations
@@ -54,8 +54,13 @@ def raise_in_thread(thread_id: int) -> Callable[[], None]:
 
 
 def default_terminate() -> Callable[[], None]:
-    """How this process ends a run it executes in the calling thread."""
-    if settings.RUN_EXECUTOR == "celery":
+    """How to end the run the calling thread executes: the process, when that is a
+    Celery worker's child executing the task; else (the embedded executor, a direct
+    call) that thread alone."""
+    from celery import current_task
+
+    request = current_task.request if current_task else None
+    if request is not None and not (request.called_directly or request.is_eager):
         return kill_this_process
     return raise_in_thread(threading.get_ident())
 

@@ -220,3 +220,25 @@ def test_a_worker_announces_and_withdraws(settings):
     assert [o.name for o in workers.live_offers()] == ["w@host"]
     workers.forget("w@host")
     assert workers.live_offers() == []
+
+
+def test_the_forms_live_check_shows_the_refusal_under_the_rollout_fields(
+    owner_client,
+):
+    from dashboard.pages.forms import default_config, values_from_config
+    from rewards.config import DETECTOR_NAMES
+
+    values = values_from_config(default_config("calc", "grpo"))
+    values.update({f"rollout.{k}": v for k, v in HUGE_ROLLOUT.items()})
+    values["reward.detectors.enabled"] = list(DETECTOR_NAMES)
+    data = {
+        k: [str(x) for x in v]
+        if isinstance(v, list)
+        else ["on" if v is True else str(v)]
+        for k, v in values.items()
+        if v is not None and v is not False
+    }
+    res = owner_client.post("/runs/new/check/", data).json()
+    assert res["ok"] is False
+    for field in ("tasks_per_step", "group_size", "max_total_tokens"):
+        assert "137,438,953,472 tokens" in " ".join(res["errors"][f"rollout.{field}"])
