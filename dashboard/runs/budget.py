@@ -82,17 +82,42 @@ def memory_limit(cuda: bool, takers: list[Offer]) -> tuple[int | None, str]:
     return (max(known), f"the {where} of the largest worker") if known else (None, "")
 
 
-def check_budget(config: Any, takers: list[Offer]) -> list[str]:
-    """Refusals for a step over the tokens limit or the memory limit."""
+def estimate(config: Any, takers: list[Offer]):
+    """(``trainer.budget.StepBudget`` or None when the model is unknown, cuda)."""
     from trainer.algorithms import resolve_algorithm
-    from trainer.budget import estimate_step, gib
+    from trainer.budget import estimate_step
 
     cuda = on_cuda(config, takers)
     shape = model_shape(config, dtype_bytes(config, cuda))
     if shape is None:
-        return []  # a model whose config.json we cannot read fails at its load
+        return None, cuda
     kl = resolve_algorithm(config.algorithm).kl_beta > 0 and config.model.lora is None
-    budget = estimate_step(config, shape, kl_reference=kl)
+    return estimate_step(config, shape, kl_reference=kl), cuda
+
+
+def describe(config: Any, takers: list[Offer]) -> str | None:
+    """One line for the new-run form: the step's size against the limits."""
+    from trainer.budget import gib
+
+    budget, cuda = estimate(config, takers)
+    if budget is None:
+        return None
+    limit, _ = memory_limit(cuda, takers)
+    of = f" of {gib(limit)}" if limit else ""
+    return (
+        f"A step: {budget.tokens:,} tokens (limit "
+        f"{settings.RUN_MAX_TOKENS_PER_STEP:,}), about "
+        f"{gib(budget.memory_bytes)}{of} per training process."
+    )
+
+
+def check_budget(config: Any, takers: list[Offer]) -> list[str]:
+    """Refusals for a step over the tokens limit or the memory limit."""
+    from trainer.budget import gib
+
+    budget, cuda = estimate(config, takers)
+    if budget is None:
+        return []  # a model whose config.json we cannot read fails at its load
     r, errors = config.rollout, []
     length = "max_total_tokens" if budget.capped else "max_turns x max_action_tokens"
     if budget.tokens > settings.RUN_MAX_TOKENS_PER_STEP:

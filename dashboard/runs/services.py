@@ -140,6 +140,13 @@ def check_takers(cfg: Any) -> list[str]:
     return errors + budget.check_budget(cfg, devices.takers(cfg, offers))
 
 
+def step_estimate(cfg: Any) -> str | None:
+    """The size of one step of a checked config, in a line for the form."""
+    from dashboard.runs import budget, workers
+
+    return budget.describe(cfg, devices.takers(cfg, workers.offers()))
+
+
 def check_processes(cfg: Any) -> list[str]:
     """Nothing queued that no worker can take: ``resources.processes`` at most the
     devices of the largest worker (``dashboard.runs.devices.max_processes``)."""

@@ -242,3 +242,30 @@ def test_the_forms_live_check_shows_the_refusal_under_the_rollout_fields(
     assert res["ok"] is False
     for field in ("tasks_per_step", "group_size", "max_total_tokens"):
         assert "137,438,953,472 tokens" in " ".join(res["errors"][f"rollout.{field}"])
+
+
+def test_the_forms_live_check_shows_the_steps_estimate(owner_client, tiny_config):
+    from dashboard.pages.forms import default_config, values_from_config
+    from rewards.config import DETECTOR_NAMES
+
+    values = values_from_config(default_config("calc", "grpo"))
+    values["reward.detectors.enabled"] = list(DETECTOR_NAMES)
+    data = {
+        k: [str(x) for x in v]
+        if isinstance(v, list)
+        else ["on" if v is True else str(v)]
+        for k, v in values.items()
+        if v is not None and v is not False
+    }
+    res = owner_client.post("/runs/new/check/", data).json()
+    assert res["ok"] is True, res["errors"]
+    r = {k: int(values[f"rollout.{k}"]) for k in HUGE_ROLLOUT}
+    tokens = (
+        r["tasks_per_step"]
+        * r["group_size"]
+        * min(r["max_turns"] * r["max_action_tokens"], r["max_total_tokens"])
+    )
+    assert res["estimate"].startswith(
+        f"A step: {tokens:,} tokens (limit 16,777,216), about "
+    )
+    assert "per training process" in res["estimate"]
