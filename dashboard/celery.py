@@ -7,14 +7,19 @@ of several processes (``dashboard.runs.devices``): started with ``-Q gpu`` on a 
 it takes runs of 1 to 4 processes. Nothing here initialises CUDA: that happens only in
 the prefork child that runs the task, never in the parent that forks it (the device
 count is read through NVML).
+
+Once ready, a worker announces what it serves (``dashboard.runs.workers``: its queues,
+devices and memory, refreshed every ``WORKER_ANNOUNCE_SECONDS``), so that submit can
+refuse a run no live worker takes; it withdraws the announcement when it stops.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 from celery import Celery
-from celery.signals import celeryd_after_setup
+from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
@@ -35,3 +40,42 @@ def consume_multi_device_queues(sender: str, instance, **kwargs) -> None:
         list(queues.consume_from), settings.RUN_QUEUE_PREFIX, devices.local_devices
     ):
         queues.select_add(name, exchange=name, routing_key=name)  # as -Q does
+
+
+_announcing: dict[str, threading.Event] = {}
+
+
+def _unprefixed(queues, prefix: str) -> list[str]:
+    return [q[len(prefix) :] for q in queues if q.startswith(prefix)]
+
+
+@worker_ready.connect
+def announce_worker(sender, **kwargs) -> None:
+    """Start announcing this worker's queues, devices and memory."""
+    from django.conf import settings
+
+    from dashboard.runs import workers
+
+    consumed = list(sender.app.amqp.queues.consume_from)
+    offer = workers.local_offer(
+        sender.hostname, _unprefixed(consumed, settings.RUN_QUEUE_PREFIX)
+    )
+    stop = _announcing.setdefault(sender.hostname, threading.Event())
+    workers.start_announcing(offer, stop)
+
+
+@worker_shutdown.connect
+def withdraw_worker(sender, **kwargs) -> None:
+    """Stop announcing; the row goes, so submit stops counting on this worker."""
+    from django.db import DatabaseError, connection
+
+    from dashboard.runs import workers
+
+    for name, stop in list(_announcing.items()):
+        stop.set()
+        try:
+            workers.forget(name)
+        except DatabaseError:  # the row ages out by itself
+            pass
+        finally:
+            connection.close()

@@ -462,3 +462,24 @@ class Dataset(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Worker(models.Model):
+    """A Celery worker's announcement of what it serves (``dashboard.runs.devices``):
+    the queues it consumes, its devices and their memory, refreshed every
+    ``WORKER_ANNOUNCE_SECONDS`` while it lives. Submit reads the live ones to refuse a
+    run no worker would take, and one that cannot fit in any."""
+
+    name = models.CharField(max_length=255, unique=True)  # Celery's node name
+    queues = models.JSONField(default=list)  # without DASHBOARD_NAMESPACE's prefix
+    cuda_devices = models.PositiveIntegerField(default=0)
+    devices = models.PositiveIntegerField(default=1)  # what it gives one run
+    gpu_memory_bytes = models.BigIntegerField(null=True, blank=True)  # per GPU
+    ram_bytes = models.BigIntegerField(null=True, blank=True)
+    seen_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

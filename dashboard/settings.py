@@ -234,6 +234,21 @@ RUN_RESEND_QUEUED_SECONDS = env_int("RUN_RESEND_QUEUED_SECONDS", 900, min_value=
 RUN_MAX_ATTEMPTS = env_int("RUN_MAX_ATTEMPTS", 3, min_value=1, max_value=100)
 RUN_MAX_ACTIVE_PER_USER = env_int("RUN_MAX_ACTIVE_PER_USER", 4, min_value=1)
 RUN_FRAME_INTERVAL_MS = env_int("RUN_FRAME_INTERVAL_MS", 100, min_value=10)
+# A cancelled run that has not stopped this long after the cancel is marked cancelled
+# and its process terminated (dashboard.runs.stopping).
+RUN_CANCEL_GRACE_SECONDS = env_int(
+    "RUN_CANCEL_GRACE_SECONDS", 10, min_value=1, max_value=3600
+)
+# Refused at submit (trainer.budget, dashboard.runs.budget): a step of more tokens
+# than this, or whose memory estimate is over RUN_MAX_STEP_MEMORY_MB (0: the memory
+# of the largest live worker that serves the run, this machine's in the embedded mode).
+RUN_MAX_TOKENS_PER_STEP = env_int("RUN_MAX_TOKENS_PER_STEP", 1 << 24, min_value=1)
+RUN_MAX_STEP_MEMORY_MB = env_int("RUN_MAX_STEP_MEMORY_MB", 0, min_value=0)
+# Workers announce what they serve every WORKER_ANNOUNCE_SECONDS (a Worker row); a run
+# no live worker serves is refused at submit (the embedded mode asks its own devices).
+# Off under pytest unless a test turns it on: most tests launch with no worker at all.
+WORKER_ANNOUNCE_SECONDS = env_int("WORKER_ANNOUNCE_SECONDS", 15, min_value=1)
+RUN_REFUSE_UNSERVED = env_bool("RUN_REFUSE_UNSERVED", not TESTING)
 # An external run (reporting over HTTP) that sends nothing for this long shows as lost.
 EXTERNAL_RUN_TIMEOUT = env_int("EXTERNAL_RUN_TIMEOUT", 600, min_value=5)
 # POST /api/runs/{id}/events: body as sent (maybe gzip), once decompressed, and lines.

@@ -38,6 +38,7 @@ from trainer.run_state import (
 )
 from trainer.single import Handle, Single, as_handle
 from trainer.step import StepContext, train_step
+from trainer.stopping import Every, Stopped
 from trainer.warmstart import warmstart
 
 
@@ -64,8 +65,9 @@ def train(
 ) -> TrainResult:
     """Train ``config.steps`` steps (continuing from the newest checkpoint in
     ``checkpoint_dir`` when ``resume``; else starting from the weights of
-    ``init_checkpoint`` when given). ``should_stop`` is checked before every step:
-    a True stops the run cleanly with status ``cancelled``.
+    ``init_checkpoint`` when given). ``should_stop`` is checked before every step
+    and, alone, between generated tokens too (``trainer.stopping``): a True stops
+    the run cleanly with status ``cancelled``.
 
     ``parallel``: this process's rank in a run of several (``trainer.distributed``);
     every rank calls ``train``, rank 0's ``sink`` receives the run's events (the
@@ -116,6 +118,10 @@ def train(
         warm["warmstart/loss"] = loss
     ref = reference_policy(policy, algo, checkpoint_dir, par, whole=whole_ref)
     par.wrap(policy)
+    if should_stop is not None and par.world == 1:
+        # Between tokens too; with several processes a rank cannot leave a step
+        # alone (the others would wait in its collectives): per step only.
+        policy.stop_check = Every(should_stop)
     ctx = StepContext(
         config, algo, env, reward_fn, policy, ref, optimizer, sink, monitor, par
     )
@@ -184,6 +190,8 @@ def _run(
                     checkpoint_dir, ctx.policy, ctx.optimizer, state, config, par
                 )
                 sink.emit({"type": "checkpoint", "step": step, "path": str(path)})
+    except Stopped:  # inside a step (generation): that step's work is dropped
+        return _finished(sink, "cancelled", step - 1, metrics)
     except Exception as exc:
         sink.emit(
             {

@@ -27,6 +27,7 @@ from trainer.models import (
     resolve_device,
     resolve_dtype,
 )
+from trainer.stopping import Stopped
 
 
 @dataclass
@@ -95,6 +96,9 @@ class Policy(nn.Module):
         self.stop_ids = self.renderer.stop_ids
         self.pad_id = tokenizer.pad_token_id
         self.bos_id = tokenizer.bos_token_id
+        # Asked between generated tokens (``trainer.stopping``): True raises Stopped.
+        # Set by ``trainer.loop.train`` for a run of one process.
+        self.stop_check: Callable[[], bool] | None = None
         # id -> token string, looked up per token when events are recorded.
         self._token_table: list[str] = tokenizer.convert_ids_to_tokens(
             list(range(len(tokenizer)))
@@ -180,6 +184,7 @@ class Policy(nn.Module):
         ``logprobs_out``, if given, receives one list per row: the sampler's
         log-prob of each produced token at the policy's temperature (the quantity the
         learner computes, so the two can be compared token for token).
+        Raises :class:`~trainer.stopping.Stopped` when ``stop_check`` says so.
         """
         if not contexts:
             return []
@@ -200,6 +205,8 @@ class Policy(nn.Module):
         limit = torch.tensor(budgets, device=dev)
         stop = torch.tensor(self.stop_ids, device=dev)
         for t in range(max(budgets)):
+            if self.stop_check is not None and self.stop_check():
+                raise Stopped("asked to stop during generation")
             tok = _sample(logits, temperature, top_p, generator)
             tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
             live = (~done).nonzero().flatten().tolist()

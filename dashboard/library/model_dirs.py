@@ -167,22 +167,19 @@ def safetensors_params(path: Path) -> int | None:
 
 
 def config_params(cfg: dict[str, Any]) -> int | None:
-    """A decoder-only Llama/Qwen/Mistral-style model's parameters from its config:
-    embeddings, per layer attention (grouped KV) + gated MLP + two norms, the final
-    norm and an untied head. Biases (Qwen's q/k/v) are not counted."""
-    try:
-        v, h = int(cfg["vocab_size"]), int(cfg["hidden_size"])
-        inter, layers = int(cfg["intermediate_size"]), int(cfg["num_hidden_layers"])
-        heads = int(cfg["num_attention_heads"])
-        kv = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or h // heads)
-    except (KeyError, TypeError, ValueError, OverflowError, ZeroDivisionError):
+    """A decoder-only Llama/Qwen/Mistral-style model's parameters from its config
+    (``trainer.budget.llama_params``); None when the keys are missing or absurd."""
+    from trainer.budget import shape_from_hf_config
+
+    shape = shape_from_hf_config(cfg, dtype_bytes=4)
+    if shape is None:
         return None
-    attn = h * heads * head_dim * 2 + h * kv * head_dim * 2
-    per_layer = attn + 3 * h * inter + 2 * h
-    head = 0 if cfg.get("tie_word_embeddings", True) else v * h
-    total = v * h + layers * per_layer + h + head
-    return total if 0 <= total < 2**63 else None  # absurd sizes: unknown
+    return shape.params if 0 <= shape.params < 2**63 else None  # absurd: unknown
+
+
+def read_config(path: str | Path) -> dict[str, Any] | None:
+    """A model directory's ``config.json`` as a dict, or None (missing, unreadable)."""
+    return _json(Path(path) / "config.json")
 
 
 def _no_constant(name: str) -> Any:

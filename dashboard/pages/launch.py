@@ -133,12 +133,13 @@ def run_clone(request: HttpRequest, run_id: Any) -> HttpResponse:
 
 def _check(request: HttpRequest, parent: Run | None) -> JsonResponse:
     form = f.RunForm(request.POST)
-    ok = form.is_valid()
+    ok, estimate = form.is_valid(), None
     if ok:  # what only the platform knows: paths in the roots, init_from_run
         try:
-            services.check_platform(
+            checked = services.check_platform(
                 TrainConfig.model_validate(form.cleaned), request.user
             )
+            estimate = services.step_estimate(checked)
         except services.ServiceError as exc:
             form.add_service_errors(exc.errors)
             ok = False
@@ -147,6 +148,7 @@ def _check(request: HttpRequest, parent: Run | None) -> JsonResponse:
         {
             "ok": ok,
             "errors": form.errors,
+            "estimate": estimate,
             "diff": [
                 {"path": d.path, "parent": d.values[0], "value": d.values[1]}
                 for d in diff

@@ -83,3 +83,41 @@ def max_processes(kind: str) -> int:
     if settings.RUN_EXECUTOR == "inprocess":
         return local_devices(kind)
     return 1
+
+
+def takers(config: Any, offers: list[Any]) -> list[Any]:
+    """The offers (``dashboard.runs.workers.Offer``) that would take ``config``: they
+    consume its queue and, for ``model.device: cuda``, have the CUDA devices."""
+    queue = queue_for(config)
+    cuda = config.model.device == "cuda"
+    return [
+        o
+        for o in offers
+        if queue in o.queues
+        and (not cuda or o.cuda_devices >= config.resources.processes)
+    ]
+
+
+def served_devices(offers: list[Any]) -> list[str]:
+    """The ``model.device`` values some offer takes (runs of one process)."""
+    out = []
+    if any("cpu" in o.queues for o in offers):
+        out.append("cpu")
+    if any("gpu" in o.queues and o.cuda_devices for o in offers):
+        out.append("cuda")
+    if any(settings.RUN_QUEUE_AUTO in o.queues for o in offers):
+        out.append("auto")
+    return out
+
+
+def check_served(config: Any, offers: list[Any]) -> list[str]:
+    """Nothing queued that no live worker takes (``RUN_REFUSE_UNSERVED``)."""
+    if not settings.RUN_REFUSE_UNSERVED or takers(config, offers):
+        return []
+    device, queue = config.model.device, queue_for(config)
+    need = " with CUDA" if device == "cuda" else ""
+    served = ", ".join(served_devices(offers)) or "none (no worker is announcing)"
+    return [
+        f"config.model.device: no live worker takes a run with model.device "
+        f"{device!r} (queue {queue}{need}); model.device served now: {served}"
+    ]

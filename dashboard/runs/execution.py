@@ -22,7 +22,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from dashboard.models import Checkpoint, JudgeEndpoint, RunStatus
-from dashboard.runs import devices, lease, multiprocess
+from dashboard.runs import devices, lease, multiprocess, stopping
 from dashboard.runs.lease import Claim
 from dashboard.runs.sinks import RunSink
 
@@ -156,6 +156,7 @@ def requested_processes(config: Any) -> int:
 def run_claimed(claim: Claim) -> str:
     """Train the claimed run to the end; record its outcome. Returns the status."""
     from trainer.config import TrainConfig
+    from trainer.stopping import Stopped
 
     if requested_processes(claim.config) > 1:
         return run_claimed_ranks(claim)
@@ -170,21 +171,27 @@ def run_claimed(claim: Claim) -> str:
         config = TrainConfig.model_validate(claim.config)
         prune_unrecorded_checkpoints(claim.run_id, root)
         runner = import_string(settings.RUN_TRAINER)
-        result = runner(
-            config,
-            sink,
-            should_stop=lambda: (
-                sink.lost or _interrupted.is_set() or lease.should_stop(claim)
-            ),
-            checkpoint_dir=str(root),
-            resume=True,
-            endpoints=judge_endpoints(),
-            **init_kwargs(config),
-        )
+        with stopping.CancelWatch(claim) as watch:
+            result = runner(
+                config,
+                sink,
+                should_stop=lambda: (
+                    watch.requested.is_set()
+                    or sink.lost
+                    or _interrupted.is_set()
+                    or lease.should_stop(claim)
+                ),
+                checkpoint_dir=str(root),
+                resume=True,
+                endpoints=judge_endpoints(),
+                **init_kwargs(config),
+            )
         status = (
             result.status if result.status in RunStatus.values else RunStatus.FAILED
         )
         message = one_line(getattr(result, "error", None) or "")
+    except Stopped:  # ended by its CancelWatch, which recorded the cancel
+        log.warning("run %s: stopped after the cancel's grace period", claim.run_id)
     except Exception as exc:
         message, detail = failure_message(exc), traceback.format_exc()
         log.exception("run %s attempt %s failed", claim.run_id, claim.attempt)

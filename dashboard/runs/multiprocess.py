@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -162,6 +163,7 @@ def train(
     cmd = command(claim.run_id, claim.attempt, processes, root, reports)
     log.info("run %s attempt %s: %s", claim.run_id, claim.attempt, " ".join(cmd))
     proc = subprocess.Popen(cmd, env=env)
+    cancelled_at = None
     while True:
         try:
             returncode = proc.wait(timeout=settings.RUN_HEARTBEAT_SECONDS)
@@ -175,9 +177,34 @@ def train(
             log.warning("run %s: lease lost; stopping its ranks", claim.run_id)
             _stop(proc)
             return Ending("lease-lost")
+        cancelled_at = cancelled_at or (time.monotonic() if _cancelled(claim) else None)
+        if cancelled_at and time.monotonic() - cancelled_at > grace_s():
+            # Rank 0 stops at its next step; a step that never ends is cut short.
+            log.warning(
+                "run %s: not stopped after the cancel; stopping its ranks", claim.run_id
+            )
+            _stop(proc, grace_s=5.0)
+            return Ending(
+                "finished",
+                "cancelled",
+                f"did not stop within {grace_s():g} s of the cancel; its "
+                "processes were terminated",
+            )
     if returncode != 0 and interrupted():  # Ctrl-C reached the ranks first
         return Ending("interrupted")
     return ending(read_reports(reports), processes, returncode)
+
+
+def grace_s() -> float:
+    return float(settings.RUN_CANCEL_GRACE_SECONDS)
+
+
+def _cancelled(claim: Claim) -> bool:
+    try:
+        return lease.should_stop(claim)
+    except (OperationalError, InterfaceError):
+        connection.close()
+        return False  # a database blip is no cancel
 
 
 def _heartbeat(claim: Claim) -> bool:

@@ -123,7 +123,28 @@ def check_platform(cfg: Any, user: Any) -> Any:
     errors += check_processes(cfg)
     if errors:
         raise InvalidConfig(errors)
-    return TrainConfig.model_validate(config)
+    checked = TrainConfig.model_validate(config)
+    errors = check_takers(checked)
+    if errors:
+        raise InvalidConfig(errors)
+    return checked
+
+
+def check_takers(cfg: Any) -> list[str]:
+    """A run some live worker serves (``devices.check_served``) and whose step fits
+    the limits and the workers that would take it (``dashboard.runs.budget``)."""
+    from dashboard.runs import budget, workers
+
+    offers = workers.offers()
+    errors = devices.check_served(cfg, offers)
+    return errors + budget.check_budget(cfg, devices.takers(cfg, offers))
+
+
+def step_estimate(cfg: Any) -> str | None:
+    """The size of one step of a checked config, in a line for the form."""
+    from dashboard.runs import budget, workers
+
+    return budget.describe(cfg, devices.takers(cfg, workers.offers()))
 
 
 def check_processes(cfg: Any) -> list[str]:

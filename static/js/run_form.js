@@ -234,6 +234,8 @@ async function runCheck() {
   lastOk = res.ok;
   showAll(res.ok);
   if (res.ok || res.diff.length) showDiff(res.diff);
+  const estimate = form.querySelector("[data-estimate]");
+  if (estimate) estimate.textContent = res.estimate || "";
   form.dataset.checked = String(seq);
 }
 const check = debounce(runCheck, 350);

@@ -5,8 +5,9 @@ relies on: ``run_started`` with ``start_step``, resume from the newest
 ``step-NNNNNN`` directory in ``checkpoint_dir`` (written atomically, before its
 ``checkpoint`` event), ``should_stop`` polled before each step, ``run_finished``
 then re-raise on failure. Tests tune it with environment variables (it runs inside
-Celery workers too): ``FAKE_RUNNER_STEP_S`` (seconds per step) and
-``FAKE_RUNNER_FAIL_AT`` (raise at that step).
+Celery workers too): ``FAKE_RUNNER_STEP_S`` (seconds per step),
+``FAKE_RUNNER_FAIL_AT`` (raise at that step) and ``FAKE_RUNNER_DEAF`` (never asks
+``should_stop``: a stage stuck where no stop check reaches).
 """
 
 from __future__ import annotations
@@ -182,6 +183,8 @@ def run_from_config(
 ):
     step_s = float(os.environ.get("FAKE_RUNNER_STEP_S", "0.01"))
     fail_at = int(os.environ.get("FAKE_RUNNER_FAIL_AT", "0"))
+    if os.environ.get("FAKE_RUNNER_DEAF"):
+        should_stop = None
     root = Path(checkpoint_dir) if checkpoint_dir else None
     start = _latest(root) if (root is not None and resume) else 0
     sink.emit(

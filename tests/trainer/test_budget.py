@@ -1,0 +1,177 @@
+"""trainer.budget: a step's tokens and memory, checked against hand-worked numbers."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from trainer.budget import (
+    ModelShape,
+    default_shape,
+    estimate_step,
+    llama_params,
+    shape_from_hf_config,
+    with_lora,
+)
+from trainer.config import TrainConfig
+
+# The config of issue 21.4: accepted by the schema, took a worker to 5.9 GB.
+HUGE = {
+    "rollout": {
+        "tasks_per_step": 4096,
+        "group_size": 256,
+        "max_turns": 64,
+        "max_action_tokens": 4096,
+        "max_total_tokens": 131072,
+    }
+}
+
+# hidden 8, MLP 16, 2 layers, KV width 4, vocabulary 10, float32: small enough to
+# work every term out by hand.
+SHAPE = ModelShape(
+    params=1000,
+    trainable=1000,
+    hidden=8,
+    intermediate=16,
+    layers=2,
+    kv_width=4,
+    vocab=10,
+    dtype_bytes=4,
+)
+
+
+def config(**rollout) -> TrainConfig:
+    base = {"tasks_per_step": 3, "group_size": 2, "max_turns": 2}
+    base.update(rollout)
+    return TrainConfig.model_validate({"rollout": {"max_action_tokens": 5, **base}})
+
+
+def test_the_issues_config_holds_137_billion_tokens_a_step():
+    budget = estimate_step(
+        TrainConfig.model_validate(HUGE),
+        default_shape("tiny", 60, dtype_bytes=4),
+        kl_reference=False,
+    )
+    assert budget.rollouts == 4096 * 256
+    # 64 turns x 4096 tokens = 262,144 > 131,072: the whole-trajectory budget binds.
+    assert budget.rollout_tokens == 131072 and budget.capped
+    assert budget.tokens == 4096 * 256 * 131072 == 137_438_953_472
+    assert budget.token_fields == [
+        "rollout.tasks_per_step",
+        "rollout.group_size",
+        "rollout.max_total_tokens",
+    ]
+    assert budget.memory_bytes > 2**40  # terabytes, on a 1M-parameter model
+
+
+def test_a_rollout_is_turns_times_action_tokens_plus_the_prompt_below_the_cap():
+    budget = estimate_step(
+        config(max_total_tokens=512), SHAPE, prompt_tokens=7, kl_reference=False
+    )
+    assert (budget.rollout_tokens, budget.capped) == (2 * 5 + 7, False)
+    assert budget.tokens == 3 * 2 * 17
+    assert budget.token_fields[2:] == ["rollout.max_turns", "rollout.max_action_tokens"]
+
+
+def test_every_memory_term_by_hand():
+    budget = estimate_step(config(max_total_tokens=512), SHAPE, kl_reference=False)
+    rows, length = 3 * 2, 10
+    # weights + gradients + AdamW's two moments, float32
+    assert budget.state_bytes == 1000 * 4 * 4
+    # KV cache: rows x tokens x layers x (K and V) x width x bytes, plus the
+    # sampler's three float (rows, vocab) tensors
+    assert budget.generation_bytes == rows * length * 2 * 2 * 4 * 4 + rows * 10 * 4 * 3
+    # one minibatch of every row: per token, (6h + 2kv + 4 inter) values a layer
+    # and three float copies of the vocabulary
+    per_token = 2 * (6 * 8 + 2 * 4 + 4 * 16) * 4 + 10 * 4 * 3
+    assert budget.update_bytes == rows * length * per_token
+    assert budget.score_bytes == rows * length * 10 * 4 * 2
+    assert budget.memory_bytes == budget.state_bytes + budget.update_bytes
+    assert budget.phase == "update"
+
+
+def test_minibatches_divide_the_update_and_processes_the_rows():
+    whole = estimate_step(config(tasks_per_step=4), SHAPE, kl_reference=False)
+    halves = estimate_step(
+        config(tasks_per_step=4).model_copy(
+            update={"optim": config().optim.model_copy(update={"minibatches": 2})}
+        ),
+        SHAPE,
+        kl_reference=False,
+    )
+    assert halves.update_bytes * 2 == whole.update_bytes
+    two = TrainConfig.model_validate(
+        {
+            "rollout": {
+                "tasks_per_step": 4,
+                "group_size": 2,
+                "max_turns": 2,
+                "max_action_tokens": 5,
+            },
+            "resources": {"processes": 2},
+        }
+    )
+    per_process = estimate_step(two, SHAPE, kl_reference=False)
+    assert per_process.tokens == whole.tokens  # the step is the same size...
+    assert per_process.generation_bytes * 2 == whole.generation_bytes  # ...shared
+
+
+def test_fsdp_shards_the_state_and_the_reference_stays_whole():
+    cfg = TrainConfig.model_validate(
+        {
+            "rollout": {"tasks_per_step": 4, "group_size": 2},
+            "resources": {"processes": 4, "strategy": "fsdp"},
+        }
+    )
+    sharded = estimate_step(cfg, SHAPE, kl_reference=False)
+    assert sharded.state_bytes == 1000 * 4 * 4 // 4
+    with_ref = estimate_step(cfg, SHAPE, kl_reference=True)
+    assert with_ref.state_bytes - sharded.state_bytes == 1000 * 4
+
+
+def test_lora_trains_only_its_adapters():
+    lora = with_lora(SHAPE, rank=2, targets=4)
+    adapters = 2 * 4 * 2 * 2 * 8  # layers x targets x rank x (A and B) x hidden
+    assert (lora.trainable, lora.params) == (adapters, 1000 + adapters)
+    budget = estimate_step(config(), lora, kl_reference=False)
+    assert budget.state_bytes == lora.params * 4 + 3 * adapters * 4
+
+
+@pytest.mark.parametrize("tied,kv_heads", [(True, 4), (False, 2)])
+def test_the_parameter_formula_matches_a_real_llama(tied, kv_heads):
+    cfg = LlamaConfig(
+        vocab_size=100,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        tie_word_embeddings=tied,
+    )
+    real = sum(p.numel() for p in LlamaForCausalLM(cfg).parameters())
+    assert real == llama_params(
+        vocab=100,
+        hidden=64,
+        intermediate=160,
+        layers=2,
+        heads=4,
+        kv_heads=kv_heads,
+        head_dim=16,
+        tied=tied,
+    )
+    shape = shape_from_hf_config(cfg.to_dict(), dtype_bytes=2)
+    assert shape is not None
+    assert (shape.params, shape.kv_width, shape.layers) == (real, kv_heads * 16, 2)
+
+
+def test_a_config_json_without_the_sizes_has_no_shape():
+    assert shape_from_hf_config({"hidden_size": 8}, dtype_bytes=4) is None
+    assert shape_from_hf_config({"hidden_size": "x"}, dtype_bytes=4) is None
+    absurd = {
+        "vocab_size": 10,
+        "hidden_size": 2**50,
+        "intermediate_size": 1,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 1,
+    }
+    assert shape_from_hf_config(absurd, dtype_bytes=4) is None

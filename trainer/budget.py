@@ -1,0 +1,252 @@
+"""What one training step needs: its tokens and its memory, from the config and the model.
+
+Pure arithmetic over numbers (no files, no Django): the platform compares the result to
+its limits at submit (``dashboard.runs.services.check_budget``), so a config that
+cannot fit is refused before it is queued instead of growing a worker until it dies.
+
+The estimate follows what the trainer does (``trainer.rollout.play``,
+``trainer.update``), per training process:
+
+* **tokens**: every rollout of the step, ``tasks_per_step x group_size``, each at most
+  ``min(max_turns x max_action_tokens + prompt, max_total_tokens)`` tokens long
+  (observations are not counted: their length is the environment's, so this is a
+  floor of what a step may hold, never more than it can);
+* **generation**: all of a process's rollouts are played in lock-step in one batch, so
+  the KV cache holds every row at full length (``2 x layers x kv_width`` values a
+  token) and the sampler keeps a few ``(rows, vocab)`` float tensors;
+* **update**: one minibatch (``rows / optim.minibatches``) forward and backward: the
+  activations autograd keeps per token and layer, plus float logits with their
+  gradient; the scoring pass without gradients takes 64 rows at a time;
+* **state**: weights, gradients and AdamW's two moments of the trainable parameters,
+  a frozen copy for the KL reference (not with LoRA), sharded ``processes`` ways
+  under fsdp.
+
+The peak is the state plus the largest of the three phases. Constants are round
+(activation counts of a Llama-style block; CUDA workspaces, the allocator's slack and
+fragmentation are not counted): the point is to refuse configs that are out by orders
+of magnitude, with the numbers that show why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Scoring without gradients goes 64 rows at a time (``trainer.update.score``).
+SCORE_CHUNK_ROWS = 64
+# Float32 (B, V) tensors the sampler holds per token: the logits, their softmax and
+# the temperature-scaled copy the sampler's log-probs are taken from.
+SAMPLER_VOCAB_COPIES = 3
+# Float32 (B, T, V) tensors of a forward with gradient: the logits upcast, the
+# softmax behind logsumexp / entropy, and the logits' gradient.
+UPDATE_VOCAB_COPIES = 3
+SCORE_VOCAB_COPIES = 2  # no gradient: the logits and one softmax
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a decoder-only model that its memory depends on."""
+
+    params: int  # every parameter
+    trainable: int  # those the optimizer updates (LoRA: the adapters)
+    hidden: int
+    intermediate: int  # the MLP's width
+    layers: int
+    kv_width: int  # key/value heads x head dim: a token's K (or V) in one layer
+    vocab: int
+    dtype_bytes: int  # 2 for bfloat16, 4 for float32
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    """One step's estimate. Memory in bytes, per training process."""
+
+    rollouts: int  # rollouts in the step (every process together)
+    rollout_tokens: int  # the longest a rollout can be
+    tokens: int  # rollouts x rollout_tokens
+    capped: bool  # True: max_total_tokens binds the rollout's length
+    state_bytes: int  # weights, gradients, optimizer moments, KL reference
+    generation_bytes: int
+    update_bytes: int
+    score_bytes: int
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.state_bytes + max(
+            self.generation_bytes, self.update_bytes, self.score_bytes
+        )
+
+    @property
+    def token_fields(self) -> list[str]:
+        """The config fields that set ``tokens``."""
+        length = (
+            ["rollout.max_total_tokens"]
+            if self.capped
+            else ["rollout.max_turns", "rollout.max_action_tokens"]
+        )
+        return ["rollout.tasks_per_step", "rollout.group_size", *length]
+
+    @property
+    def phase(self) -> str:
+        """The phase that sets the peak: ``generation``, ``update`` or ``scoring``."""
+        phases = {
+            "generation": self.generation_bytes,
+            "update": self.update_bytes,
+            "scoring": self.score_bytes,
+        }
+        return max(phases, key=phases.__getitem__)
+
+
+def llama_params(
+    *,
+    vocab: int,
+    hidden: int,
+    intermediate: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    tied: bool,
+) -> int:
+    """A Llama/Qwen/Mistral-style model's parameters: embeddings, per layer attention
+    (grouped KV) + gated MLP + two norms, the final norm and an untied head. Biases
+    (Qwen's q/k/v) are not counted."""
+    attn = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
+    per_layer = attn + 3 * hidden * intermediate + 2 * hidden
+    head = 0 if tied else vocab * hidden
+    return vocab * hidden + layers * per_layer + hidden + head
+
+
+def shape_from_hf_config(
+    cfg: Mapping[str, Any], *, dtype_bytes: int, params: int | None = None
+) -> ModelShape | None:
+    """The shape a Hugging Face ``config.json`` (Llama/Qwen/Mistral keys) describes;
+    ``params``: the exact count when known (safetensors headers), else the formula's.
+    None when the keys are missing or absurd."""
+    try:
+        vocab, hidden = int(cfg["vocab_size"]), int(cfg["hidden_size"])
+        inter, layers = int(cfg["intermediate_size"]), int(cfg["num_hidden_layers"])
+        heads = int(cfg["num_attention_heads"])
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or hidden // heads)
+    except (KeyError, TypeError, ValueError, OverflowError, ZeroDivisionError):
+        return None
+    sizes = (vocab, hidden, inter, layers, heads, kv_heads, head_dim)
+    if min(sizes) <= 0 or max(sizes) >= 2**40:
+        return None
+    if params is None:
+        params = llama_params(
+            vocab=vocab,
+            hidden=hidden,
+            intermediate=inter,
+            layers=layers,
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            tied=bool(cfg.get("tie_word_embeddings", True)),
+        )
+    return ModelShape(
+        params=params,
+        trainable=params,
+        hidden=hidden,
+        intermediate=inter,
+        layers=layers,
+        kv_width=kv_heads * head_dim,
+        vocab=vocab,
+        dtype_bytes=dtype_bytes,
+    )
+
+
+def default_shape(size: str, vocab: int, *, dtype_bytes: int) -> ModelShape:
+    """The default Llama-style model of ``model.size`` (``trainer.models.MODEL_SIZES``:
+    tied embeddings, as many KV heads as heads) over a vocabulary of ``vocab``."""
+    from trainer.models import MODEL_SIZES
+
+    hidden, layers, heads, inter = MODEL_SIZES[size]
+    cfg = {
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "tie_word_embeddings": True,
+    }
+    shape = shape_from_hf_config(cfg, dtype_bytes=dtype_bytes)
+    assert shape is not None  # the table's sizes are all positive
+    return shape
+
+
+def with_lora(shape: ModelShape, rank: int, targets: int) -> ModelShape:
+    """``shape`` with LoRA adapters of ``rank`` on ``targets`` square-ish projections a
+    layer (``hidden x hidden`` taken for each: an upper bound for k/v under grouped
+    attention): only the adapters are trainable."""
+    adapters = shape.layers * targets * rank * 2 * shape.hidden
+    return ModelShape(
+        params=shape.params + adapters,
+        trainable=adapters,
+        hidden=shape.hidden,
+        intermediate=shape.intermediate,
+        layers=shape.layers,
+        kv_width=shape.kv_width,
+        vocab=shape.vocab,
+        dtype_bytes=shape.dtype_bytes,
+    )
+
+
+def rollout_length(rollout: Any, prompt_tokens: int = 0) -> tuple[int, bool]:
+    """(the longest a rollout can be, whether ``max_total_tokens`` binds)."""
+    free = rollout.max_turns * rollout.max_action_tokens + max(prompt_tokens, 0)
+    if free >= rollout.max_total_tokens:
+        return rollout.max_total_tokens, True
+    return free, False
+
+
+def activation_values(shape: ModelShape) -> int:
+    """Values autograd keeps per token and layer of a Llama-style block: the inputs of
+    the two norms, of q/k/v and o, the attention output (fused attention keeps no
+    scores), and of the gated MLP's gate, up, activation and down projections."""
+    return 6 * shape.hidden + 2 * shape.kv_width + 4 * shape.intermediate
+
+
+def estimate_step(
+    config: Any, shape: ModelShape, *, prompt_tokens: int = 0, kl_reference: bool
+) -> StepBudget:
+    """One step of ``config`` (a ``TrainConfig``) on a model of ``shape``;
+    ``kl_reference``: a frozen copy of the weights is kept (KL term on, no LoRA)."""
+    r, processes = config.rollout, config.resources.processes
+    length, capped = rollout_length(r, prompt_tokens)
+    rollouts = r.tasks_per_step * r.group_size
+    # A group never spans processes: each plays its share of the tasks.
+    rows = math.ceil(r.tasks_per_step / processes) * r.group_size
+    b = shape.dtype_bytes
+    shards = processes if config.resources.strategy == "fsdp" else 1
+    state = shape.params * b // shards + 3 * shape.trainable * b // shards
+    if kl_reference:
+        state += shape.params * b  # the reference stays whole
+    kv = rows * length * shape.layers * 2 * shape.kv_width * b
+    sampler = rows * shape.vocab * 4 * SAMPLER_VOCAB_COPIES
+    mb_rows = math.ceil(rows / config.optim.minibatches)
+    mb_tokens = mb_rows * length
+    update = mb_tokens * (
+        shape.layers * activation_values(shape) * b
+        + shape.vocab * 4 * UPDATE_VOCAB_COPIES
+    )
+    score_tokens = min(rows, SCORE_CHUNK_ROWS) * length
+    score = score_tokens * shape.vocab * 4 * SCORE_VOCAB_COPIES
+    return StepBudget(
+        rollouts=rollouts,
+        rollout_tokens=length,
+        tokens=rollouts * length,
+        capped=capped,
+        state_bytes=state,
+        generation_bytes=kv + sampler,
+        update_bytes=update,
+        score_bytes=score,
+    )
+
+
+def gib(n: int) -> str:
+    """Bytes as GiB, for messages (``12.5 GiB``)."""
+    return f"{n / 2**30:,.1f} GiB"
