@@ -35,7 +35,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from trainer.httpsink import HttpSink
-from trainer.importers.shapes import text_trajectory
+from trainer.importers.shapes import chat_text, text_trajectory
 
 log = logging.getLogger("trainer.integrations.trl")
 
@@ -158,8 +158,8 @@ class DashboardCallback(TrainerCallback):
         logs = getattr(self._trainer, "_logs", None)
         if not logs or not logs.get("prompt"):
             return []
-        prompts = [_text(p) for p in logs["prompt"]]
-        completions = [_text(c) for c in logs["completion"]]
+        prompts = [chat_text(p) for p in logs["prompt"]]
+        completions = [chat_text(c) for c in logs["completion"]]
         rewards = {name: list(values) for name, values in logs["rewards"].items()}
         advantages = list(logs["advantages"])
         batch = (tuple(completions), tuple(advantages))
@@ -215,27 +215,6 @@ def _weights(trainer: Any, n: int) -> list[float]:
     except AttributeError:
         return [1.0] * n
     return values if len(values) == n else [1.0] * n
-
-
-def _text(value: Any) -> str:
-    """A prompt or completion as text: a string, or chat messages as ``role: content``
-    lines (text parts only)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        lines = []
-        for message in value:
-            if not isinstance(message, dict):
-                lines.append(str(message))
-                continue
-            content = message.get("content", "")
-            if isinstance(content, list):
-                content = "".join(
-                    part.get("text", "") for part in content if isinstance(part, dict)
-                )
-            lines.append(f"{message.get('role', '')}: {content}")
-        return "\n".join(lines)
-    return str(value)
 
 
 def _length(tokenizer: Any, text: str) -> int:
