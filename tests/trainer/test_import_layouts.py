@@ -152,40 +152,8 @@ def test_a_completions_file_without_prompts_is_a_clear_error(dash, tmp_path, cap
 # -- prime-rl ----------------------------------------------------------------------
 
 
-def prime_run(run_dir, step=1, policy=0):
-    prompt = [1, 2, 3]
-    layouts.prime_episodes(
-        run_dir,
-        step,
-        [
-            layouts.prime_episode("g0", prompt, [4, 5], 1.0, policy=policy),
-            layouts.prime_episode(
-                "g1", prompt, [6, 7], 0.0, question="2+2?", answer="5", advantage=-1
-            ),
-            layouts.prime_episode("g0", prompt, [8, 9], 0.0, advantage=-0.5),
-        ],
-    )
-    layouts.prime_token_export(
-        run_dir,
-        step,
-        [
-            {
-                "token_ids": prompt + [4, 5],
-                "loss_mask": [False] * 3 + [True] * 2,
-                "advantages": [0.0] * 3 + [0.5, 0.5],
-                "inference_logprobs": [0.0] * 3 + [-0.5, -0.5],
-                "trainer_logprobs": [None] * 3 + [-0.25, -0.75],
-                "entropy": [None] * 3 + [1.5, 0.5],
-                "mismatch_kl": [None] * 3 + [0.03, 0.02],
-                "log_importance_ratio": [None] * 3 + [0.25, -0.25],
-                "importance_ratio": [None] * 3 + [1.25, 0.75],
-            }
-        ],
-    )
-
-
 def test_prime_rl_episodes_token_exports_and_both_writers_metrics(dash, tmp_path):
-    prime_run(tmp_path)
+    layouts.prime_run(tmp_path)
     layouts.prime_metrics(
         tmp_path,
         [  # the trainer's and the orchestrator's lines, interleaved
@@ -345,3 +313,60 @@ def test_a_file_instead_of_a_directory_is_a_clear_error(dash, tmp_path, capsys, 
     (tmp_path / "f").write_text("x")
     assert run_import(dash, source, tmp_path / "f") == 2
     assert f"--from {source} reads a directory" in capsys.readouterr().err
+
+
+# -- --follow, with a second process still writing -------------------------------
+
+WRITER = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from tests.fixtures import layouts
+run = Path({run!r})
+layouts.prime_metrics(run, [{{"step": 2, "entropy/all/mean": 0.6}}])
+time.sleep(0.3)
+layouts.prime_run(run, step=2, policy=0)  # episodes, then the trainer's export and STABLE
+time.sleep(0.3)
+layouts.prime_metrics(run, [{{"step": 2, "off_policy/mean": 1.0}}])
+"""
+
+
+def test_follow_tails_a_prime_rl_run_another_process_is_writing(dash, tmp_path):
+    import subprocess
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    layouts.prime_run(tmp_path, step=1)
+    layouts.prime_metrics(tmp_path, [{"step": 1, "entropy/all/mean": 0.7}])
+    codes = []
+    args = ["--follow", "--poll-s", "0.05", "--idle-exit", "10"]
+    worker = threading.Thread(
+        target=lambda: codes.append(run_import(dash, "prime-rl", tmp_path, *args))
+    )
+    worker.start()
+
+    def arrived(step):
+        if not dash.store.runs:
+            return []
+        return [e for e in dash.events() if e.get("step") == step]
+
+    deadline = time.monotonic() + 60
+    while len(arrived(1)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(arrived(1)) == 4  # three trajectories and the step
+    script = WRITER.format(root=root, run=str(tmp_path))
+    writer = subprocess.run([sys.executable, "-c", script], timeout=60, check=True)
+    assert writer.returncode == 0
+    worker.join(timeout=120)
+    assert codes == [0]
+    events = dash.events()
+    late = trajectories(events)
+    assert sorted(k for k in late if k[0] == 2) == [(2, 0, 0), (2, 0, 1), (2, 1, 0)]
+    assert late[2, 0, 0]["segments"][1]["logprob"] == [-0.25, -0.75]
+    assert late[2, 0, 0]["metrics"] == {"off_policy/staleness": 1.0}  # (2 - 1) - 0
+    m = steps_of(events)[2]
+    assert m["entropy"] == 0.6 and m["off_policy/staleness"] == 1.0
+    assert dash.only_run()["status"] == "succeeded"
