@@ -3,7 +3,12 @@
 * :mod:`.jsonl`: a saved ``events.jsonl`` (or an ``HttpSink`` spool directory), as is.
 * :mod:`.verl`: verl's rollout dumps (``trainer.rollout_data_dir``) and file-logger
   metrics, converted; :class:`.verl.VerlReader` also tails a live run.
-* :mod:`.shapes`: the text-only trajectory event every converter builds.
+* :mod:`.trl_output`: TRL's ``output_dir`` (completions parquet, TensorBoard scalars).
+* :mod:`.tensorboard`: TensorBoard event files, read without TensorFlow.
+* :mod:`.primerl`, :mod:`.miles`, :mod:`.tinker`: those trainers' run directories,
+  per-token arrays kept where the layout has them.
+* :mod:`.shapes`: the trajectory and step events every converter builds.
+* :mod:`.tailing`: reading files another process is still writing.
 * :mod:`.command`: ``python -m trainer import`` (argument parsing and the send loop).
 
 Everything goes through :class:`trainer.httpsink.HttpSink`. Pure: no Django.
