@@ -11,7 +11,7 @@ one column per reward function (its name), any extra logged columns, then
 Metrics: with ``report_to="tensorboard"``, transformers' ``TensorBoardCallback``
 writes event files under ``<output_dir>/runs/<date>_<host>/`` (``logging_dir``): every
 logged value as a scalar ``train/<name>`` at ``global_step``, and the
-``TrainingArguments`` as the text ``args``; the ``train/`` prefix is dropped, as
+``TrainingArguments`` as the text ``args`` (tag ``args/text_summary``); the ``train/`` prefix is dropped, as
 ``trainer.integrations.trl.DashboardCallback`` drops it (read here for ``num_generations`` and
 ``reward_weights``, and sent as the run's config).
 
@@ -35,6 +35,9 @@ from trainer.importers.tensorboard import TensorBoardReader
 
 COMPLETIONS = re.compile(r"completions_(\d+)\.parquet$")
 BASE = ("step", "prompt", "completion", "advantage")
+# add_text("args", ...) is stored under "args/text_summary"
+# (torch/utils/tensorboard/summary.py text()).
+ARGS_TAG = "args/text_summary"
 
 
 def _number(value: Any) -> bool:
@@ -118,7 +121,8 @@ class TrlReader:
     def args(self) -> dict[str, Any]:
         """The run's ``TrainingArguments`` (from TensorBoard's ``args`` text), or {}."""
         try:
-            value = json.loads(self.tensorboard.texts.get("args", "{}"))
+            texts = self.tensorboard.texts
+            value = json.loads(texts.get(ARGS_TAG) or texts.get("args") or "{}")
         except ValueError:
             return {}
         return value if isinstance(value, dict) else {}
