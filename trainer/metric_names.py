@@ -19,7 +19,10 @@ exists), plus the families the run page charts when a run reports them:
 * ``off_policy/staleness``: how many policy versions old the sampled data was
   (async trainers: verl ``fully_async``, prime-rl's off-policy steps, TRL async);
 * ``mismatch/*``: the trainer's log-probs against the sampler's (``mismatch/kl``,
-  ``mismatch/logprob_diff_mean``, ``mismatch/is_ratio_mean``...).
+  ``mismatch/logprob_abs_diff_mean``, ``mismatch/is_ratio_mean``...).
+
+:data:`FAMILIES` names those families for the run page: a chart per family, drawn
+when a run reports any of its names.
 
 Pure data and two functions: no Django.
 """
@@ -48,12 +51,19 @@ VERL = {
     "actor/reward_kl_penalty": "kl",
     "num_turns/mean": "num_turns",
     "timing_s/update_actor": "timing_s/update",
+    # |p_rollout - p_actor| over response tokens (verl/utils/debug/metrics.py,
+    # calculate_debug_metrics): probabilities, not log-probs.
+    "training/rollout_probs_diff_mean": "mismatch/prob_diff_mean",
+    "training/rollout_probs_diff_max": "mismatch/prob_diff_max",
 }
 
 # TRL (1.16, GRPOTrainer.log through transformers' Trainer) logs most names as ours
 # once its ``train/`` prefix is dropped (as W&B and TensorBoard receive them). Its
 # ``loss`` is the Trainer's total loss, like our ``loss``; ``sampling/*`` compare
 # the trainer's log-probs with vLLM's, our ``mismatch/*``.
+# The rest: GRPOTrainer._generate_and_score_completions (trl/trainer/grpo_trainer.py,
+# with vLLM importance-sampling correction) and AsyncRolloutDataset
+# (trl/experimental/async_grpo/async_grpo_trainer.py), TRL 1.16.
 TRL = {
     **{
         name: name
@@ -70,8 +80,68 @@ TRL = {
         )
     },
     "learning_rate": "lr",
+    # |old_per_token_logps - sampling_per_token_logps| over completion tokens
+    "sampling/sampling_logp_difference/mean": "mismatch/logprob_abs_diff_mean",
+    "sampling/sampling_logp_difference/max": "mismatch/logprob_abs_diff_max",
+    "sampling/importance_sampling_ratio/min": "mismatch/is_ratio_min",
     "sampling/importance_sampling_ratio/mean": "mismatch/is_ratio_mean",
-    "sampling/sampling_logp_difference/mean": "mismatch/logprob_diff_mean",
+    "sampling/importance_sampling_ratio/max": "mismatch/is_ratio_max",
+    # trainer's model version minus the sample's
+    "sample/staleness_mean": "off_policy/staleness",
+    "sample/staleness_max": "off_policy/staleness_max",
+}
+
+
+# prime-rl (PrimeIntellect-ai/prime-rl): the trainer logs src/prime_rl/trainer/rl/
+# train.py's tensor stats (``entropy/all/mean``, ``mismatch_kl/all/{mean,max}``,
+# ``loss/mean``), ``optim/grad_norm`` and ``perf/throughput``; the orchestrator
+# (src/prime_rl/orchestrator/orchestrator.py) ``off_policy/{mean,max}`` (steps between
+# the policy a batch trains and the one that generated it) and the rollout stats of
+# orchestrator/metrics.py, ``train/agg/effective/<agent>/reward/mean`` with ``agent``
+# the default single agent's name.
+PRIME_RL = {
+    "train/agg/effective/agent/reward/mean": "reward",
+    "train/agg/effective/num_turns/mean": "num_turns",
+    "train/agg/effective/num_output_tokens/mean": "completions/mean_length",
+    "entropy/all/mean": "entropy",
+    "loss/mean": "policy_loss",
+    "optim/grad_norm": "grad_norm",
+    "perf/throughput": "perf/tokens_per_s",
+    "mismatch_kl/all/mean": "mismatch/kl",
+    "mismatch_kl/all/max": "mismatch/kl_max",
+    "off_policy/mean": "off_policy/staleness",
+    "off_policy/max": "off_policy/staleness_max",
+}
+
+# miles (radixark/miles): rollout stats of miles/backends/training_utils/log_utils.py
+# log_rollout_data (``rollout/<field>``, per-token fields as sample means) and
+# miles/ray/rollout/metrics.py (``response_len/*``), train stats of log_train_step
+# (``train/<loss key>`` from loss_hub/losses.py), fully-async staleness from
+# miles/rollout/fully_async_data_buffer.py.
+MILES = {
+    "rollout/raw_reward": "reward",
+    "rollout/advantages": "advantages/mean",
+    "rollout/entropy": "entropy",
+    "response_len/mean": "completions/mean_length",
+    "train/pg_loss": "policy_loss",
+    "train/grad_norm": "grad_norm",
+    "train/pg_clipfrac": "clip_ratio/region_mean",
+    "train/kl_loss": "kl",
+    # mean |train log-prob - rollout log-prob| over loss tokens
+    "train/train_rollout_logprob_abs_diff": "mismatch/logprob_abs_diff_mean",
+    "rollout/fully_async/avg_staleness": "off_policy/staleness",
+}
+
+# Tinker cookbook (thinking-machines-lab/tinker-cookbook): tinker_cookbook/rl/
+# metric_util.py (``env/all/...``) and rl/metrics.py compute_kl_sample_train (the
+# sampler's log-probs against the trainer's: v1 the mean difference, v2 half the mean
+# squared difference; ``optim/entropy`` the sampling distribution's entropy).
+TINKER = {
+    "env/all/reward/total": "reward",
+    "env/all/turns_per_episode": "num_turns",
+    "optim/entropy": "entropy",
+    "optim/kl_sample_train_v1": "mismatch/kl",
+    "optim/kl_sample_train_v2": "mismatch/kl_v2",
 }
 
 # W&B's system metrics, as its UI names them (``system/`` + the key the wandb package
@@ -102,7 +172,16 @@ NAMES: dict[str, dict[str, str]] = {
     "verl": VERL,
     "trl": TRL,
     "wandb": {},
+    "prime-rl": PRIME_RL,
+    "miles": MILES,
+    "tinker": TINKER,
 }
+
+# The families the run page charts when present: (id, title, prefix of our names).
+FAMILIES = (
+    ("staleness", "Staleness (policy versions behind)", "off_policy/"),
+    ("mismatch", "Train/inference mismatch", "mismatch/"),
+)
 
 COMMON: dict[str, str] = dict(WANDB_SYSTEM)
 

@@ -1,12 +1,16 @@
 """Which charts a run page shows, and which metric keys each one plots.
 
 Metric names follow TRL/verl (``trainer.events``). Reward components are read from the
-run's config, so a chart exists for each before its first step lands.
+run's config, so a chart exists for each before its first step lands. The families of
+``trainer.metric_names.FAMILIES`` (staleness, train/inference mismatch) get a chart of
+their own on any run that logged one of their names, with every such name it logged.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from trainer.metric_names import FAMILIES
 
 STANDARD: list[tuple[str, str, list[str]]] = [
     # (id, title, keys)
@@ -113,23 +117,44 @@ MAX_EXTRA_CHARTS = 16
 KEYS_PER_EXTRA_CHART = 4
 
 
+def family_charts(logged: list[str]) -> list[dict[str, Any]]:
+    """A chart per family of ``trainer.metric_names.FAMILIES`` that ``logged`` has a
+    name of, plotting those names (sorted)."""
+    out = []
+    for cid, title, prefix in FAMILIES:
+        keys = sorted(k for k in logged if k.startswith(prefix))
+        if keys:
+            out.append(
+                {"id": cid, "title": title, "keys": keys, "empty": "No data yet."}
+            )
+    return out
+
+
 def run_charts(
-    config: dict[str, Any], metric_keys: list[str] | None = None
+    config: dict[str, Any],
+    metric_keys: list[str] | None = None,
+    *,
+    logged: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The run page's charts. With ``metric_keys`` (an external run, whose config
     says nothing we can read), the components come from the logged
     ``rewards/<name>/mean`` keys, a standard chart is drawn only when one of its
     metrics was logged (none will come for the others), and every other logged
-    metric gets a chart too, grouped by its prefix (``critic/``, ``actor/``...)."""
+    metric gets a chart too, grouped by its prefix (``critic/``, ``actor/``...).
+    ``logged`` (any run's stored metric names, ``metric_keys`` by default) decides
+    the family charts."""
     charts = [
         {"id": cid, "title": title, "keys": keys, "empty": empty_text(cid, config)}
         for cid, title, keys in STANDARD
     ]
+    families = family_charts(logged if logged is not None else metric_keys or [])
     if metric_keys is None:
         components = component_keys(config)
+        charts += families
     else:
-        logged = set(metric_keys)
-        charts = [c for c in charts if logged.intersection(c["keys"])]
+        logged_set = set(metric_keys)
+        charts = [c for c in charts if logged_set.intersection(c["keys"])]
+        charts += families
         components = [
             k for k in metric_keys if k.startswith("rewards/") and k.endswith("/mean")
         ]

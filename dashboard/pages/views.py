@@ -159,7 +159,9 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
         "last_step": run.last_step,
         "frame_seq": run.frame_seq,
         "steps": run_info(run)["steps"],
-        "charts": charts.run_charts(run.config, keys if run.external else None),
+        "charts": charts.run_charts(
+            run.config, keys if run.external else None, logged=keys
+        ),
         "metrics_url": f"/api/runs/{run.pk}/metrics",
         "backfill_url": f"/api/runs/{run.pk}/backfill",
         "trajectories_api": f"/api/runs/{run.pk}/trajectories",

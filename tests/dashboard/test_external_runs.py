@@ -427,6 +427,44 @@ def test_an_external_run_page_charts_what_was_logged(api, owner_client):
     assert sorted(extra) == ["actor/pg_loss", "critic/score/mean"]
 
 
+def test_a_run_with_staleness_and_mismatch_metrics_gets_their_charts(api, owner_client):
+    """prime-rl's names as the importer sends them: originals and ours."""
+    run_id = new_run(api)
+    metrics = {
+        "reward": 0.5,
+        "off_policy/mean": 1.5,
+        "off_policy/staleness": 1.5,
+        "mismatch_kl/all/mean": 0.01,
+        "mismatch/kl": 0.01,
+    }
+    api.post_events(run_id, [{"type": "step", "step": 1, "metrics": metrics}])
+    charts = owner_client.get(f"/runs/{run_id}/").context["page_data"]["charts"]
+    by_id = {c["id"]: c for c in charts}
+    assert by_id["staleness"]["keys"] == ["off_policy/mean", "off_policy/staleness"]
+    assert by_id["staleness"]["title"] == "Staleness (policy versions behind)"
+    assert by_id["mismatch"]["keys"] == ["mismatch/kl"]
+    assert by_id["mismatch"]["title"] == "Train/inference mismatch"
+    extra = [
+        k for cid, c in by_id.items() if cid.startswith("extra-") for k in c["keys"]
+    ]
+    assert extra == ["mismatch_kl/all/mean"]  # shown once, not twice
+
+
+def test_a_run_without_those_metrics_has_no_such_charts(api, owner_client):
+    run_id = new_run(api)
+    api.post_events(run_id, [{"type": "step", "step": 1, "metrics": {"reward": 1.0}}])
+    charts = owner_client.get(f"/runs/{run_id}/").context["page_data"]["charts"]
+    assert not {"staleness", "mismatch"} & {c["id"] for c in charts}
+
+
+def test_a_native_run_charts_the_families_it_logged_and_no_others():
+    from dashboard.pages.charts import run_charts
+
+    native = {c["id"]: c["keys"] for c in run_charts({}, None, logged=["mismatch/kl"])}
+    assert native["mismatch"] == ["mismatch/kl"] and "staleness" not in native
+    assert "reward" in native  # the standard charts stay, as for every native run
+
+
 # --- issue 21: honest event semantics -------------------------------------------------
 def test_last_step_is_the_largest_step_seen_whatever_the_order(api):
     run_id = new_run(api)

@@ -223,3 +223,39 @@ def test_a_trl_grpo_run_appears_with_metrics_and_reward_columns(owner, procs, tm
     browser = client_for(owner)
     page = browser.get(f"/runs/{run.pk}/trajectories/1/0/0/")
     assert page.status_code == 200 and b"says_answer" in page.content
+
+
+def test_a_prime_rl_run_directory_imports_with_its_token_arrays(owner, procs, tmp_path):
+    """``--from prime-rl`` against the real server: the per-token arrays come back
+    from the API (packed float32), and the run page charts staleness and mismatch."""
+    from tests.fixtures import layouts
+    from trainer.cli import main
+
+    server = procs.daphne()
+    token = tokens.do_create_token(owner, "prime")[1]
+    run_dir = tmp_path / "prime"
+    layouts.prime_run(run_dir, step=1)
+    layouts.prime_metrics(
+        run_dir, [{"step": 1, "mismatch_kl/all/mean": 0.01, "off_policy/mean": 1.5}]
+    )
+    args = ["import", "--from", "prime-rl", str(run_dir), "--name", "prime"]
+    import os
+
+    os.environ["DASHBOARD_TOKEN"] = token
+    try:
+        assert main([*args, "--report-to", f"http://{server}"]) == 0
+    finally:
+        del os.environ["DASHBOARD_TOKEN"]
+    run = Run.objects.get(owner=owner, name="prime")
+    assert (run.status, run.framework) == ("succeeded", "prime-rl")
+    assert Trajectory.objects.filter(run=run, step=1).count() == 3
+    browser = client_for(owner)
+    detail = browser.get(f"/api/runs/{run.pk}/trajectories/1/0/0").json()
+    action = detail["segments"][-1]
+    assert action["token_ids"] == [4, 5]
+    assert action["logprob"] == [-0.25, -0.75] and action["ratio"] == [1.25, 0.75]
+    assert action["old_logprob"] == [-0.5, -0.5] and action["entropy"] == [1.5, 0.5]
+    page = browser.get(f"/runs/{run.pk}/").context["page_data"]["charts"]
+    by_id = {c["id"]: c["keys"] for c in page}
+    assert by_id["mismatch"] == ["mismatch/kl"]
+    assert by_id["staleness"] == ["off_policy/mean", "off_policy/staleness"]

@@ -2,7 +2,9 @@
 (create run, post NDJSON events, finish, reopen) on stdlib ``http.server`` in a thread.
 
 Events are keyed as the real server keys them and stored once each, in order of first
-arrival. It can be told to answer with an error (``fail(503, times=2)``), to refuse
+arrival: a ``step`` event by (step, metric name) for each of its metrics, so a second
+event for a step with other metrics is stored too, and one whose every metric is
+already stored is a duplicate. It can be told to answer with an error (``fail(503, times=2)``), to refuse
 batches over ``max_lines`` with 413 (and new events for a finished run with 409), and be stopped and restarted on the same port
 (the store survives: a restart is the same dashboard coming back).
 """
@@ -20,6 +22,13 @@ TOKEN = "test-token"
 
 
 FINISHED = ("succeeded", "failed", "cancelled")
+
+
+def event_keys(event: dict[str, Any]) -> set[tuple]:
+    """The stored keys an event writes (a step's metric points, else one key)."""
+    if event.get("type") == "step" and event.get("metrics"):
+        return {("step", event["step"], name) for name in event["metrics"]}
+    return {event_key(event)}
 
 
 def event_key(event: dict[str, Any]) -> tuple:
@@ -190,16 +199,16 @@ class _Handler(BaseHTTPRequestHandler):
             events.append(event)
         if errors:
             return 400, {"detail": "invalid events", "errors": errors}, len(lines)
-        fresh = [e for e in events if event_key(e) not in run["keys"]]
+        fresh = [e for e in events if event_keys(e) - run["keys"]]
         if run["status"] in FINISHED and fresh:
             return 409, {"detail": "run: finished; reopen it"}, len(lines)
         accepted = duplicates = 0
         for event in events:
-            key = event_key(event)
-            if key in run["keys"]:
+            keys = event_keys(event)
+            if keys <= run["keys"]:
                 duplicates += 1
                 continue
-            run["keys"].add(key)
+            run["keys"] |= keys
             run["events"].append(event)
             accepted += 1
             if event["type"] == "run_finished":

@@ -100,3 +100,33 @@ def test_wandb_system_metrics_map_to_a_few_of_ours():
     assert out["system/memory/used_percent"] == 30.0
     assert out["system/memory/process_rss_mb"] == 900.0
     assert out["system/disk./.usageGB"] == 10.0 and len(out) == 13
+
+
+@pytest.mark.parametrize(
+    "framework, theirs, ours",
+    [
+        (
+            "trl",
+            "train/sampling/importance_sampling_ratio/mean",
+            "mismatch/is_ratio_mean",
+        ),
+        ("trl", "sample/staleness_max", "off_policy/staleness_max"),
+        ("prime-rl", "mismatch_kl/all/mean", "mismatch/kl"),
+        ("prime-rl", "off_policy/mean", "off_policy/staleness"),
+        (
+            "miles",
+            "train/train_rollout_logprob_abs_diff",
+            "mismatch/logprob_abs_diff_mean",
+        ),
+        ("miles", "rollout/fully_async/avg_staleness", "off_policy/staleness"),
+        ("tinker", "optim/kl_sample_train_v1", "mismatch/kl"),
+        ("verl", "training/rollout_probs_diff_mean", "mismatch/prob_diff_mean"),
+    ],
+)
+def test_each_trainers_staleness_and_mismatch_names_land_in_a_charted_family(
+    framework, theirs, ours
+):
+    out = metric_names.map_metrics(framework, {theirs: 0.25})
+    assert out == {theirs: 0.25, ours: 0.25}
+    prefixes = [prefix for _, _, prefix in metric_names.FAMILIES]
+    assert any(ours.startswith(p) for p in prefixes)

@@ -36,7 +36,7 @@ def is_short(completions, **kwargs):
     return [1.0 if len(c.split()) < 4 else 0.0 for c in completions]
 
 
-def grpo_trainer(callback, output_dir):
+def grpo_trainer(callback, output_dir, **overrides):
     from datasets import Dataset
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -50,7 +50,7 @@ def grpo_trainer(callback, output_dir):
     prompts = [
         f"{tok.bos_token} {t.prompt}" for t in env.sample_tasks(8, random.Random(1))
     ]
-    args = GRPOConfig(
+    settings = dict(
         output_dir=output_dir,
         per_device_train_batch_size=4,  # 2 prompts x 2 completions per step
         gradient_accumulation_steps=1,
@@ -69,13 +69,14 @@ def grpo_trainer(callback, output_dir):
         disable_tqdm=True,
         seed=0,
     )
+    args = GRPOConfig(**{**settings, **overrides})
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[says_answer, is_short],
         args=args,
         train_dataset=Dataset.from_dict({"prompt": prompts}),
         processing_class=tok,
-        callbacks=[callback],
+        callbacks=[callback] if callback is not None else [],
     )
     trainer.remove_callback(PrinterCallback)
     return trainer

@@ -7,7 +7,12 @@
   read by :class:`.wandb_dir.WandbReader` (records -> events, also tailing a live run)
   over :mod:`.wandb_log` (the transaction log's framing); :mod:`.wandb_tables` turns
   logged tables into trajectories. Decoding records needs ``requirements-wandb.txt``.
-* :mod:`.shapes`: the text-only trajectory event every converter builds.
+* :mod:`.trl_output`: TRL's ``output_dir`` (completions parquet, TensorBoard scalars).
+* :mod:`.tensorboard`: TensorBoard event files, read without TensorFlow.
+* :mod:`.primerl`, :mod:`.miles`, :mod:`.tinker`: those trainers' run directories,
+  per-token arrays kept where the layout has them.
+* :mod:`.shapes`: the trajectory and step events every converter builds.
+* :mod:`.tailing`: reading files another process is still writing.
 * :mod:`.command`: ``python -m trainer import`` (argument parsing and the send loop).
 
 Everything goes through :class:`trainer.httpsink.HttpSink`. Pure: no Django.

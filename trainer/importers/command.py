@@ -7,13 +7,19 @@
     python -m trainer import --from wandb RUN_DIR|WANDB_DIR --report-to URL
                              [--name N] [--state FILE] [--follow] [--poll-s S]
                              [--idle-exit S]
+    python -m trainer import --from trl|tensorboard|prime-rl|miles|tinker DIR
+                             --report-to URL [--name N] [--follow] ...
 
-The token comes from ``DASHBOARD_TOKEN`` (exit 2 without it). ``--follow`` keeps
-reading a live verl run's files (new metric lines, new step files) until Ctrl-C or
-until nothing new arrived for ``--idle-exit`` seconds; an import that ends by itself
-(not by Ctrl-C) marks the run finished (``run_finished``, ``succeeded``). W&B run
-directories are :mod:`trainer.importers.wandb_import`'s (each run once; finished by
-W&B's own exit record); reading them needs ``pip install -r requirements-wandb.txt``.
+``DIR`` is TRL's ``output_dir`` (completions parquet and TensorBoard scalars), any
+directory of TensorBoard event files, prime-rl's run directory, miles's
+``--dump-details`` directory or Tinker cookbook's ``log_path`` (each layout is
+described in its reader's module). The token comes from ``DASHBOARD_TOKEN`` (exit 2
+without it). ``--follow`` keeps reading a live run's files (new metric lines, new
+step files) until Ctrl-C or until nothing new arrived for ``--idle-exit`` seconds; an
+import that ends by itself (not by Ctrl-C) marks the run finished
+(``run_finished``, ``succeeded``). W&B run directories are
+:mod:`trainer.importers.wandb_import`'s (each run once; finished by W&B's own exit
+record); reading them needs ``pip install -r requirements-wandb.txt``.
 """
 
 from __future__ import annotations
@@ -26,18 +32,42 @@ from typing import Any
 
 from trainer.httpsink import HttpSink
 
+SOURCES = (
+    "events",
+    "verl",
+    "wandb",
+    "trl",
+    "tensorboard",
+    "prime-rl",
+    "miles",
+    "tinker",
+)
+
+
+def make_reader(source: str, path: Path) -> Any:
+    """The reader of ``source``'s layout at ``path`` (a directory)."""
+    from trainer.importers import miles, primerl, tinker, trl_output
+    from trainer.importers.tensorboard import TensorBoardReader
+
+    if not path.is_dir():
+        raise ValueError(f"{path}: --from {source} reads a directory")
+    readers = {
+        "trl": trl_output.TrlReader,
+        "tensorboard": TensorBoardReader,
+        "prime-rl": primerl.PrimeRlReader,
+        "miles": miles.MilesReader,
+        "tinker": tinker.TinkerReader,
+    }
+    return readers[source](path)
+
 
 def add_import_parser(sub: Any) -> None:
-    imp = sub.add_parser(
-        "import", help="send a saved run, a verl run or W&B runs to a dashboard"
-    )
+    imp = sub.add_parser("import", help="send a saved or foreign run to a dashboard")
     imp.add_argument(
-        "path", help="events.jsonl, a spool directory, verl's dir, or W&B run dir(s)"
+        "path", help="events.jsonl, a spool directory, a run's dir, or W&B run dir(s)"
     )
     imp.add_argument("--report-to", required=True, metavar="URL")
-    imp.add_argument(
-        "--from", dest="source", choices=("events", "verl", "wandb"), default="events"
-    )
+    imp.add_argument("--from", dest="source", choices=SOURCES, default="events")
     imp.add_argument("--name", default=None, help="the dashboard run's name")
     imp.add_argument("--run-id", default=None, help="send into this existing run")
     imp.add_argument("--metrics", default=None, help="verl file-logger .jsonl")
@@ -68,6 +98,10 @@ def run_import(args: argparse.Namespace) -> int:
     try:
         if args.source == "verl":
             sink, finished = _import_verl(args, path, token)
+        elif args.source != "events":
+            reader = make_reader(args.source, path)
+            config = _config(args.source, reader)
+            sink, finished = _import_reader(args, reader, config, token)
         else:
             sink, finished = _import_events(args, path, token), True
     except (BadEventsFile, ValueError) as exc:
@@ -132,9 +166,28 @@ def _import_verl(
         "rollout_data_dir": str(path.resolve()),
         "metrics_file": str(reader.metrics_file) if reader.metrics_file else None,
     }
-    sink = _sink(
-        args, token, name=args.name or path.name, framework="verl", config=config
-    )
+    return _import_reader(args, reader, config, token, framework="verl")
+
+
+def _config(source: str, reader: Any) -> dict[str, Any]:
+    if hasattr(reader, "config"):
+        return reader.config()
+    return {"source": source, "dir": str(Path(reader.directory).resolve())}
+
+
+def _import_reader(
+    args: argparse.Namespace,
+    reader: Any,
+    config: dict[str, Any],
+    token: str,
+    *,
+    framework: str | None = None,
+) -> tuple[HttpSink, bool]:
+    """Sends everything ``reader`` yields (``poll``, ``flush``, ``last_step``),
+    following a live run with ``--follow``."""
+    framework = framework or args.source
+    name = args.name or Path(args.path).resolve().name
+    sink = _sink(args, token, name=name, framework=framework, config=config)
     sink.emit(
         {
             "type": "run_started",
@@ -144,9 +197,13 @@ def _import_verl(
             "device": "unknown",
         }
     )
-    finished = follow(reader, sink, args) if args.follow else True
-    for event in reader.poll() + reader.flush():  # all of it, or a last sweep
-        sink.emit(event)
+    try:
+        finished = follow(reader, sink, args) if args.follow else True
+        for event in reader.poll() + reader.flush():  # all of it, or a last sweep
+            sink.emit(event)
+    except Exception:
+        sink.close(timeout=args.close_timeout)  # what was read stays spooled
+        raise
     if finished:
         sink.emit(
             {

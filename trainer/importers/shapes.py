@@ -1,9 +1,23 @@
-"""The events a converter builds from another trainer's text-only records.
+"""The events a converter builds from another trainer's records.
 
 A text-only trajectory (verl dumps, TRL's logged completions) has no token arrays: its
 segments are one ``prompt`` segment (masked, ``mask="prompt"``) and one ``action``
 segment (trained on, ``mask=None``), each with its ``text`` and empty arrays, exactly
 the segment shape documented in :mod:`trainer.events`.
+
+A layout that keeps per-token arrays (prime-rl's episodes and token exports, miles's
+dumps) builds its segments with :func:`token_segment`, the arrays aligned to
+``token_ids``. What each array means here, whatever a trainer calls it:
+
+* ``logprob``: the trainer's (learner's) log-prob of the token;
+* ``old_logprob``: the sampler's (inference engine's) log-prob, the one the token
+  was drawn with;
+* ``ratio``: the importance ratio trainer / sampler, ``exp(logprob - old_logprob)``:
+  the per-token train/inference mismatch (prime-rl's ``mismatch_kl`` is
+  ``ratio - log(ratio) - 1`` of it);
+* ``entropy`` and ``advantage``: as in our own runs.
+
+``None`` marks a value the source does not have for that token.
 """
 
 from __future__ import annotations
@@ -11,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -61,6 +76,87 @@ def task_id_for(prompt: str) -> str:
     return "p-" + hashlib.sha1(prompt.encode("utf-8")).hexdigest()[:12]
 
 
+def token_segment(
+    kind: str,
+    text: str,
+    token_ids: Sequence[int],
+    arrays: Mapping[str, Sequence[float | None] | None],
+    *,
+    mask: str | None = None,
+) -> dict[str, Any]:
+    """A segment with per-token arrays (names of :data:`ARRAYS`) aligned to
+    ``token_ids``; an array the source lacks (``None``) stays empty."""
+    seg = text_segment(kind, text)
+    seg["token_ids"] = [int(t) for t in token_ids]
+    for name, values in arrays.items():
+        if name not in ARRAYS or name in ("token_ids", "tokens"):
+            raise ValueError(f"arrays: {name!r} is not a per-token float array")
+        if values is not None:
+            if len(values) != len(token_ids):
+                raise ValueError(
+                    f"arrays: {name} has {len(values)} values for "
+                    f"{len(token_ids)} tokens"
+                )
+            seg[name] = [_num(v) for v in values]
+    seg["mask"] = mask
+    return seg
+
+
+def _num(value: float | None) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class TrajectoryRow:
+    """One trajectory of a foreign layout, in our terms. ``segments`` are built with
+    :func:`text_segment` or :func:`token_segment`; ``task_id`` defaults to a hash of
+    ``prompt`` (siblings of a group share it)."""
+
+    step: int
+    group: int
+    index: int
+    prompt: str
+    segments: list[dict[str, Any]]
+    reward: float
+    advantage: float
+    components: Mapping[str, float] = field(default_factory=dict)
+    task_id: str | None = None
+    length: int = 0
+    num_turns: int = 1
+    truncated: bool = False
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    per_step: Mapping[str, list[float]] = field(default_factory=dict)
+
+
+def trajectory_event(row: TrajectoryRow) -> dict[str, Any]:
+    """One ``trajectory`` event (the shape of :mod:`trainer.events`)."""
+    return {
+        "type": "trajectory",
+        "step": int(row.step),
+        "group": int(row.group),
+        "index": int(row.index),
+        "task_id": row.task_id or task_id_for(row.prompt),
+        "dropped": False,
+        "reward": float(row.reward),
+        "advantage": float(row.advantage),
+        "rewards": {
+            "total": float(row.reward),
+            "components": {k: float(v) for k, v in row.components.items()},
+            "per_step": {k: [float(x) for x in v] for k, v in row.per_step.items()},
+        },
+        "num_turns": int(row.num_turns),
+        "length": int(row.length),
+        "truncated": bool(row.truncated),
+        "facts": dict(row.facts),
+        "metrics": {k: float(v) for k, v in row.metrics.items()},
+        "segments": list(row.segments),
+    }
+
+
 def text_trajectory(
     *,
     step: int,
@@ -74,31 +170,48 @@ def text_trajectory(
     length: int = 0,
     facts: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One ``trajectory`` event. ``length`` is the completion's token count when the
-    source knows it (0 when it does not)."""
-    return {
-        "type": "trajectory",
-        "step": int(step),
-        "group": int(group),
-        "index": int(index),
-        "task_id": task_id_for(prompt),
-        "dropped": False,
-        "reward": float(reward),
-        "advantage": float(advantage),
-        "rewards": {
-            "total": float(reward),
-            "components": {k: float(v) for k, v in components.items()},
-            "per_step": {},
-        },
-        "num_turns": 1,
-        "length": int(length),
-        "truncated": False,
-        "facts": dict(facts or {}),
-        "segments": [
-            text_segment("prompt", prompt),
-            text_segment("action", completion),
-        ],
-    }
+    """One text-only ``trajectory`` event. ``length`` is the completion's token count
+    when the source knows it (0 when it does not)."""
+    event = trajectory_event(
+        TrajectoryRow(
+            step=step,
+            group=group,
+            index=index,
+            prompt=prompt,
+            segments=[
+                text_segment("prompt", prompt),
+                text_segment("action", completion),
+            ],
+            reward=reward,
+            advantage=advantage,
+            components=components,
+            length=length,
+            facts=facts or {},
+        )
+    )
+    del event["metrics"]  # none: keep the text-only shape as it was
+    return event
+
+
+def chat_text(value: Any) -> str:
+    """A prompt or completion as text: a string, or chat messages as ``role: content``
+    lines (text parts only)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        lines = []
+        for message in value:
+            if not isinstance(message, dict):
+                lines.append(str(message))
+                continue
+            content = message.get("content", "")
+            if isinstance(content, list):
+                content = "".join(
+                    part.get("text", "") for part in content if isinstance(part, dict)
+                )
+            lines.append(f"{message.get('role', '')}: {content}")
+        return "\n".join(lines)
+    return str(value)
 
 
 def group_by_prompt(prompts: Sequence[str]) -> list[tuple[int, int]]:
@@ -136,4 +249,26 @@ def grpo_advantages(rewards: Sequence[float], groups: Sequence[int]) -> list[flo
         adv = group_advantages(torch.tensor(values), len(rows))
         for r, a in zip(rows, adv.tolist(), strict=True):
             out[r] = a
+    return out
+
+
+def step_events(
+    framework: str,
+    rows: Sequence[tuple[int, Mapping[str, Any]]],
+    derived: Mapping[int, Mapping[str, float]] | None = None,
+) -> list[dict[str, Any]]:
+    """``(step, {name: value})`` rows -> one ``step`` event per step (rows of the same
+    step merged, steps in order of first appearance), names mapped through
+    :func:`trainer.metric_names.map_metrics` and ``derived`` numbers added."""
+    from trainer.metric_names import map_metrics
+
+    merged: dict[int, dict[str, Any]] = {}
+    for step, data in rows:
+        merged.setdefault(int(step), {}).update(data)
+    out = []
+    for step, data in merged.items():
+        metrics: dict[str, Any] = dict((derived or {}).get(step, {}))
+        metrics.update(map_metrics(framework, data))
+        if metrics:
+            out.append({"type": "step", "step": step, "metrics": metrics})
     return out

@@ -23,6 +23,7 @@ from typing import Any
 
 from trainer import metric_names
 from trainer.importers.shapes import group_by_prompt, grpo_advantages, text_trajectory
+from trainer.importers.tailing import JsonlTail, Settled, read_jsonl_file
 from trainer.metric_names import VERL
 
 METRIC_NAMES = VERL  # the table lives in trainer.metric_names
@@ -108,16 +109,6 @@ def _std(values: list[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def _complete_lines(path: Path, offset: int) -> tuple[list[str], int]:
-    """Whole lines after ``offset`` (a line still being written waits)."""
-    with path.open("rb") as fh:
-        fh.seek(offset)
-        data = fh.read()
-    end = data.rfind(b"\n") + 1
-    lines = data[:end].decode("utf-8").splitlines()
-    return [x for x in lines if x.strip()], offset + end
-
-
 class VerlReader:
     """Reads a verl run's files; :meth:`poll` returns events not returned before, so
     calling it repeatedly tails a live run. A step file is taken once it ends with a
@@ -130,9 +121,8 @@ class VerlReader:
         self.rollout_dir = Path(rollout_dir)
         self.metrics_file = Path(metrics_file) if metrics_file else self._find_metrics()
         self.last_step = 0
-        self._done: set[Path] = set()
-        self._sizes: dict[Path, int] = {}
-        self._offset = 0
+        self._files = Settled()
+        self._tail = JsonlTail(self.metrics_file) if self.metrics_file else None
         self._pending: tuple[int, dict[str, Any]] | None = (
             None  # the newest step's data
         )
@@ -172,18 +162,13 @@ class VerlReader:
         files = [p for p in self.rollout_dir.glob("*.jsonl") if p.stem.isdigit()]
         out = []
         for path in sorted(files, key=lambda p: int(p.stem)):
-            if path in self._done:
+            if not self._files.ready(path, settle=settle):
                 continue
-            size = path.stat().st_size
-            seen, self._sizes[path] = self._sizes.get(path), size
-            if size == 0 or (settle and seen != size):
-                continue
-            lines, end = _complete_lines(path, 0)
-            if end != size:
+            records = read_jsonl_file(path)
+            if records is None:
                 continue  # the last line is still being written
-            records = [json.loads(line) for line in lines]
             events = rollout_events(int(path.stem), records)
-            self._done.add(path)
+            self._files.take(path)
             if events:
                 step = events[0]["step"]
                 self._derived[step] = derived_metrics(events)
@@ -192,12 +177,10 @@ class VerlReader:
         return out
 
     def _metrics(self) -> list[dict[str, Any]]:
-        if self.metrics_file is None or not self.metrics_file.exists():
+        if self._tail is None:
             return []
-        lines, self._offset = _complete_lines(self.metrics_file, self._offset)
         out = []
-        for line in lines:
-            entry = json.loads(line)
+        for entry in self._tail.read():
             step, data = int(entry["step"]), dict(entry.get("data") or {})
             if self._pending is not None and self._pending[0] != step:
                 out.append(self._step_event(*self._pending))

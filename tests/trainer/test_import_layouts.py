@@ -1,0 +1,372 @@
+"""``python -m trainer import --from trl|tensorboard|prime-rl|miles|tinker DIR``:
+each trainer's files, in the shapes its own code writes (tests/fixtures/layouts.py),
+imported with groups, rewards, per-token arrays and metrics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from fake_dashboard import TOKEN, FakeDashboard
+
+from tests.fixtures import layouts
+from trainer.cli import main
+
+
+@pytest.fixture
+def dash(monkeypatch):
+    monkeypatch.setenv("DASHBOARD_TOKEN", TOKEN)
+    server = FakeDashboard().start()
+    yield server
+    server.stop()
+
+
+def run_import(dash, source, path, *extra):
+    args = ["import", "--from", source, str(path), "--report-to", dash.url, *extra]
+    return main(args)
+
+
+def steps_of(events):
+    """Every step event's metrics, merged per step (the server keys points by
+    (step, name), so a step may arrive in several events)."""
+    out: dict[int, dict] = {}
+    for e in events:
+        if e["type"] == "step":
+            out.setdefault(e["step"], {}).update(e["metrics"])
+    return out
+
+
+def trajectories(events):
+    return {
+        (e["step"], e["group"], e["index"]): e
+        for e in events
+        if e["type"] == "trajectory"
+    }
+
+
+# -- TensorBoard -----------------------------------------------------------------
+
+
+def test_tensorboard_scalars_import_per_step_in_both_encodings(dash, tmp_path):
+    run = tmp_path / "runs" / "Jan01_host"
+    layouts.write_tfevents(
+        run / "events.out.tfevents.1.host",
+        [
+            layouts.text_event(0, "args", "{}"),
+            layouts.scalar_event(1, {"loss": 0.5, "lr": 0.25}),
+            layouts.scalar_event(2, {"loss": 0.25}, tensor=True),
+            layouts.scalar_event(2, {"lr": 0.125}),
+        ],
+    )
+    assert run_import(dash, "tensorboard", tmp_path, "--name", "tb") == 0
+    steps = steps_of(dash.events())
+    assert steps == {1: {"loss": 0.5, "lr": 0.25}, 2: {"loss": 0.25, "lr": 0.125}}
+    assert dash.only_run()["framework"] == "tensorboard"
+    assert dash.only_run()["status"] == "succeeded"
+
+
+def test_a_record_cut_short_waits_and_a_bad_crc_names_the_file(dash, tmp_path):
+    from trainer.importers.tensorboard import TensorBoardReader
+
+    path = tmp_path / "events.out.tfevents.2.host"
+    whole = layouts.tfrecord(layouts.scalar_event(3, {"x": 1.0}))
+    path.write_bytes(whole[:-3])  # the writer is mid-record
+    reader = TensorBoardReader(tmp_path)
+    assert reader.poll() == []
+    path.write_bytes(whole)
+    assert reader.poll() == [{"type": "step", "step": 3, "metrics": {"x": 1.0}}]
+    corrupt = bytearray(whole)
+    corrupt[-1] ^= 0xFF
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "events.out.tfevents.3.host").write_bytes(bytes(corrupt))
+    code = run_import(dash, "tensorboard", tmp_path / "bad")
+    assert code == 2
+
+
+def test_a_bad_crc_is_reported_with_the_file_and_offset(tmp_path, capsys, dash):
+    whole = bytearray(layouts.tfrecord(layouts.scalar_event(3, {"x": 1.0})))
+    whole[-1] ^= 0xFF
+    (tmp_path / "events.out.tfevents.3.host").write_bytes(bytes(whole))
+    assert run_import(dash, "tensorboard", tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "events.out.tfevents.3.host: byte 0: bad record data CRC" in err
+
+
+# -- TRL ---------------------------------------------------------------------------
+
+
+def test_trl_completions_parquet_and_tensorboard_import_together(dash, tmp_path):
+    import json
+
+    args = {"num_generations": 2, "reward_weights": [1.0, 0.5]}
+    layouts.write_tfevents(
+        tmp_path / "runs" / "x" / "events.out.tfevents.1.h",
+        [
+            layouts.text_event(0, "args", json.dumps(args)),
+            layouts.scalar_event(1, {"train/reward": 0.75, "train/kl": 0.0}),
+            layouts.scalar_event(
+                1, {"train/sampling/importance_sampling_ratio/mean": 0.98}
+            ),
+        ],
+    )
+    layouts.write_trl_completions(
+        tmp_path,
+        1,
+        {
+            "prompt": ["Q1", "Q1", "Q2", "Q2"],
+            "completion": ["a", "b", "c", "d"],
+            "says_answer": [1.0, 0.0, 1.0, float("nan")],
+            "is_short": [1.0, 1.0, 0.0, 0.0],
+            "advantage": [0.7, -0.7, 0.0, 0.0],
+        },
+    )
+    assert run_import(dash, "trl", tmp_path, "--name", "t") == 0
+    events = dash.events()
+    run = dash.only_run()
+    assert run["framework"] == "trl" and run["config"]["num_generations"] == 2
+    trajs = trajectories(events)
+    assert sorted(trajs) == [(1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)]
+    first = trajs[1, 0, 0]
+    assert first["segments"][0]["text"] == "Q1"
+    assert first["segments"][1]["text"] == "a"
+    assert first["rewards"]["components"] == {"says_answer": 1.0, "is_short": 1.0}
+    assert first["reward"] == 1.0 + 0.5 * 1.0  # weighted by reward_weights
+    assert trajs[1, 1, 1]["reward"] == 0.0  # NaN (unscored) skipped, 0.5 * 0
+    assert trajs[1, 0, 1]["advantage"] == -0.7
+    m = steps_of(events)[1]
+    assert m["reward"] == 0.75 and "train/reward" not in m
+    assert m["mismatch/is_ratio_mean"] == pytest.approx(0.98)
+
+
+def test_a_completions_file_without_prompts_is_a_clear_error(dash, tmp_path, capsys):
+    import pandas as pd
+
+    (tmp_path / "completions").mkdir()
+    pd.DataFrame({"step": [1], "text": ["x"]}).to_parquet(
+        tmp_path / "completions" / "completions_00001.parquet"
+    )
+    assert run_import(dash, "trl", tmp_path) == 2
+    assert "step 1: rows need prompt and completion columns" in capsys.readouterr().err
+
+
+# -- prime-rl ----------------------------------------------------------------------
+
+
+def test_prime_rl_episodes_token_exports_and_both_writers_metrics(dash, tmp_path):
+    layouts.prime_run(tmp_path)
+    layouts.prime_metrics(
+        tmp_path,
+        [  # the trainer's and the orchestrator's lines, interleaved
+            {"step": 1, "entropy/all/mean": 0.7, "mismatch_kl/all/mean": 0.01},
+            {"step": 1, "off_policy/mean": 1.5, "off_policy/max": 3.0},
+            {"step": 1, "optim/grad_norm": 2.0},
+            {"step": 1, "train/agg/effective/agent/reward/mean": 0.5},
+        ],
+    )
+    assert run_import(dash, "prime-rl", tmp_path, "--name", "p") == 0
+    events = dash.events()
+    trajs = trajectories(events)
+    assert sorted(trajs) == [(1, 0, 0), (1, 0, 1), (1, 1, 0)]  # grouped by group.id
+    won = trajs[1, 0, 0]
+    assert won["reward"] == 1.0 and won["rewards"]["components"] == {"correct": 1.0}
+    assert won["advantage"] == 0.5 and won["task_id"] == "task-g0"
+    prompt, action = won["segments"]
+    assert prompt["kind"] == "prompt" and prompt["mask"] == "prompt"
+    assert prompt["text"] == "What is 6*7?" and prompt["token_ids"] == [1, 2, 3]
+    assert action["kind"] == "action" and action["mask"] is None
+    assert action["token_ids"] == [4, 5] and action["text"] == "42"
+    assert action["old_logprob"] == [-0.5, -0.5]  # the sampler's
+    assert action["logprob"] == [-0.25, -0.75]  # the trainer's, from the export
+    assert action["ratio"] == [1.25, 0.75]
+    assert action["entropy"] == [1.5, 0.5]
+    assert action["advantage"] == [0.5, 0.5]
+    assert won["metrics"] == {"off_policy/staleness": 0.0}  # (1 - 1) - 0
+    unexported = trajs[1, 1, 0]["segments"][1]
+    assert unexported["logprob"] == [] and unexported["old_logprob"] == [-0.5, -0.5]
+    assert trajs[1, 1, 0]["advantage"] == -1.0
+    m = steps_of(events)[1]
+    assert m["entropy"] == 0.7 and m["mismatch/kl"] == 0.01
+    assert m["off_policy/staleness"] == 1.5 and m["off_policy/staleness_max"] == 3.0
+    assert m["grad_norm"] == m["optim/grad_norm"] == 2.0
+    assert m["reward"] == 0.5 and "time" not in m
+
+
+# -- miles -------------------------------------------------------------------------
+
+
+def miles_dump(dump_dir):
+    layouts.miles_meta(
+        dump_dir,
+        {"rollout_batch_size": 2, "n_samples_per_prompt": 2, "global_batch_size": 2},
+    )
+    prompt = [1, 2, 3]
+    samples = [
+        layouts.miles_sample(0, 0, prompt, [4, 5], reward=1.0, weight_versions=["3"]),
+        layouts.miles_sample(1, 0, prompt, [6, 7], reward=0.0, response="41"),
+        layouts.miles_sample(2, 1, prompt, [8], reward=0.5, prompt="2+2?"),
+        layouts.miles_sample(3, 1, prompt, [9], reward=0.5, status="truncated"),
+    ]
+    layouts.miles_rollout(dump_dir, 4, samples)
+    layouts.miles_train(
+        dump_dir,
+        4,
+        0,
+        [
+            {
+                "index": 0,
+                "tokens": prompt + [4, 5],
+                "reward": 1.0,
+                "log_probs": [-0.25, -0.75],
+                "rollout_log_probs": [-0.5, -0.5],
+                "entropy": [1.0, 2.0],
+                "advantages": [0.5, 0.5],
+            }
+        ],
+    )
+    layouts.miles_metrics(
+        dump_dir,
+        [
+            ("rollout/step", 4, {"rollout/raw_reward": 0.5, "rollout/step": 4}),
+            ("train/step", 8, {"train/pg_loss": 0.1, "train/step": 8}),
+            ("train/step", 9, {"train/train_rollout_logprob_abs_diff": 0.02}),
+        ],
+    )
+
+
+def test_miles_dumps_join_samples_and_train_shards(dash, tmp_path):
+    miles_dump(tmp_path)
+    assert run_import(dash, "miles", tmp_path, "--name", "m") == 0
+    events = dash.events()
+    assert dash.only_run()["config"]["run_name"] == "miles-run"
+    trajs = trajectories(events)
+    assert sorted(trajs) == [(4, 0, 0), (4, 0, 1), (4, 1, 0), (4, 1, 1)]
+    first = trajs[4, 0, 0]
+    assert first["reward"] == 1.0 and first["advantage"] == 0.5
+    prompt, action = first["segments"]
+    assert prompt["token_ids"] == [1, 2, 3] and prompt["mask"] == "prompt"
+    assert action["token_ids"] == [4, 5] and action["text"] == "42"
+    assert action["logprob"] == [-0.25, -0.75]
+    assert action["old_logprob"] == [-0.5, -0.5]
+    assert action["ratio"] == pytest.approx([math.exp(0.25), math.exp(-0.25)])
+    assert action["entropy"] == [1.0, 2.0] and action["advantage"] == [0.5, 0.5]
+    assert first["metrics"] == {"off_policy/staleness": 1.0}  # rollout 4 - version 3
+    # No train row: the sampler's log-probs only; GRPO advantage over the group.
+    second = trajs[4, 0, 1]
+    assert second["segments"][1]["logprob"] == []
+    assert second["segments"][1]["old_logprob"] == [-0.5, -0.5]
+    assert second["advantage"] == pytest.approx(-0.5 / (math.sqrt(0.5) + 1e-4))
+    assert trajs[4, 1, 1]["truncated"] is True
+    m = steps_of(events)
+    # train/step 8 and 9 with 2 * 2 // 2 = 2 optimizer steps per rollout -> rollout 4
+    assert sorted(m) == [4]
+    assert m[4]["reward"] == 0.5 and m[4]["policy_loss"] == 0.1
+    assert m[4]["mismatch/logprob_abs_diff_mean"] == 0.02
+    # Staleness 4 - 3 for the first sample, 4 - 1 for the others (version "1").
+    assert m[4]["off_policy/staleness"] == (1 + 3 + 3 + 3) / 4
+    assert m[4]["off_policy/staleness_max"] == 3.0
+
+
+# -- Tinker ------------------------------------------------------------------------
+
+
+def test_tinker_summaries_and_metrics(dash, tmp_path):
+    layouts.tinker_metrics(
+        tmp_path,
+        [{"step": 0, "env/all/reward/total": 0.5, "optim/kl_sample_train_v1": 0.004}],
+    )
+    layouts.tinker_summaries(
+        tmp_path,
+        0,
+        [
+            layouts.tinker_summary(0, 0, 0, 1.0),
+            layouts.tinker_summary(0, 0, 1, 0.0, sampled_at=-2),
+            layouts.tinker_summary(0, 1, 0, 0.5),
+        ],
+    )
+    (tmp_path / "config.json").write_text('{"learning_rate": 4e-05}')
+    assert run_import(dash, "tinker", tmp_path, "--name", "k") == 0
+    events = dash.events()
+    assert dash.only_run()["config"]["tinker"] == {"learning_rate": 4e-05}
+    trajs = trajectories(events)
+    assert sorted(trajs) == [(0, 0, 0), (0, 0, 1), (0, 1, 0)]
+    assert trajs[0, 0, 0]["advantage"] == 0.5  # 1.0 - mean(1.0, 0.0), no std
+    assert trajs[0, 0, 1]["advantage"] == -0.5 and trajs[0, 1, 0]["advantage"] == 0.0
+    assert trajs[0, 0, 0]["rewards"]["per_step"] == {"reward": [1.0]}
+    assert trajs[0, 0, 0]["length"] == 5
+    assert trajs[0, 0, 1]["metrics"]["off_policy/staleness"] == 2.0
+    m = steps_of(events)[0]
+    assert m["reward"] == 0.5 and m["mismatch/kl"] == 0.004
+    assert m["off_policy/staleness"] == pytest.approx(2 / 3)
+    assert m["off_policy/staleness_max"] == 2.0
+
+
+def test_a_tinker_summary_without_its_indices_names_the_line(dash, tmp_path, capsys):
+    record = layouts.tinker_summary(0, 0, 0, 1.0)
+    del record["group_idx"]
+    layouts.tinker_summaries(tmp_path, 0, [record])
+    assert run_import(dash, "tinker", tmp_path) == 2
+    assert "line 1: group_idx: must be an integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source", ["trl", "tensorboard", "prime-rl", "miles"])
+def test_a_file_instead_of_a_directory_is_a_clear_error(dash, tmp_path, capsys, source):
+    (tmp_path / "f").write_text("x")
+    assert run_import(dash, source, tmp_path / "f") == 2
+    assert f"--from {source} reads a directory" in capsys.readouterr().err
+
+
+# -- --follow, with a second process still writing -------------------------------
+
+WRITER = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from tests.fixtures import layouts
+run = Path({run!r})
+layouts.prime_metrics(run, [{{"step": 2, "entropy/all/mean": 0.6}}])
+time.sleep(0.3)
+layouts.prime_run(run, step=2, policy=0)  # episodes, then the trainer's export and STABLE
+time.sleep(0.3)
+layouts.prime_metrics(run, [{{"step": 2, "off_policy/mean": 1.0}}])
+"""
+
+
+def test_follow_tails_a_prime_rl_run_another_process_is_writing(dash, tmp_path):
+    import subprocess
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    layouts.prime_run(tmp_path, step=1)
+    layouts.prime_metrics(tmp_path, [{"step": 1, "entropy/all/mean": 0.7}])
+    codes = []
+    args = ["--follow", "--poll-s", "0.05", "--idle-exit", "10"]
+    worker = threading.Thread(
+        target=lambda: codes.append(run_import(dash, "prime-rl", tmp_path, *args))
+    )
+    worker.start()
+
+    def arrived(step):
+        if not dash.store.runs:
+            return []
+        return [e for e in dash.events() if e.get("step") == step]
+
+    deadline = time.monotonic() + 60
+    while len(arrived(1)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(arrived(1)) == 4  # three trajectories and the step
+    script = WRITER.format(root=root, run=str(tmp_path))
+    writer = subprocess.run([sys.executable, "-c", script], timeout=60, check=True)
+    assert writer.returncode == 0
+    worker.join(timeout=120)
+    assert codes == [0]
+    events = dash.events()
+    late = trajectories(events)
+    assert sorted(k for k in late if k[0] == 2) == [(2, 0, 0), (2, 0, 1), (2, 1, 0)]
+    assert late[2, 0, 0]["segments"][1]["logprob"] == [-0.25, -0.75]
+    assert late[2, 0, 0]["metrics"] == {"off_policy/staleness": 1.0}  # (2 - 1) - 0
+    m = steps_of(events)[2]
+    assert m["entropy"] == 0.6 and m["off_policy/staleness"] == 1.0
+    assert dash.only_run()["status"] == "succeeded"
