@@ -193,27 +193,6 @@ def text_trajectory(
     return event
 
 
-def chat_text(value: Any) -> str:
-    """A prompt or completion as text: a string, or chat messages as ``role: content``
-    lines (text parts only)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        lines = []
-        for message in value:
-            if not isinstance(message, dict):
-                lines.append(str(message))
-                continue
-            content = message.get("content", "")
-            if isinstance(content, list):
-                content = "".join(
-                    part.get("text", "") for part in content if isinstance(part, dict)
-                )
-            lines.append(f"{message.get('role', '')}: {content}")
-        return "\n".join(lines)
-    return str(value)
-
-
 def group_by_prompt(prompts: Sequence[str]) -> list[tuple[int, int]]:
     """(group, index) of each row: siblings share an identical prompt; groups are
     numbered by first appearance, indices in order within the group."""
