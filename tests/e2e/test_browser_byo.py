@@ -61,7 +61,8 @@ def test_upload_pick_launch_and_read_a_tool_call(roots_live, page, shots, ui, tm
         page.input_value("[name='model.path']")
         == model.relative_to(live.model_root).as_posix()
     )  # root-relative: no server path is shown
-    assert page.locator("[data-warmstart-hint]").is_hidden()  # a pretrained model
+    # A pretrained model: the hint goes (waited for: the page's script may still load).
+    page.locator("[data-warmstart-hint]").wait_for(state="hidden", timeout=10_000)
     page.fill("[name='envp.dataset.tools']", "calculator")
     page.fill("[name='envp.dataset.holdout']", "0")
     page.fill("[name='envp.dataset.max_turns']", "2")
