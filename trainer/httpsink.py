@@ -289,6 +289,11 @@ class HttpSink:
             outcome = self._stop(
                 f"the dashboard refused to create the run ({_describe(answer)})"
             )
+        return self._not_sent(batch, offset, outcome)
+
+    def _not_sent(self, batch: list[str], offset: int | None, outcome: str) -> bool:
+        """A batch held back by a failed call before it (create, reopen): settled as
+        ``outcome``, backing off before a retry. False: go round again."""
         with self._lock:
             if not self._abandoned:
                 self._settle(batch, offset, outcome)
@@ -307,12 +312,7 @@ class HttpSink:
                 f"the dashboard refused to reopen run {self.run_id} "
                 f"({_describe(answer)})"
             )
-        with self._lock:
-            if not self._abandoned:
-                self._settle(batch, offset, outcome)
-        if outcome == RETRY:
-            self._backoff()
-        return False
+        return self._not_sent(batch, offset, outcome)
 
     def _deliver(self, batch: list[str]) -> str:
         """Sends one batch (split on 413); DONE, RETRY or FATAL."""

@@ -1,38 +1,21 @@
 """A real Daphne server in a subprocess for the memory tests (issue 21): started on the
-embedded default (SQLite under a temporary var dir), its RSS read with psutil, and
-raw HTTP sent over a socket so that nothing on the client side buffers or retries."""
+embedded default (SQLite under a temporary var dir: ``dashtest.embedded_daphne``), its
+peak RSS read with psutil while a request runs, and raw HTTP sent over a socket so
+that nothing on the client side buffers or retries."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import psutil
+from dashtest import ROOT, embedded_env  # noqa: F401  (the env of a server, for callers)
+from dashtest import embedded_daphne as daphne  # noqa: F401  (port, its process)
 
-ROOT = Path(__file__).resolve().parents[2]
 MB = 1 << 20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def embedded_env(var: Path, **extra: str) -> dict[str, str]:
-    """The environment of a server on the embedded default, its state under ``var``."""
-    env = {
-        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}
-    }
-    env.update({"DASHBOARD_VAR_DIR": str(var), "ALLOWED_HOSTS": "127.0.0.1", **extra})
-    return env
 
 
 def manage(env: dict[str, str], *args: str) -> str:
@@ -47,34 +30,6 @@ def manage(env: dict[str, str], *args: str) -> str:
         check=True,
     )
     return out.stdout
-
-
-@contextlib.contextmanager
-def daphne(env: dict[str, str]) -> Iterator[tuple[int, psutil.Process]]:
-    """A Daphne serving the dashboard: (port, its process)."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-    proc = subprocess.Popen(
-        [*cmd, "dashboard.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            raise RuntimeError("daphne did not start")
-        yield port, psutil.Process(proc.pid)
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def rss_mb(proc: psutil.Process) -> float:

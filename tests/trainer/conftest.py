@@ -30,3 +30,15 @@ def outcome_and_format(episodes, step):
 @pytest.fixture
 def reward_fn():
     return outcome_and_format
+
+
+@pytest.fixture
+def dash(monkeypatch):
+    """A fake dashboard (``fake_dashboard.FakeDashboard``) running, its token in
+    ``DASHBOARD_TOKEN`` as the import command reads it."""
+    from fake_dashboard import TOKEN, FakeDashboard
+
+    monkeypatch.setenv("DASHBOARD_TOKEN", TOKEN)
+    server = FakeDashboard().start()
+    yield server
+    server.stop()

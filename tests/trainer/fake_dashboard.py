@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -214,3 +215,12 @@ class _Handler(BaseHTTPRequestHandler):
             if event["type"] == "run_finished":
                 run["status"] = event["status"]
         return 200, {"accepted": accepted, "duplicates": duplicates}, len(lines)
+
+
+def wait_until(predicate, what: str, limit: float = 60.0, every: float = 0.02) -> None:
+    """Polls a condition the test needs before it goes on (not a timing assertion)."""
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(every)

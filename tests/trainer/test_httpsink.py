@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 
-import pytest
-from fake_dashboard import TOKEN, FakeDashboard
+from fake_dashboard import TOKEN, wait_until
 
 from trainer.events import JsonlSink, TeeSink
 from trainer.httpsink import HttpSink
@@ -16,24 +14,8 @@ from trainer.spool import Spool, spool_files
 FAST = {"flush_interval_s": 0.02, "backoff_base_s": 0.01, "backoff_max_s": 0.05}
 
 
-@pytest.fixture
-def dash():
-    server = FakeDashboard().start()
-    yield server
-    server.stop()
-
-
 def step_event(step: int, reward: float = 0.5) -> dict:
     return {"type": "step", "step": step, "metrics": {"reward": reward, "kl": 0.01}}
-
-
-def wait_until(predicate, what: str, limit: float = 30.0) -> None:
-    """Polls a condition the test needs before it goes on (not a timing assertion)."""
-    deadline = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.01)
 
 
 def spooled(directory) -> list[dict]:

@@ -7,18 +7,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from fake_dashboard import TOKEN, FakeDashboard
 
 from tests.fixtures import layouts
 from trainer.cli import main
-
-
-@pytest.fixture
-def dash(monkeypatch):
-    monkeypatch.setenv("DASHBOARD_TOKEN", TOKEN)
-    server = FakeDashboard().start()
-    yield server
-    server.stop()
 
 
 def run_import(dash, source, path, *extra):

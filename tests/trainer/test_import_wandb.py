@@ -11,11 +11,10 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from fake_dashboard import TOKEN, FakeDashboard
+from fake_dashboard import wait_until
 
 from trainer.cli import main
 
@@ -53,22 +52,6 @@ def written(tmp_path_factory) -> Path:
 def wandb_dir(written, tmp_path) -> Path:
     """A copy of the written run that a test may import (the state file lands in it)."""
     return Path(shutil.copytree(written, tmp_path / "wandb", symlinks=True))
-
-
-@pytest.fixture
-def dash(monkeypatch):
-    monkeypatch.setenv("DASHBOARD_TOKEN", TOKEN)
-    server = FakeDashboard().start()
-    yield server
-    server.stop()
-
-
-def wait_until(predicate, what: str, limit: float = 120.0) -> None:
-    deadline = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
 
 
 def of_type(events, kind):
@@ -174,7 +157,9 @@ def test_a_folder_of_many_runs_imports_each_as_its_own_run(dash, tmp_path, capsy
 def test_follow_sees_the_rows_of_a_run_still_being_written(dash, tmp_path):
     writer = write_run(tmp_path, "--pause-at-block", "--rows", "5")
     try:
-        wait_until(lambda: (tmp_path / "paused").exists(), "the writer's first block")
+        wait_until(
+            lambda: (tmp_path / "paused").exists(), "the writer's first block", 120
+        )
         before = int((tmp_path / "paused").read_text())
         args = ["import", "--from", "wandb", str(tmp_path / "wandb")]
         args += ["--report-to", dash.url, "--follow", "--poll-s", "0.1"]
@@ -191,7 +176,7 @@ def test_follow_sees_the_rows_of_a_run_still_being_written(dash, tmp_path):
 
         # The first block holds rows the writer logged before it paused: sent while
         # the writer is still running (its run has no exit record yet).
-        wait_until(lambda: len(steps()) >= 2, "rows of the live run")
+        wait_until(lambda: len(steps()) >= 2, "rows of the live run", 120)
         assert writer.poll() is None and dash.only_run()["status"] == "running"
         assert max(steps()) < before
         (tmp_path / "go").write_text("")

@@ -5,31 +5,14 @@ from __future__ import annotations
 import json
 import math
 import threading
-import time
 
 import pytest
-from fake_dashboard import TOKEN, FakeDashboard
+from fake_dashboard import wait_until
 
 from trainer.cli import main
 from trainer.events import JsonlSink
 
 ADV = 0.5 / (math.sqrt(0.5) + 1e-4)  # GRPO: (1 - 0.5) / (unbiased std of {1, 0} + eps)
-
-
-@pytest.fixture
-def dash(monkeypatch):
-    monkeypatch.setenv("DASHBOARD_TOKEN", TOKEN)
-    server = FakeDashboard().start()
-    yield server
-    server.stop()
-
-
-def wait_until(predicate, what: str, limit: float = 60.0) -> None:
-    deadline = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_it_replays_a_saved_events_jsonl_in_order(dash, tmp_path, capsys):
