@@ -6,33 +6,46 @@ a close before the accept is a handshake rejection, which servers answer with an
 HTTP 403 and browsers see as code 1006. (A foreign Origin never gets here, see
 ``dashboard.asgi``: that handshake is rejected.) Then
 it sends a ``hello`` (status, last_step, frame_seq: where to backfill from) and
-forwards the run's frames. No ORM here: the one lookup goes through
-``services.aget_run_for_user``. Frames arrive JSON-encoded from the sink and are sent
-verbatim; clients send nothing we act on.
+forwards the run's frames. No ORM here: the lookups go through
+``services.aget_run_for_user`` and ``reads.stream.position``. Frames arrive
+JSON-encoded from the sink and are sent verbatim; clients send nothing we act on.
 
 Fan-out: a page does not join the channel group itself. Each server process joins
 ``run-<id>`` once, with one hub channel, while it has pages open on that run, and
 copies every frame to its local sockets. With channels' usual one-channel-per-socket
 groups, 200 open pages cost 200 Redis messages per frame; here they cost one.
+
+Outages: the hub's membership is a :class:`~dashboard.live.subscription.Subscription`,
+which notices when the group stopped delivering (Redis restarted and forgot its
+members, an error, a call that hangs) and joins again. Frames published meanwhile
+went nowhere, so every socket of that run then gets a second ``hello``, read from the
+database; the page treats it like the first one and backfills what it lacks (the
+socket stays open). A run deleted meanwhile closes its sockets with 4404.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
-import uuid
 from typing import Any
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 
 from dashboard.live import streaming
+from dashboard.live.subscription import Subscription, Timing
+from dashboard.reads import stream
 from dashboard.runs import services
 
 log = logging.getLogger(__name__)
-REJOIN_S = 600.0  # channels-redis forgets group members after group_expiry (a day)
+# How a hub checks its subscription (dashboard.live.subscription.Timing); read at
+# each join, so tests can shorten it.
+TIMING = Timing()
+JOIN_WAIT_S = 5.0  # a page waits this long for the group before its hello
 
 
 class RunHub:
@@ -41,22 +54,27 @@ class RunHub:
     def __init__(self) -> None:
         self.sockets: dict[str, set[RunConsumer]] = {}
         self.readers: dict[str, asyncio.Task] = {}
-        self.subscribed: dict[str, asyncio.Event] = {}
+        self.subscriptions: dict[str, Subscription] = {}
 
     async def join(self, run_id: str, consumer: RunConsumer) -> None:
-        """Add the socket; returns once the run's group is subscribed (or after 5 s
-        if the broker is away: the page backfills), so that every frame published
-        after this returns reaches the socket."""
+        """Add the socket; returns once the run's group is joined, so that every frame
+        published after this returns reaches the socket. If the broker is away it
+        returns after ``JOIN_WAIT_S``, and the socket gets a fresh hello once the group
+        is joined (see :meth:`_resync`)."""
         self.sockets.setdefault(run_id, set()).add(consumer)
-        if run_id not in self.readers:
-            self.subscribed[run_id] = asyncio.Event()
-            self.readers[run_id] = asyncio.get_running_loop().create_task(
-                self._read(run_id)
+        sub = self.subscriptions.get(run_id)
+        if sub is None:
+            sub = Subscription(
+                get_channel_layer(),
+                streaming.group_name(run_id),
+                on_message=functools.partial(self._deliver, run_id),
+                on_resumed=functools.partial(self._resync, run_id),
+                timing=TIMING,
             )
-        ready = self.subscribed.get(run_id)
-        if ready is not None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(ready.wait(), 5)
+            self.subscriptions[run_id] = sub
+            self.readers[run_id] = asyncio.get_running_loop().create_task(sub.run())
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(sub.joined.wait(), JOIN_WAIT_S)
 
     async def leave(self, run_id: str, consumer: RunConsumer) -> None:
         sockets = self.sockets.get(run_id)
@@ -65,42 +83,30 @@ class RunHub:
         sockets.discard(consumer)
         if not sockets:
             del self.sockets[run_id]
-            self.subscribed.pop(run_id, None)
+            self.subscriptions.pop(run_id, None)
             task = self.readers.pop(run_id, None)
             if task is not None:
                 task.cancel()
                 await asyncio.wait({task}, timeout=5)  # let it leave the group
 
-    async def _read(self, run_id: str) -> None:
-        layer, group = get_channel_layer(), streaming.group_name(run_id)
-        # A plain channel name (not the layer's process-local "specific." ones): its
-        # receive is a direct blocking pop, with nothing shared to clean up on cancel.
-        channel = f"dashboard-hub.{uuid.uuid4().hex}"
-        try:
-            while run_id in self.sockets:
-                try:
-                    await layer.group_add(group, channel)
-                    if run_id in self.subscribed:
-                        self.subscribed[run_id].set()
-                    deadline = asyncio.get_running_loop().time() + REJOIN_S
-                    while asyncio.get_running_loop().time() < deadline:
-                        message = await layer.receive(channel)
-                        await self._deliver(run_id, message.get("text"))
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # the broker went away: retry, pages backfill
-                    log.warning("hub for run %s: %r; rejoining", run_id, exc)
-                    await asyncio.sleep(1.0)
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(layer.group_discard(group, channel), 2)
-
-    async def _deliver(self, run_id: str, text: Any) -> None:
+    async def _deliver(self, run_id: str, message: dict[str, Any]) -> None:
+        text = message.get("text")
         if not isinstance(text, str):
             return
         for consumer in list(self.sockets.get(run_id, ())):
             with contextlib.suppress(Exception):  # a socket closing under us
                 await consumer.frame(text)
+
+    async def _resync(self, run_id: str) -> None:
+        """The group was broken (or never joined): frames may have gone nowhere, the
+        run's final status among them. Each socket gets a fresh hello, read from the
+        database, and its page backfills what it lacks."""
+        if not self.sockets.get(run_id):
+            return
+        at = await database_sync_to_async(stream.position)(run_id)
+        for consumer in list(self.sockets.get(run_id, ())):
+            with contextlib.suppress(Exception):
+                await consumer.resync(at)
 
 
 _hubs: dict[asyncio.AbstractEventLoop, RunHub] = {}
@@ -113,6 +119,12 @@ def hub() -> RunHub:
             del _hubs[old]
         _hubs[loop] = RunHub()
     return _hubs[loop]
+
+
+def hello(run_id: str, at: dict[str, Any]) -> str:
+    """The message a page starts from (and starts again from after a resync)."""
+    keys = ("status", "last_step", "frame_seq")
+    return json.dumps({"type": "hello", "run": run_id, **{k: at[k] for k in keys}})
 
 
 class RunConsumer(AsyncWebsocketConsumer):
@@ -137,15 +149,11 @@ class RunConsumer(AsyncWebsocketConsumer):
         # instead of being lost.
         self.run_id, self.held = str(run.pk), []
         await hub().join(self.run_id, self)
-        run = await services.aget_run_for_user(user, self.run_id) or run
-        hello = {
-            "type": "hello",
-            "run": str(run.pk),
-            "status": run.status,
-            "last_step": run.last_step,
-            "frame_seq": run.frame_seq,
-        }
-        await self.send(text_data=json.dumps(hello))
+        at = await database_sync_to_async(stream.position)(self.run_id)
+        if at is None:  # deleted meanwhile
+            await self.close(code=4404)
+            return
+        await self.send(text_data=hello(self.run_id, at))
         while self.held:
             await self.send(text_data=self.held.pop(0))
         self.held = None
@@ -161,6 +169,14 @@ class RunConsumer(AsyncWebsocketConsumer):
             self.held.append(text)
         else:
             await self.send(text_data=text)
+
+    async def resync(self, at: dict[str, Any] | None) -> None:
+        """A fresh hello (``at``: ``reads.stream.position``) after the hub's group
+        was broken; 4404 when the run is gone."""
+        if at is None:
+            await self.close(code=4404)
+        elif self.run_id is not None:
+            await self.frame(hello(self.run_id, at))
 
     async def disconnect(self, code: int) -> None:
         if self.run_id is not None:

@@ -216,9 +216,25 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = f"{NAMESPACE}cpu"
-# Redis redelivers an unacked message after this long; runs outlive any sane value,
-# so duplicates are expected and harmless (the lease turns them away).
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 24 * 3600}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # Redis redelivers an unacked message after this long; runs outlive any sane
+    # value, so duplicates are expected and harmless (the lease turns them away).
+    "visibility_timeout": 24 * 3600,
+    # Without these a publish to a broker that accepts connections but never answers
+    # waits forever (kombu's default), and so does the launch request that sends it.
+    # The worker's BRPOP waits 1 s, inside socket_timeout.
+    "socket_connect_timeout": 2,
+    "socket_timeout": 3,
+}
+# One quick retry (a pooled connection gone stale across a Redis restart), then the
+# launch gives up on the broker: the run stays queued, unsent, and the reaper's next
+# pass sends it (dashboard.runs.lease.send_unsent).
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.2,
+}
 CELERY_TASK_ALWAYS_EAGER = False
 
 # --- runs -----------------------------------------------------------------------------

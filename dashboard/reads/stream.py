@@ -1,5 +1,6 @@
-"""A run's events read back: the backfill a client that missed frames asks for, and the
-export of the whole run as JSON lines in the trainer's event shapes."""
+"""A run's events read back: where its stream stands (the websocket's hello), the
+backfill a client that missed frames asks for, and the export of the whole run as JSON
+lines in the trainer's event shapes."""
 
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ from dashboard.reads.trajectories import (
     trajectory_summary,
     trajectory_text,
 )
+
+
+def position(run_id: Any) -> dict[str, Any] | None:
+    """Where the run's stream stands, as committed: ``status``, ``last_step`` and
+    ``frame_seq`` (what a page compares with what it has, to know what to backfill);
+    None when the run is gone."""
+    return (
+        Run.objects.filter(pk=run_id).values("status", "last_step", "frame_seq").first()
+    )
 
 
 def backfill(run: Run, since_step: int = -1, max_steps: int = 500) -> dict[str, Any]:

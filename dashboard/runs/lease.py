@@ -45,12 +45,15 @@ class Claim:
     config: dict[str, Any]
 
 
-def enqueue(run_id: Any, queue: str) -> None:
+def enqueue(run_id: Any, queue: str) -> bool:
     """Hand a run to its executor (``RUN_SUBMIT``: the Celery task's ``submit``, or the
-    in-process executor's). Call through ``transaction.on_commit`` only.
+    in-process executor's). Call through ``transaction.on_commit`` only. False when
+    the executor refused it.
 
-    A broker outage must not turn a committed launch into an error page: the run stays
-    queued and the reaper sends it again after ``RUN_RESEND_QUEUED_SECONDS``.
+    A broker outage must not turn a committed launch into an error page, nor hold it:
+    the send fails fast (``CELERY_BROKER_TRANSPORT_OPTIONS``), the run stays queued
+    with ``enqueued_at`` cleared, and the reaper's next pass sends it once the broker
+    answers (:func:`send_unsent`).
     """
     try:
         import_string(settings.RUN_SUBMIT)(str(run_id), queue)
@@ -60,6 +63,9 @@ def enqueue(run_id: Any, queue: str) -> None:
             run_id,
             exc,
         )
+        Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(enqueued_at=None)
+        return False
+    return True
 
 
 def enqueue_on_commit(run: Run) -> None:
@@ -182,7 +188,9 @@ def end_attempt(
 
 
 def reap(now: datetime | None = None, *, enqueue: bool = True) -> list[uuid.UUID]:
-    """Requeue (or give up on) runs whose heartbeat stopped. Returns the requeued ids.
+    """Requeue (or give up on) runs whose heartbeat stopped; with Celery, also send
+    the queued runs whose task never reached the broker, and again those nobody
+    claimed for ``RUN_RESEND_QUEUED_SECONDS``. Returns the ids requeued or sent.
     ``enqueue=False`` leaves them queued for the caller to submit."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.RUN_LEASE_TIMEOUT_SECONDS)
@@ -204,6 +212,8 @@ def reap(now: datetime | None = None, *, enqueue: bool = True) -> list[uuid.UUID
                 requeued.append(run.id)
         if enqueue and settings.RUN_EXECUTOR == "celery":
             requeued += _resend_unclaimed(now)
+    if enqueue and settings.RUN_EXECUTOR == "celery":
+        requeued += send_unsent()
     return requeued
 
 
@@ -261,3 +271,25 @@ def _resend_unclaimed(now: datetime) -> list[uuid.UUID]:
         enqueue_on_commit(run)
         resent.append(run.id)
     return resent
+
+
+def send_unsent(limit: int = 100) -> list[uuid.UUID]:
+    """Send the queued runs whose task message never reached the broker (the send
+    failed: ``enqueued_at`` is None), oldest first. The first refusal ends the pass:
+    the broker is still away, and the next pass tries again."""
+    unsent = (
+        Run.objects.filter(
+            status=RunStatus.QUEUED, enqueued_at__isnull=True, external=False
+        )
+        .order_by("created_at")
+        .values_list("id", "queue")[:limit]
+    )
+    sent = []
+    for run_id, queue in unsent:
+        if not enqueue(run_id, queue):
+            break
+        Run.objects.filter(pk=run_id, enqueued_at__isnull=True).update(
+            enqueued_at=timezone.now()
+        )
+        sent.append(run_id)
+    return sent

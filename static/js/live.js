@@ -5,28 +5,42 @@
 // marked truncated, the stream backfills from the JSON API (?since_step=N) and hands
 // the result to the same onFrame callback. Applying a step twice is harmless: the
 // page keys everything by step.
+//
+// The server sends a second hello on an open socket when its channel layer was away
+// (Redis restarted, say) and frames may have gone nowhere: it is handled like the
+// first one. And a stream that stays quiet for quietMs while the run is not finished
+// asks the database anyway (a backfill also carries the status), so the final status
+// reaches the page even if every frame after some point was lost.
 
 import { getJSON } from "./util.js";
 
+// A run in one of these statuses sends no more frames.
+export const FINAL = new Set(["succeeded", "failed", "cancelled", "unresponsive"]);
+
 export class RunStream {
-  constructor({ wsPath, backfillUrl, lastStep = 0, seq = 0, onFrame, onState }) {
+  constructor({ wsPath, backfillUrl, lastStep = 0, seq = 0, status = null, quietMs = 20000, onFrame, onState }) {
     this.wsPath = wsPath;
     this.backfillUrl = backfillUrl;
     this.lastStep = lastStep;
     this.seq = seq;
+    this.status = status;
+    this.quietMs = quietMs;
+    this.heardAt = Date.now();
     this.onFrame = onFrame;
     this.onState = onState || (() => {});
     this.retry = 0;
     this.closed = false;
+    this.refused = false;
     this.backfilling = null;
     // Messages are handled one at a time, in arrival order: a frame that arrives while
     // the hello's backfill is in flight waits for it instead of racing it.
     this.inbox = Promise.resolve();
-    this.stats = { frames: 0, gaps: 0, backfills: 0, reconnects: 0, hellos: 0 };
+    this.stats = { frames: 0, gaps: 0, backfills: 0, reconnects: 0, hellos: 0, polls: 0 };
   }
 
   start() {
     this.connect();
+    this.quietTimer = setInterval(() => this.checkQuiet(), 1000);
     document.addEventListener("visibilitychange", () => {
       if (document.visibilityState === "visible" && (!this.ws || this.ws.readyState > 1)) this.connect();
     });
@@ -44,7 +58,18 @@ export class RunStream {
 
   stop() {
     this.closed = true;
+    clearInterval(this.quietTimer);
     this.ws?.close();
+  }
+
+  /** Nothing heard for quietMs and the run not finished: ask the database, in turn
+   * with the messages (a frame that arrives meanwhile waits for it). */
+  checkQuiet() {
+    if (this.closed || this.refused || FINAL.has(this.status)) return;
+    if (Date.now() - this.heardAt < this.quietMs) return;
+    this.heardAt = Date.now();
+    this.stats.polls += 1;
+    this.inbox = this.inbox.then(() => this.backfill()).catch(() => {});
   }
 
   connect() {
@@ -58,11 +83,13 @@ export class RunStream {
       this.onState("live");
     });
     ws.addEventListener("message", (e) => {
+      this.heardAt = Date.now();
       this.inbox = this.inbox.then(() => this.receive(e.data)).catch(() => {});
     });
     ws.addEventListener("close", (e) => {
       if (this.ws !== ws) return;
       if (e.code === 4401 || e.code === 4404 || e.code === 4403) {
+        this.refused = true;
         this.onState("refused");
         return;
       }
@@ -90,6 +117,7 @@ export class RunStream {
       // Whatever happened while we were away is in the database.
       if (msg.frame_seq > this.seq || msg.last_step > this.lastStep) await this.backfill();
       this.seq = Math.max(this.seq, msg.frame_seq || 0);
+      if (msg.status) this.status = msg.status;
       this.onFrame({ status: msg.status, last_step: msg.last_step, steps: [], trajectories: [], alerts: [], judgements: [] });
       this.stats.hellos += 1;
       return;
@@ -107,6 +135,7 @@ export class RunStream {
   }
 
   apply(frame) {
+    if (frame.status) this.status = frame.status;
     for (const s of frame.steps || []) this.lastStep = Math.max(this.lastStep, s.step);
     if (typeof frame.last_step === "number") this.lastStep = Math.max(this.lastStep, frame.last_step);
     this.onFrame(frame);

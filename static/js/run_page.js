@@ -5,11 +5,10 @@
 
 import { MetricChart, fetchSeries } from "./chart.js";
 import { drawHistogram, histogram } from "./histogram.js";
-import { RunStream } from "./live.js";
+import { FINAL, RunStream } from "./live.js";
 import { el, fmt, getJSON, num, readJSONScript } from "./util.js";
 
 const data = readJSONScript("page-data");
-const FINAL = new Set(["succeeded", "failed", "cancelled", "unresponsive"]);
 const charts = [];
 const alertKeys = new Set();
 const alertSteps = [];
@@ -261,6 +260,7 @@ const stream = new RunStream({
   backfillUrl: data.backfill_url,
   lastStep: data.last_step,
   seq: data.frame_seq,
+  status: data.status,
   onFrame,
   onState: setLive,
 });

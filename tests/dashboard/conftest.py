@@ -11,9 +11,10 @@ not steal each other's tasks.
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
-from dashtest import Procs, client_for, embedded_daphne, embedded_env
+from dashtest import PrivateRedis, Procs, client_for, embedded_daphne, embedded_env
 
 
 # --- users and clients ------------------------------------------------------------------
@@ -98,6 +99,18 @@ def procs(tmp_path, settings, request):
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:
         print(p.logs())
+
+
+@pytest.fixture
+def private_redis():
+    """A Redis of our own (:class:`dashtest.PrivateRedis`), so stopping it disturbs
+    no one else."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    server = PrivateRedis()
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

@@ -205,3 +205,34 @@ def wait_for(
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+
+
+class PrivateRedis:
+    """A ``redis-server`` of a test's own on a free port, without persistence, that
+    the test may stop and start again (on the same port) without disturbing anyone."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
+        args += ["--save", "", "--appendonly", "no", "--daemonize", "no"]
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_for(self.pings, 10, message="redis-server")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def pings(self) -> bool:
+        import redis
+
+        try:
+            return redis.Redis.from_url(self.url, socket_connect_timeout=0.5).ping()
+        except Exception:
+            return False

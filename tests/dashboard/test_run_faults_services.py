@@ -4,13 +4,11 @@ a cancel. The database must end with every (run, step, key) exactly once."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
-import subprocess
 import time
 
 import pytest
-from dashtest import PY, client_for, free_port, wait_for
+from dashtest import PY, client_for, wait_for
 from fake_runner import metrics_for
 
 from dashboard.models import MetricPoint, Run, Trajectory
@@ -109,53 +107,6 @@ def procs_env(extra):
     from dashtest import service_env
 
     return service_env(**extra)
-
-
-@pytest.fixture
-def private_redis(tmp_path):
-    """A Redis of our own, so restarting it disturbs no one else."""
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    args = [
-        "redis-server",
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]
-
-    class Server:
-        url = f"redis://127.0.0.1:{port}/0"
-        proc: subprocess.Popen | None = None
-
-        def start(self):
-            self.proc = subprocess.Popen(
-                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-            import redis
-
-            wait_for(lambda: _pings(redis, self.url), 10, message="redis-server")
-
-        def stop(self):
-            self.proc.kill()
-            self.proc.wait(10)
-
-    server = Server()
-    server.start()
-    yield server
-    server.stop()
-
-
-def _pings(redis, url):
-    try:
-        return redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
-    except Exception:
-        return False
 
 
 def test_restarting_redis_mid_run_loses_no_row(

@@ -179,12 +179,18 @@ def test_a_broker_outage_at_launch_leaves_the_run_queued_for_the_reaper(
         run = services.launch_run(owner, tiny_config)  # no exception escapes
     assert Run.objects.get(pk=run.pk).status == RunStatus.QUEUED
 
+    assert Run.objects.get(pk=run.pk).enqueued_at is None  # never reached the broker
+
     monkeypatch.setattr(
         execute_run, "apply_async", lambda args, queue: sent.append((args, queue))
     )
     with commit():
-        assert lease.reap() == []  # not stale yet
+        assert lease.reap() == [run.id]  # the broker answers: sent at the next pass
+    assert sent == [([str(run.id)], f"{settings.RUN_QUEUE_PREFIX}cpu")]
+    assert Run.objects.get(pk=run.pk).enqueued_at is not None
+    with commit():
+        assert lease.reap() == []  # sent once, not at every pass
     later = timezone.now() + timedelta(seconds=settings.RUN_RESEND_QUEUED_SECONDS + 1)
     with commit():
-        assert lease.reap(now=later) == [run.id]
-    assert sent == [([str(run.id)], f"{settings.RUN_QUEUE_PREFIX}cpu")]
+        assert lease.reap(now=later) == [run.id]  # nobody claimed it: sent again
+    assert len(sent) == 2

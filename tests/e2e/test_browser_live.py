@@ -205,3 +205,38 @@ def test_the_form_follows_the_environment_and_checks_as_you_type(
     )
     ui.shot(page, shots, "new_run_live_check")
     page.guard.check()
+
+
+def test_a_quiet_stream_still_brings_the_final_status(scripted_live, page, ui):
+    """Issue 21, item 8: the socket stays open but no frame comes after the hello (the
+    server's channel layer lost them). The page asks the database when its stream is
+    quiet, and shows the run's steps and its final status anyway."""
+    base = scripted_live.url
+    ui.login(page, base)
+
+    def deaf(ws) -> None:  # pass the hello, drop every later message from the server
+        server = ws.connect_to_server()
+        passed = []
+
+        def from_server(message) -> None:
+            if not passed:
+                passed.append(message)
+                ws.send(message)
+
+        server.on_message(from_server)
+
+    page.route_web_socket(re.compile(r".*/ws/runs/"), deaf)
+    launch(page, base, 40, "deaf")  # 40 x 0.4 s: still running after the hello
+    ui.until(page, "window.__runStream && window.__runStream.stats.hellos >= 1", 60)
+    page.evaluate("() => { window.__runStream.quietMs = 1000; }")
+    badge = "[data-run-status] .badge"
+    assert page.text_content(badge) in ("queued", "running")
+    ui.until(
+        page,
+        "document.querySelector('[data-run-status] .badge').textContent === 'succeeded'",
+        90,
+    )
+    stats = page.evaluate("() => window.__runStream.stats")
+    assert stats["frames"] == 0 and stats["polls"] >= 1, stats
+    assert page.text_content("[data-last-step]") == "40"
+    page.guard.check()
