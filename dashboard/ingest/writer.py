@@ -158,11 +158,15 @@ def insert_metrics(
                 f"{BUCKET_AGGREGATES.format(**UNNEST)} FROM p GROUP BY k, s >> {sh}"
                 for sh in ROLLUP_SHIFTS
             )
-            + f" ON CONFLICT (run_id, key, shift, bucket) DO UPDATE SET {MERGE}) "
+            + f" ON CONFLICT (run_id, key, shift, bucket) DO UPDATE SET {MERGE}), "
+            # The points not inserted (a hash anti-join with what was): only those
+            # are looked up in the table, so a fresh batch costs no index probes.
+            "o AS MATERIALIZED (SELECT t.s, t.k, t.v FROM t LEFT JOIN p "
+            "ON p.s = t.s AND p.k = t.k WHERE p.s IS NULL) "
             "SELECT s, NULL, NULL, NULL FROM (SELECT s FROM t EXCEPT SELECT s FROM p) x "
-            f"UNION ALL SELECT t.s, t.k, m.value, t.v FROM t JOIN {table} m "
-            "ON m.run_id = %s AND m.key = t.k AND m.step = t.s "
-            "WHERE m.value IS DISTINCT FROM t.v",
+            f"UNION ALL SELECT o.s, o.k, m.value, o.v FROM o JOIN {table} m "
+            "ON m.run_id = %s AND m.key = o.k AND m.step = o.s "
+            "WHERE m.value IS DISTINCT FROM o.v",
             [
                 int_array_literal(steps),
                 text_array_literal(keys),
