@@ -315,7 +315,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4000, help="steps per sender")
     ap.add_argument("--keys", type=int, default=50)
     ap.add_argument("--steps-per-batch", type=int, default=100)
-    ap.add_argument("--trajectories", type=int, default=1024, help="per sender")
+    ap.add_argument("--trajectories", type=int, default=1024, help="per sender; 0: skip")
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--sink-runs", type=int, default=4, help="0: skip")
     ap.add_argument("--sink-steps", type=int, default=15)
@@ -357,6 +357,8 @@ def main() -> None:
         print(f"  in-process {direct_rate:9,.0f} points/s  (writer.store, one writer)")
         print(f"  HTTP / in-process = {http_rate / direct_rate:.2f}")
 
+        if args.trajectories <= 0:
+            return
         trajs = [
             [encode(b) for b in chunks(trajectory_events(args.trajectories, args.tokens), 64)]
             for _ in range(args.senders)
