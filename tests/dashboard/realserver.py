@@ -37,12 +37,16 @@ def rss_mb(proc: psutil.Process) -> float:
 
 
 class PeakRss:
-    """The largest RSS of ``proc`` while the block runs, sampled every few ms."""
+    """The largest RSS of ``proc`` while the block runs, sampled every few ms, and
+    the CPU seconds ``proc`` spent in it (server time: a loaded machine stretches the
+    wall clock, not this)."""
 
     def __init__(self, proc: psutil.Process) -> None:
         self.proc = proc
         self.before = rss_mb(proc)
         self.peak = self.before
+        self._cpu0 = cpu_s(proc)
+        self.cpu_s = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -60,10 +64,18 @@ class PeakRss:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, rss_mb(self.proc))
+        self.cpu_s = cpu_s(self.proc) - self._cpu0
+        print(f"server: peak RSS growth {self.growth:.1f} MB, CPU {self.cpu_s:.3f} s")
 
     @property
     def growth(self) -> float:
         return self.peak - self.before
+
+
+def cpu_s(proc: psutil.Process) -> float:
+    """User + system CPU seconds of ``proc`` so far."""
+    times = proc.cpu_times()
+    return times.user + times.system
 
 
 def head(path: str, length: int | None, extra: str = "", **hdrs: str) -> bytes:
