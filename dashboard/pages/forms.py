@@ -41,6 +41,7 @@ from dashboard.pages.formfields import (
     row_specs,
     values_from_config,
 )
+from trainer.algorithms.presets import PRESETS
 from trainer.config import TrainConfig
 
 __all__ = ["RunForm", "default_config", "normalise", "values_from_config"]
@@ -56,6 +57,7 @@ def default_config(
     one component being learned). An environment with a required parameter left empty
     (``dataset``'s ``path``) starts with its other defaults and the blank to fill."""
     env = env if env in env_names() else "calc"
+    preset = preset if preset in PRESETS else "grpo"  # a query string's, unchecked
     base = learning_config(env) or {"env": {"name": env}}
     base = {k: v for k, v in base.items() if k not in ("reward", "name")}
     algorithm = {**(base.get("algorithm") or {}), "preset": preset}

@@ -501,3 +501,12 @@ def test_a_clone_shows_the_parents_lora_and_recording_and_launches_them_again(
     )
     recorded = page[page.index("data-recording>") :]
     assert "every 3rd step" in recorded[: recorded.index("</div>")]
+
+
+@pytest.mark.parametrize("preset", ["%00", "nope", "%ED%A0%80"])
+def test_an_unknown_preset_in_the_query_falls_back_to_grpo(owner_client, preset):
+    # Found by tests/dashboard/test_endpoint_fuzz.py: the reward section was a 500.
+    for url in ("/runs/new/reward-section/", "/runs/new/"):
+        r = owner_client.get(f"{url}?env=calc&preset={preset}")
+        assert r.status_code == 200
+    assert default_config("calc", "\x00")["algorithm"]["preset"] == "grpo"
