@@ -7,7 +7,7 @@
     python -m trainer import --from verl DIR --report-to URL [--follow]
     python -m trainer import --from wandb DIR --report-to URL [--follow]
     python -m trainer presets
-    python -m trainer export-model CHECKPOINT_OR_RUN_DIR OUT_DIR
+    python -m trainer export-model CHECKPOINT_OR_RUN_DIR OUT_DIR [--adapter]
 
 A bad config prints every bad field with the reason and exits with status 2. ``--out``
 receives ``events.jsonl`` and ``checkpoints/``; a second run with the same ``--out``
@@ -234,10 +234,10 @@ class _Printer:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from trainer.export import ExportError, export_model
+    from trainer.export import ExportError, export
 
     try:
-        out = export_model(args.source, args.out)
+        out = export(args.source, args.out, "adapter" if args.adapter else "model")
     except (ExportError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -286,6 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     export.add_argument("source", help="a checkpoint, or a run or checkpoints dir")
     export.add_argument("out", help="the model directory to write")
+    export.add_argument(
+        "--adapter",
+        action="store_true",
+        help="LoRA runs: the adapter alone (peft's format) with the tokenizer",
+    )
     args = parser.parse_args(argv)
     if args.cmd == "export-model":
         return _cmd_export(args)
