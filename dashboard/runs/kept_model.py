@@ -45,6 +45,7 @@ class KeptModel:
     kinds: tuple[str, ...]
     lora: bool
     base: str  # model.path, or "built-in <size>"
+    builtin: bool  # no model.path: the trainer's own small Llama
 
     @property
     def final(self) -> bool:
@@ -73,6 +74,7 @@ def kept_model(run: Any) -> KeptModel | None:
         kinds=kinds,
         lora=cfg.model.lora is not None,
         base=str(cfg.model.path) if cfg.model.path else f"built-in {cfg.model.size}",
+        builtin=not cfg.model.path,
     )
 
 
