@@ -26,3 +26,10 @@ class Conflict(ServiceError):
 
 class Forbidden(ServiceError):
     status = 403
+
+
+class NotFound(ServiceError):
+    """Something of a run the user may read that does not exist (yet): a model of a
+    run with no checkpoint. Another user's run is Http404, never this."""
+
+    status = 404

@@ -1,17 +1,19 @@
 """``python -m trainer``: run a config file, or list the algorithm presets.
 
     python -m trainer run CONFIG.yaml|json [--steps N] [--out DIR] [--no-resume]
+                                           [--overwrite]
                                            [--report-to URL] [--plugin MODULE ...]
                                            [--nproc-per-node N]
     python -m trainer import events.jsonl|SPOOL_DIR --report-to URL [--name N]
     python -m trainer import --from verl DIR --report-to URL [--follow]
     python -m trainer import --from wandb DIR --report-to URL [--follow]
     python -m trainer presets
-    python -m trainer export-model CHECKPOINT_OR_RUN_DIR OUT_DIR
+    python -m trainer export-model CHECKPOINT_OR_RUN_DIR OUT_DIR [--adapter]
 
 A bad config prints every bad field with the reason and exits with status 2. ``--out``
 receives ``events.jsonl`` and ``checkpoints/``; a second run with the same ``--out``
-resumes from the newest checkpoint. ``--report-to URL`` also streams the run to a
+resumes from the newest checkpoint, and without one is refused (``--overwrite``
+starts afresh: :mod:`trainer.outdir`). ``--report-to URL`` also streams the run to a
 dashboard (:mod:`trainer.reporting`); ``import`` is :mod:`trainer.importers.command`.
 ``run`` loads the ``--plugin`` modules and the ``agentic_rl.plugins`` entry points
 first (:mod:`trainer.plugins`), so a config may name what they register.
@@ -86,6 +88,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for line in format_errors(exc):
             print(f"  {line}", file=sys.stderr)
         return 2
+    if (code := _check_out(args)) is not None:
+        return code
     from trainer.single import Single
 
     parallel: Any = Single()  # one process: a world of size one
@@ -109,6 +113,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _train(args, cfg, parallel)
     finally:
         parallel.close()
+
+
+def _check_out(args: argparse.Namespace) -> int | None:
+    """Exit status 2 when ``--out`` holds an earlier run this one must not continue
+    (:mod:`trainer.outdir`); with ``--overwrite`` that run is cleared first. Under
+    torchrun only rank 0 looks (the others wait for it in the rendezvous)."""
+    import os
+
+    from trainer.outdir import clear, refusal
+
+    if not args.out or os.environ.get("RANK", "0") != "0":
+        return None
+    out = Path(args.out)
+    if args.overwrite:
+        for line in clear(out):
+            print(line, file=sys.stderr)
+        return None
+    if (why := refusal(out, resume=not args.no_resume)) is not None:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    return None
 
 
 def _launch(args: argparse.Namespace, processes: int) -> int:
@@ -234,10 +259,10 @@ class _Printer:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from trainer.export import ExportError, export_model
+    from trainer.export import ExportError, export
 
     try:
-        out = export_model(args.source, args.out)
+        out = export(args.source, args.out, "adapter" if args.adapter else "model")
     except (ExportError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -256,6 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument(
         "--no-resume", action="store_true", help="ignore existing checkpoints"
+    )
+    run.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete an earlier run in --out and start afresh (a new dashboard run)",
     )
     run.add_argument(
         "--report-to",
@@ -286,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     export.add_argument("source", help="a checkpoint, or a run or checkpoints dir")
     export.add_argument("out", help="the model directory to write")
+    export.add_argument(
+        "--adapter",
+        action="store_true",
+        help="LoRA runs: the adapter alone (peft's format) with the tokenizer",
+    )
     args = parser.parse_args(argv)
     if args.cmd == "export-model":
         return _cmd_export(args)

@@ -278,8 +278,15 @@ class OptimConfig(_Strict):
 
 
 class CheckpointConfig(_Strict):
+    """Checkpoints of a run that has somewhere to write them (the platform's
+    ``RUNS_DIR``, the CLI's ``--out``): every ``every`` steps and always after the
+    last step, so every run keeps its model; the newest ``keep`` stay on disk."""
+
     every: int = Field(
-        0, ge=0, le=1_000_000, description="Steps between checkpoints; 0: off."
+        50,
+        ge=0,
+        le=1_000_000,
+        description="Steps between checkpoints; 0: only the last step's.",
     )
     keep: int = Field(2, ge=1, le=1000, description="Checkpoints kept on disk.")
 

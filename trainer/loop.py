@@ -181,11 +181,9 @@ def _run(
             metrics = train_step(ctx, state, step, warm if step == 1 else None)
             state.step = step
             every = config.checkpoint.every
-            if (
-                checkpoint_dir is not None
-                and every
-                and (step % every == 0 or step == config.steps)
-            ):
+            # The last step always: a run keeps its model even with every = 0.
+            due = step == config.steps or (every > 0 and step % every == 0)
+            if checkpoint_dir is not None and due:
                 path = save_state(
                     checkpoint_dir, ctx.policy, ctx.optimizer, state, config, par
                 )

@@ -166,6 +166,33 @@ def checkpoints(request: HttpRequest, run_id: str):
     }
 
 
+@router.get("/runs/{run_id}/model", tags=["data"])
+def model(
+    request: HttpRequest,
+    run_id: str,
+    kind: str = Query(
+        "model",
+        description="model: a save_pretrained directory (a LoRA run's adapter merged "
+        "into its base); adapter: a LoRA run's adapter alone (peft)",
+        max_length=20,
+    ),
+):
+    """The model of the run's newest checkpoint as an uncompressed tar of one
+    directory, streamed (``curl -fOJ -H 'Authorization: Bearer T' URL``)."""
+    from dashboard.runs import kept_model
+    from dashboard.runs.tarstream import TarStream
+
+    run = services.get_run_for_user(request.user, run_id)
+    root, kept = kept_model.model_directory(run, kind)
+    name = kept_model.archive_name(run, kept, kind)
+    tar = TarStream(root, name)
+    response = StreamingHttpResponse(tar.achunks(), content_type="application/x-tar")
+    response["Content-Length"] = str(tar.length)
+    response["Content-Disposition"] = f'attachment; filename="{name}.tar"'
+    response["X-Checkpoint-Step"] = str(kept.step)
+    return response
+
+
 _EXPORT_INCLUDE = Query(
     None,
     description="Parts to include, repeated or comma-separated (default: all): "

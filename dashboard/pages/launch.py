@@ -127,6 +127,9 @@ def run_clone(request: HttpRequest, run_id: Any) -> HttpResponse:
         return _submit(request, parent)
     initial = f.normalise(parent.config)
     initial["name"] = f"{parent.name} (clone)"[:200]
+    if request.GET.get("start") == "checkpoint":  # "start a run from this one"
+        initial["model"] = {**initial.get("model", {}), "init_from_run": str(parent.pk)}
+        initial["name"] = f"{parent.name} (continued)"[:200]
     form = f.RunForm(initial=initial)
     return render(request, "pages/new.html", _context(form, parent, []))
 

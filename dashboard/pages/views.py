@@ -25,7 +25,7 @@ from dashboard.pages.forms import normalise
 from dashboard.reads import metrics, whatif
 from dashboard.reads import runs as run_reads
 from dashboard.reads import trajectories as trajs
-from dashboard.runs import services
+from dashboard.runs import kept_model, services
 
 COMPARE_MIN, COMPARE_MAX = 2, 8
 PAGE_SIZE = 50
@@ -193,6 +193,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "export_parts": EXPORT_LABELS,
             "attempts": list(run.attempts.all()),
             "clones": list(services.visible_runs(request.user).filter(parent=run)[:20]),
+            "kept": kept_model.kept_model(run),  # the model it keeps (issue 22)
             # what-if panel (issue 12)
             "whatif_components": whatif.component_weights(run),
             "active": run.status in ACTIVE_STATUSES,

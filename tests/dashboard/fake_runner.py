@@ -215,11 +215,8 @@ def run_from_config(
             for event in events_for_step(config.seed, step):
                 sink.emit(event)
             every = config.checkpoint.every
-            if (
-                root is not None
-                and every
-                and (step % every == 0 or step == config.steps)
-            ):
+            due = step == config.steps or (every > 0 and step % every == 0)
+            if root is not None and due:
                 sink.emit(
                     {"type": "checkpoint", "step": step, "path": str(_save(root, step))}
                 )

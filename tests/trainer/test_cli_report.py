@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,41 @@ def test_a_run_streams_every_event_of_its_events_jsonl_and_resumes_into_the_same
     assert dash.only_run()["id"] == run["id"]  # no second run
     steps = [e["step"] for e in dash.events() if e["type"] == "step"]
     assert 3 in steps and steps.count(1) == 1
+
+
+def test_a_rerun_into_an_out_without_a_checkpoint_is_refused_never_spliced(
+    dash, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("DASHBOARD_TOKEN", TOKEN)
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({**TINY, "checkpoint": {"every": 0}}))
+    out = tmp_path / "out"
+    cmd = ["run", str(path), "--out", str(out), "--report-to", dash.url]
+    assert main(cmd) == 0
+    first = dash.only_run()
+    sent = dash.events()
+    written = (out / "events.jsonl").read_text()
+    # Killed before its first checkpoint: nothing to resume from.
+    shutil.rmtree(out / "checkpoints")
+    capsys.readouterr()
+
+    assert main(cmd) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out} holds an earlier run" in err and "--overwrite" in err
+    assert dash.only_run()["id"] == first["id"] and dash.events() == sent
+    assert dash.store.reopened == [] and first["status"] == "succeeded"
+    assert (out / "events.jsonl").read_text() == written
+    # A checkpoint there but --no-resume: the same refusal.
+    assert main(["run", str(path), "--out", str(tmp_path / "b")]) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "b"), "--no-resume"]) == 2
+
+    # --overwrite starts afresh: a new dashboard run, the old one untouched.
+    assert main([*cmd, "--overwrite"]) == 0
+    assert len(dash.store.runs) == 2 and dash.store.reopened == []
+    assert dash.store.events(first["id"]) == sent
+    remembered = json.loads((out / "dashboard_run.json").read_text())["run_id"]
+    assert remembered != first["id"]
+    fresh = dash.store.events(remembered)
+    assert [e["step"] for e in fresh if e["type"] == "step"].count(1) == 1
+    saved = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
+    assert saved == fresh
