@@ -82,6 +82,17 @@ class Segment(_Event):
     text: Text = ""
     token_ids: Annotated[list[StrictInt], Field(max_length=MAX_TOKENS)] = []
     tokens: Annotated[list[str], Field(max_length=MAX_TOKENS)] = []
+    # Each token as the text it adds to the decoded segment (no tokenizer internals).
+    token_text: Annotated[list[str], Field(max_length=MAX_TOKENS)] = []
+    # Positions (in the segment) of special tokens, and [position, role] where a chat
+    # message opens.
+    special: Annotated[
+        list[Annotated[StrictInt, Field(ge=0, lt=2**31)]], Field(max_length=MAX_TOKENS)
+    ] = []
+    turns: Annotated[
+        list[tuple[Annotated[StrictInt, Field(ge=0, lt=2**31)], Short]],
+        Field(max_length=MAX_TOKENS),
+    ] = []
     logprob: Floats = []
     old_logprob: Floats = []
     ratio: Floats = []

@@ -33,7 +33,11 @@ Event shapes (``type`` is always present; every ``step`` is the 1-based training
   segment is
   ``{"turn": int, "kind": "prompt"|"action"|"tool"|"subagent", "role":
   "user"|"assistant"|"tool" (the chat role of the kind), "text": str,
-  "token_ids": [int], "tokens": [str], "logprob": [float|None], "old_logprob": [...],
+  "token_ids": [int], "tokens": [str] (the tokenizer's pieces), "token_text": [str]
+  (what each token adds to the decoded text: ``" hello"``, not ``"Ġhello"``; a
+  character split over tokens shows with the token completing it), "special": [int]
+  (positions of special tokens), "turns": [[int, role]] (where a chat message opens),
+  "logprob": [float|None], "old_logprob": [...],
   "ratio": [...], "entropy": [...], "advantage": [...], "mask": str|None}``;
   ``mask`` is the loss-mask reason (None: trained on). Token arrays of masked
   segments hold the policy's view too; ``None`` where no value exists (the

@@ -28,6 +28,7 @@ from trainer.models import (
     resolve_dtype,
 )
 from trainer.stopping import Stopped
+from trainer.token_text import TokenTexts, TokenView
 
 
 @dataclass
@@ -103,6 +104,7 @@ class Policy(nn.Module):
         self._token_table: list[str] = tokenizer.convert_ids_to_tokens(
             list(range(len(tokenizer)))
         )
+        self._token_texts: TokenTexts | None = None  # built on the first record
 
     # ----- construction -------------------------------------------------------------
     @classmethod
@@ -156,6 +158,13 @@ class Policy(nn.Module):
         if all(0 <= i < n for i in ids):
             return [table[i] for i in ids]
         return self.tokenizer.convert_ids_to_tokens(ids)
+
+    def token_view(self, ids: list[int]) -> TokenView:
+        """The tokens as a trajectory page shows them: raw pieces and the text each
+        adds (no ``Ġ``), special tokens and where chat turns open."""
+        if self._token_texts is None:
+            self._token_texts = TokenTexts(self.tokenizer)
+        return self._token_texts.view(ids, self.tokens(ids))
 
     def decode_many(self, seqs: list[list[int]]) -> list[str]:
         """Each sequence decoded with its special tokens kept, in one call where the

@@ -138,7 +138,7 @@ def build_records(
                 res,
                 dropped=not sampled.kept[i],
                 advantage=per_traj_adv[i],
-                tokens=policy.tokens(ro.token_ids) if chosen.token_arrays else None,
+                tokens=policy.token_view(ro.token_ids) if chosen.token_arrays else None,
                 texts=[next(texts) for _ in ro.segments],
                 arrays=arrays[i],
             )

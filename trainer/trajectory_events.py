@@ -15,6 +15,7 @@ from typing import Any
 from rewards.types import RewardResult
 from trainer.chat import ROLE_OF_KIND
 from trainer.rollout import Rollout, Segment
+from trainer.token_text import TokenView
 
 FLOAT_ARRAYS = ("logprob", "old_logprob", "ratio", "entropy", "advantage")
 
@@ -26,11 +27,12 @@ def trajectory_event(
     *,
     dropped: bool,
     advantage: float,
-    tokens: list[str] | None,
+    tokens: TokenView | list[str] | None,
     texts: list[str],
     arrays: dict[str, list[float]] | None,
 ) -> dict[str, Any]:
-    """``tokens`` are the token strings of the whole trajectory, ``texts`` each
+    """``tokens`` are the whole trajectory's tokens (raw pieces, readable text,
+    special tokens and chat turns), ``texts`` each
     segment's decoded text. ``arrays`` maps name -> per-target values (length T-1 of
     this row, unpadded); None for a dropped group (never scored by the learner).
     ``tokens`` None (the recording policy keeps no token arrays): each segment says
@@ -38,7 +40,12 @@ def trajectory_event(
     segments = (
         [_text_segment(seg, text) for seg, text in zip(ro.segments, texts, strict=True)]
         if tokens is None
-        else _token_segments(ro, texts, tokens, arrays)
+        else _token_segments(
+            ro,
+            texts,
+            tokens if isinstance(tokens, TokenView) else TokenView.of_pieces(tokens),
+            arrays,
+        )
     )
     ep = ro.episode
     bd = result.breakdown
@@ -89,10 +96,11 @@ def _text_segment(seg: Segment, text: str) -> dict[str, Any]:
 def _token_segments(
     ro: Rollout,
     texts: list[str],
-    tokens: list[str],
+    tokens: TokenView,
     arrays: dict[str, list[float]] | None,
 ) -> list[dict[str, Any]]:
-    """Each segment with its token ids and strings and its slice of every array."""
+    """Each segment with its token ids, pieces and readable text, and its slice of
+    every array."""
     segments = []
     pos = 0
     for seg, text in zip(ro.segments, texts, strict=True):
@@ -103,7 +111,7 @@ def _token_segments(
             "role": ROLE_OF_KIND.get(seg.kind, seg.kind),
             "text": text,
             "token_ids": list(seg.token_ids),
-            "tokens": tokens[pos : pos + n],
+            **tokens.segment(pos, n),
             "mask": seg.mask,
         }
         if arrays is None:

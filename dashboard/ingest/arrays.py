@@ -92,6 +92,7 @@ def pack_segment_list(
             "tokens": [jsonsafe.text(t, _MAX_TOKEN_STR) for t in (tokens or [])][:n],
             "mask": jsonsafe.opt_text(seg.get("mask"), 64),
             "n": n,
+            **_readable(seg, n),
         }
         if not with_arrays:
             out.append((meta, b""))
@@ -99,6 +100,29 @@ def pack_segment_list(
         chunks = [_ids(ids, n).tobytes()]
         chunks.extend(_floats(seg.get(name), n).tobytes() for name in FLOAT_FIELDS)
         out.append((meta, b"".join(chunks)))
+    return out
+
+
+def _readable(seg: dict[str, Any], n: int) -> dict[str, Any]:
+    """A segment's readable tokens (``token_text``, ``special``, ``turns``), where
+    its sender gave them: texts cut like pieces, positions kept inside the segment."""
+    out: dict[str, Any] = {}
+    texts = seg.get("token_text")
+    if isinstance(texts, (list, tuple)) and texts:
+        out["token_text"] = [jsonsafe.text(t, _MAX_TOKEN_STR) for t in texts][:n]
+    special = seg.get("special")
+    if isinstance(special, (list, tuple)) and special:
+        out["special"] = [p for p in special if type(p) is int and 0 <= p < n]
+    turns = seg.get("turns")
+    if isinstance(turns, (list, tuple)) and turns:
+        out["turns"] = [
+            [t[0], jsonsafe.text(t[1], 32)]
+            for t in turns
+            if isinstance(t, (list, tuple))
+            and len(t) == 2
+            and type(t[0]) is int
+            and 0 <= t[0] < n
+        ]
     return out
 
 
@@ -148,8 +172,13 @@ def head_of_part(
     if keep >= n:
         return meta, blob
     cut = {**meta, "n": keep}
-    if isinstance(meta.get("tokens"), list):
-        cut["tokens"] = meta["tokens"][:keep]
+    for name in ("tokens", "token_text"):
+        if isinstance(meta.get(name), list):
+            cut[name] = meta[name][:keep]
+    if isinstance(meta.get("special"), list):
+        cut["special"] = [p for p in meta["special"] if p < keep]
+    if isinstance(meta.get("turns"), list):
+        cut["turns"] = [t for t in meta["turns"] if t[0] < keep]
     if len(blob) < BYTES_PER_TOKEN * n:  # no arrays stored
         return cut, blob
     columns = 1 + len(FLOAT_FIELDS)

@@ -35,7 +35,10 @@ from dashboard.ingest.arrays import FLOAT_FIELDS
 # sender's: bounded() always overwrites it). Stored as Trajectory.clipped.
 CLIPPED = "_clipped"
 MAX_NOTES = 20
-PER_TOKEN = ("token_ids", "tokens", *FLOAT_FIELDS)
+PER_TOKEN = ("token_ids", "tokens", "token_text", *FLOAT_FIELDS)
+# Lists of token positions (special tokens, chat turns): bounded like an array, cut by
+# position rather than by length.
+POSITIONS = ("special", "turns")
 _TEXT = {"judgement": ("rationale", "raw", "error"), "run_finished": ("error",)}
 _MAX_DEPTH = 64
 
@@ -122,6 +125,13 @@ def segment_tokens(seg: Any) -> int:
     return max([declared, *(len(seg[k]) for k in PER_TOKEN if _is_list(seg.get(k)))])
 
 
+def _at(position: Any) -> int:
+    """The token position of a ``special`` entry (an int) or a ``turns`` entry."""
+    if _is_list(position) and position:
+        position = position[0]
+    return position if type(position) is int else 2**31
+
+
 def _is_list(value: Any) -> bool:
     return isinstance(value, (list, tuple))
 
@@ -134,7 +144,7 @@ def _trajectory(ev: dict[str, Any]) -> Iterator[Excess]:
     for k, seg in enumerate(segments):
         if not isinstance(seg, dict):
             continue
-        for name in PER_TOKEN:
+        for name in (*PER_TOKEN, *POSITIONS):
             if _is_list(seg.get(name)):
                 yield from _over(f"segments.{k}.{name}", len(seg[name]), ARRAY)
         yield from _text(seg.get("text"), f"segments.{k}.text")
@@ -204,6 +214,9 @@ def _cut_trajectory(ev: dict[str, Any]) -> dict[str, Any]:
         for name in PER_TOKEN:
             if _is_list(seg.get(name)):
                 cut[name] = list(seg[name][:keep])
+        for name in POSITIONS:
+            if _is_list(seg.get(name)):
+                cut[name] = [p for p in seg[name][: ARRAY.value] if _at(p) < keep]
         if type(seg.get("n")) is int:
             cut["n"] = min(seg["n"], keep)
         segments.append(cut)

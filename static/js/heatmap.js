@@ -9,6 +9,70 @@ import { fmt, num } from "./util.js";
 
 const FIELDS = ["logprob", "old_logprob", "ratio", "entropy", "advantage"];
 
+// GPT-2's printable stand-in of each byte (byte-level BPE writes a space as "Ġ").
+const BYTE_OF = (() => {
+  const keep = [];
+  for (let b = 33; b <= 126; b++) keep.push(b);
+  for (let b = 0xa1; b <= 0xac; b++) keep.push(b);
+  for (let b = 0xae; b <= 0xff; b++) keep.push(b);
+  const chars = [...keep];
+  let extra = 0;
+  for (let b = 0; b < 256; b++) {
+    if (!keep.includes(b)) { keep.push(b); chars.push(256 + extra); extra++; }
+  }
+  const out = new Map();
+  keep.forEach((b, i) => out.set(String.fromCharCode(chars[i]), b));
+  return out;
+})();
+
+/** Bytes of a byte-level or SentencePiece piece, or null when it is not one. */
+function pieceBytes(piece, scheme) {
+  if (scheme === "byte") {
+    const out = [];
+    for (const c of piece) {
+      if (!BYTE_OF.has(c)) return null;
+      out.push(BYTE_OF.get(c));
+    }
+    return out;
+  }
+  const m = /^<0x([0-9A-Fa-f]{2})>$/.exec(piece);
+  if (m) return [parseInt(m[1], 16)];
+  return [...new TextEncoder().encode(piece.replaceAll("\u2581", " "))];
+}
+
+/**
+ * The text each token adds to its segment: the sender's ``token_text`` where it
+ * recorded one (our trainer does), else the pieces read as their tokenizer writes
+ * them: byte-level BPE ("Ġ", "Ċ") and SentencePiece ("▁", "<0xE4>") through their
+ * bytes (a character split over tokens shows with the token completing it), WordPiece
+ * ("##") joined, anything else spaced.
+ */
+export function readable(seg) {
+  const tokens = seg.tokens || [];
+  if (Array.isArray(seg.token_text) && seg.token_text.length === tokens.length) {
+    return seg.token_text;
+  }
+  const joined = tokens.join("");
+  const scheme = /[\u0120\u010a\u0109]/.test(joined) ? "byte"
+    : joined.includes("\u2581") ? "sp" : "word";
+  if (scheme === "word") {
+    return tokens.map((t, i) => (t.startsWith("##") ? t.slice(2) : (i ? " " : "") + t));
+  }
+  const utf8 = new TextDecoder("utf-8");
+  return tokens.map((t, i) => {
+    const bytes = pieceBytes(t, scheme);
+    if (bytes === null) return utf8.decode() + t; // an added token: its own text
+    const last = i === tokens.length - 1;
+    return utf8.decode(new Uint8Array(bytes), { stream: !last });
+  });
+}
+
+/** A token's text as shown: a newline or tab marked, then kept as it is. */
+function shown(text) {
+  if (!text) return "\u00b7"; // part of a character the next token completes
+  return text.replaceAll("\n", "\u21b5\n").replaceAll("\t", "\u2192\t");
+}
+
 /** The value a token is coloured by, signed so that the colour scale is symmetric. */
 function valueOf(seg, i, by) {
   if (by === "ratio") {
@@ -68,16 +132,27 @@ export class Heatmap {
       if (!box) return;
       const frag = document.createDocumentFragment();
       const tokens = seg.tokens || [];
+      const texts = readable(seg);
+      seg.texts = texts;
+      const special = new Set(seg.special || []);
+      const turns = new Map((seg.turns || []).map(([i, role]) => [i, role]));
       const spans = new Array(tokens.length);
       const masked = seg.mask ? " tm" : "";
       for (let i = 0; i < tokens.length; i++) {
+        if (turns.has(i)) {
+          const role = document.createElement("b");
+          role.className = "turn-role";
+          role.textContent = turns.get(i);
+          frag.append(role);
+        }
         const span = document.createElement("span");
-        span.textContent = tokens[i];
+        span.textContent = shown(texts[i]);
         span.className = binClass(valueOf(seg, i, by), this.scale) + masked;
+        if (special.has(i)) span.classList.add("tsp");
+        if (!texts[i]) span.classList.add("te");
         span.dataset.t = `${k}.${i}`;
         spans[i] = span;
         frag.append(span);
-        if (i < tokens.length - 1) frag.append(" ");
       }
       box.replaceChildren(frag);
       this.spans[k] = spans;
@@ -96,8 +171,11 @@ export class Heatmap {
     this.scale = scaleFor(this.segments, by);
     this.segments.forEach((seg, k) => {
       const masked = seg.mask ? " tm" : "";
+      const special = new Set(seg.special || []);
       (this.spans[k] || []).forEach((span, i) => {
         span.className = binClass(valueOf(seg, i, by), this.scale) + masked;
+        if (special.has(i)) span.classList.add("tsp");
+        if (!seg.texts?.[i]) span.classList.add("te");
       });
     });
     return this.scale;
@@ -111,7 +189,9 @@ export class Heatmap {
     const tip = this.tooltip;
     const rows = [];
     for (const f of FIELDS) rows.push([f.replace("_", " "), fmt(seg[f]?.[i])]);
+    rows.push(["piece", seg.tokens[i] ?? "—"]);
     rows.push(["token id", String(seg.token_ids?.[i] ?? "—")]);
+    if ((seg.special || []).includes(i)) rows.push(["special", "yes"]);
     rows.push(["mask", seg.mask ? `${seg.mask} (not trained on)` : "trained on"]);
     const dl = document.createElement("dl");
     for (const [dt, dd] of rows) {
@@ -123,7 +203,7 @@ export class Heatmap {
     }
     const tok = document.createElement("div");
     tok.className = "tok";
-    tok.textContent = JSON.stringify(seg.tokens[i]);
+    tok.textContent = JSON.stringify(seg.texts?.[i] ?? seg.tokens[i]);
     tip.replaceChildren(tok, dl);
     tip.hidden = false;
     const r = span.getBoundingClientRect();
