@@ -315,7 +315,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4000, help="steps per sender")
     ap.add_argument("--keys", type=int, default=50)
     ap.add_argument("--steps-per-batch", type=int, default=100)
-    ap.add_argument("--trajectories", type=int, default=1024, help="per sender; 0: skip")
+    ap.add_argument(
+        "--trajectories", type=int, default=1024, help="per sender; 0: skip"
+    )
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--sink-runs", type=int, default=4, help="0: skip")
     ap.add_argument("--sink-steps", type=int, default=15)
