@@ -36,10 +36,8 @@ def test_phone_runs_table_and_cancel_that_asks(live, browser, shots, ui):
         )
         ui.shot(page, shots, "phone_runs_table", full=False)
         assert wrap[0] <= wrap[1] and wrap[3] <= wrap[2], wrap
-        for col in (
-            7,
-            8,
-        ):  # latest reward, algorithm (after cmp, name, group, status...)
+        # latest reward, algorithm (after cmp, name, group, status...)
+        for col in (7, 8):
             box = page.locator(f"{row} td:nth-child({col})").bounding_box()
             assert box is not None and box["x"] + box["width"] <= 390, (col, box)
 
