@@ -92,6 +92,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "dashboard.site.middleware.LoginRequiredMiddleware",
     "dashboard.site.middleware.ApiMethodNotAllowedMiddleware",  # the API's 405 as JSON
+    "dashboard.api.query.UnknownQueryParameterMiddleware",  # ?typo= on the API: a 400
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "dashboard.pages.csp.CSPMiddleware",  # Content-Security-Policy, no inline scripts

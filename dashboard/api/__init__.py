@@ -1,5 +1,6 @@
 """The JSON API (django-ninja) at ``/api/``; OpenAPI at ``/api/openapi.json``, docs at
-``/api/docs`` (both login-only, assets served locally).
+``/api/docs`` (both for a signed-in user or a token client; an anonymous browser is
+sent to the login page, an anonymous script gets a 401; assets served locally).
 
 Authentication: a personal API token (``Authorization: Bearer <token>``, no CSRF; see
 ``/settings/tokens/`` or ``manage.py create_token``), or the browser session with CSRF
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -67,13 +69,41 @@ class BrowserSession(SessionAuth):
         return super().__call__(request)
 
 
+def _docs_auth(view: Any) -> Any:
+    """The schema and the docs for a session or a Bearer token (a curl user reads the
+    OpenAPI document with the token they call the API with); anonymous: the login
+    page for the HTML docs, a JSON 401 for the schema."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        user = getattr(request, "user", None)
+        if not getattr(user, "is_authenticated", False):
+            header = request.headers.get("Authorization", "")
+            scheme, _, token = header.partition(" ")
+            found = tokens.user_for_token(token.strip()) if scheme == "Bearer" else None
+            if found is not None:
+                request.user = found
+            elif request.path.endswith(".json") or header:
+                body = {"detail": "authentication required", "errors": [
+                    "Authorization: a Bearer API token or a signed-in session"
+                ]}  # fmt: skip
+                return HttpResponse(
+                    json.dumps(body), status=401, content_type="application/json"
+                )
+            else:
+                return login_required(view)(request, *args, **kwargs)
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
 api = NinjaAPI(
     title="Agentic RL dashboard API",
     version="1",
     description=__doc__ or "",
     auth=[BearerToken(), BrowserSession()],
     urls_namespace="api",
-    docs_decorator=login_required,
+    docs_decorator=_docs_auth,
     renderer=SafeJSONRenderer(),
 )
 

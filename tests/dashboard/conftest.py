@@ -14,7 +14,14 @@ import os
 import shutil
 
 import pytest
-from dashtest import PrivateRedis, Procs, client_for, embedded_daphne, embedded_env
+from dashtest import (
+    PrivateRedis,
+    Procs,
+    client_for,
+    embedded_daphne,
+    embedded_env,
+    populate,
+)
 
 
 # --- users and clients ------------------------------------------------------------------
@@ -154,22 +161,6 @@ def commit(django_capture_on_commit_callbacks):
     """``with commit(): ...`` runs the block's on_commit callbacks at its end, as a
     real commit would (tests run inside a transaction that never commits)."""
     return lambda: django_capture_on_commit_callbacks(execute=True)
-
-
-def populate(run, steps, seed: int = 3) -> None:
-    """Write the fake runner's events for ``steps`` straight into the tables."""
-    from fake_runner import events_for_step
-
-    from dashboard.ingest import writer
-    from dashboard.models import Checkpoint, Run
-
-    batch = writer.Batch()
-    for step in steps:
-        for event in events_for_step(seed, step):
-            batch.add(run.id, event)
-    writer.write(run.id, batch)
-    Checkpoint.objects.create(run=run, step=max(steps), path="/x", attempt=1)
-    Run.objects.filter(pk=run.pk).update(last_step=max(steps))
 
 
 @pytest.fixture

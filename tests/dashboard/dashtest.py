@@ -236,3 +236,19 @@ class PrivateRedis:
             return redis.Redis.from_url(self.url, socket_connect_timeout=0.5).ping()
         except Exception:
             return False
+
+
+def populate(run, steps, seed: int = 3) -> None:
+    """Write the fake runner's events for ``steps`` straight into the tables."""
+    from fake_runner import events_for_step
+
+    from dashboard.ingest import writer
+    from dashboard.models import Checkpoint, Run
+
+    batch = writer.Batch()
+    for step in steps:
+        for event in events_for_step(seed, step):
+            batch.add(run.id, event)
+    writer.write(run.id, batch)
+    Checkpoint.objects.create(run=run, step=max(steps), path="/x", attempt=1)
+    Run.objects.filter(pk=run.pk).update(last_step=max(steps))

@@ -20,7 +20,7 @@ import uuid
 from urllib.parse import quote
 
 import pytest
-from dashtest import client_for
+from dashtest import client_for, populate
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from test_api_fuzz import json_values
@@ -112,8 +112,6 @@ FUZZ = settings(
 def world(owner, other, tiny_config, enqueued, published):
     """Ids worth aiming at: the owner's run (with steps), an external run, another
     user's run, the owner's token and dataset-less ids of nobody."""
-    from conftest import populate
-
     from dashboard.models import Run
     from dashboard.runs import services
 
