@@ -30,6 +30,10 @@ Thresholds (``<detector>.<name>``: default), all judged on the late half of the 
   ``.min_truncated_rise`` 0.1 (a truncated share that was already high and creeps up by
   a point, 98% -> 99%, is not drift).
 * ``entropy_collapse.min_entropy`` 0.1 nats/token, ``.max_ratio`` 0.25 (late / early).
+* ``no_learning_signal.min_frac`` 0.95, ``.min_steps`` 8: the share of groups whose
+  rewards were all equal (``frac_reward_zero_std``) at or above it, on average and in
+  the late half, over at least that many steps. Not a hack but its cousin: every
+  advantage is zero, so nothing is learned while the run looks healthy.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ _FROM_METRICS = {
     "truncated/frac": "truncated",
     "critical_steps/mean": "critical_steps",
     "parallelism/mean": "parallelism",
+    "frac_reward_zero_std": "zero_std",
 }
 _FROM_RESULTS = (
     "critical_steps", "parallelism", "subagents", "finish_rate", "subagent_yield",
@@ -311,3 +316,26 @@ def entropy_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding 
             "entropy": _tail(ent),
         },
     )
+
+
+@_register("no_learning_signal", "warning")
+def no_learning_signal(
+    window: Sequence[Summary], cfg: DetectorConfig
+) -> Finding | None:
+    """Nearly every group's rewards were identical for many steps: group-relative
+    advantages are all zero, so the policy gets no gradient from the reward."""
+    zero = series(window, "zero_std")
+    need = int(cfg.threshold("no_learning_signal.min_steps"))
+    if len(zero) < max(need, cfg.min_steps):
+        return None
+    limit = cfg.threshold("no_learning_signal.min_frac")
+    mean, late = sum(zero) / len(zero), halves(zero)[1]
+    if mean < limit or late < limit:
+        return None
+    return Finding(
+        f"no learning signal: {mean:.0%} of groups had identical rewards over the "
+        f"last {len(zero)} steps (threshold {limit:.0%}); their advantages are zero, "
+        "so nothing is learned from them",
+        {"zero_std_mean": mean, "zero_std_late": late, "threshold": limit,
+         "frac_reward_zero_std": _tail(zero)},
+    )  # fmt: skip

@@ -155,3 +155,27 @@ def _entropy(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None
     if isinstance(early, int | float) and early > 0:
         low = low or e / early <= cfg.threshold("entropy_collapse.max_ratio")
     return f"entropy {e:.3f} nats/token" if low else None
+
+
+@_predicate("no_learning_signal")
+def _no_signal(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    # ``group_zero_std``: every rollout of this one's group got the same reward.
+    if _num(row, "group_zero_std") != 1.0:
+        return None
+    reward = _num(row, "reward")
+    same = f" ({reward:g})" if reward is not None else ""
+    return f"its group's rewards were all equal{same}"
+
+
+def mark_equal_groups(rows: Sequence[dict[str, Any]], groups: Sequence[int]) -> None:
+    """Set ``group_zero_std`` on each row (1.0: its group, of at least two rollouts,
+    got one reward; 0.0: not), from the rows' ``reward`` and their group ids."""
+    by_group: dict[int, list[float | None]] = {}
+    for row, g in zip(rows, groups, strict=True):
+        by_group.setdefault(g, []).append(_num(row, "reward"))
+    for row, g in zip(rows, groups, strict=True):
+        values = by_group[g]
+        equal = (
+            len(values) > 1 and None not in values and max(values) - min(values) <= 1e-6  # type: ignore[type-var]
+        )
+        row["group_zero_std"] = 1.0 if equal else 0.0

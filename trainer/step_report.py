@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from rewards.evidence import mark_equal_groups
 from rewards.types import Monitor, TrajectoryInfo
 from trainer.config import TrainConfig
 from trainer.policy import Policy
@@ -58,13 +59,18 @@ def evidence_info(sampled: Sampled) -> list[TrajectoryInfo]:
     """Where each rollout is stored and what the detectors' evidence reads of it
     beyond its reward metrics (``rewards.evidence``)."""
     entropy = sampled.row_entropy
-    out = []
+    rows = []
     for i, ro in enumerate(sampled.rollouts):
         stats = {"length": float(ro.action_tokens)}
+        stats["reward"] = float(sampled.results[i].breakdown.total)
         if i < len(entropy) and entropy[i] is not None:
             stats["entropy"] = entropy[i]
-        out.append(TrajectoryInfo(ro.group, ro.index, ro.task.id, stats))
-    return out
+        rows.append(stats)
+    mark_equal_groups(rows, [ro.group for ro in sampled.rollouts])
+    return [
+        TrajectoryInfo(ro.group, ro.index, ro.task.id, stats)
+        for ro, stats in zip(sampled.rollouts, rows, strict=True)
+    ]
 
 
 def token_rows(

@@ -27,6 +27,7 @@ from dashboard.ingest.fields import alert_trajectories
 from dashboard.jsonsafe import as_int
 from dashboard.models import Alert, Judgement, MetricPoint, Run, Trajectory
 from rewards.config import DetectorConfig
+from rewards.evidence import mark_equal_groups
 
 # Frameworks that run the detectors themselves and stream their alerts.
 SELF_MONITORING = frozenset({"agentic-rl"})
@@ -182,10 +183,13 @@ def trajectory_rows(
     ``stored``) the rows stored before."""
     found: dict[tuple[int, int], tuple[str, dict[str, float]]] = {}
     if stored:
-        for g, i, task, length, truncated, facts in Trajectory.objects.filter(
+        for g, i, task, length, truncated, facts, reward in Trajectory.objects.filter(
             run=run, step=step
-        ).values_list("group", "index", "task_id", "length", "truncated", "facts"):
-            found[(g, i)] = (task, _numbers(length, truncated, facts, {}))
+        ).values_list(
+            "group", "index", "task_id", "length", "truncated", "facts", "reward"
+        ):
+            numbers = _numbers(length, truncated, facts, {"reward": reward})
+            found[(g, i)] = (task, numbers)
     for ev in events:
         if ev["type"] == "trajectory" and ev["step"] == step:
             numbers = _numbers(
@@ -195,7 +199,9 @@ def trajectory_rows(
     for key, score in _judge_scores(run, step, events, stored).items():
         if key in found:
             found[key][1].setdefault("judge/score", score)
-    return [((g, i, task), nums) for (g, i), (task, nums) in sorted(found.items())]
+    rows = [((g, i, task), nums) for (g, i), (task, nums) in sorted(found.items())]
+    mark_equal_groups([nums for _, nums in rows], [g for (g, _, _), _ in rows])
+    return rows
 
 
 def _numbers(
@@ -210,6 +216,9 @@ def _numbers(
         value = _finite(value)
         if value is not None:
             out[str(key)] = value
+    reward = _finite(event.get("reward"))
+    if reward is not None:
+        out.setdefault("reward", reward)
     out.setdefault("length", float(as_int(length)))
     out.setdefault("truncated", float(bool(truncated)))
     if isinstance(facts, dict) and "success" in facts:

@@ -499,3 +499,23 @@ def test_a_second_finish_cannot_change_a_finished_runs_status(api):
     assert flip.status_code == 409, flip.content
     run = Run.objects.get(pk=run_id)
     assert run.status == "succeeded" and not run.error
+
+
+def test_an_external_run_with_no_learning_signal_gets_the_warning(api, published):
+    # TRL's frac_reward_zero_std, all groups equal for 10 steps (issue 22.9)
+    run_id = new_run(api)
+    events = []
+    for i in range(10):
+        events.append(
+            {"type": "step", "step": i + 1, "metrics": {"frac_reward_zero_std": 1.0}}
+        )
+        for index in range(2):  # one group of two equal rewards a step
+            events.append(
+                {"type": "trajectory", "step": i + 1, "group": 0, "index": index,
+                 "reward": 0.0, "advantage": 0.0, "segments": []}
+            )  # fmt: skip
+    api.post_events(run_id, events)
+    (alert,) = Alert.objects.filter(run_id=run_id)
+    assert alert.detector == "no_learning_signal" and alert.severity == "warning"
+    assert "identical rewards" in alert.message
+    assert [(t["group"], t["index"]) for t in alert.trajectories] == [(0, 0), (0, 1)]
