@@ -4,6 +4,7 @@ imported with groups, rewards, per-token arrays and metrics."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -180,6 +181,34 @@ def test_prime_rl_episodes_token_exports_and_both_writers_metrics(dash, tmp_path
     assert m["off_policy/staleness"] == 1.5 and m["off_policy/staleness_max"] == 3.0
     assert m["grad_norm"] == m["optim/grad_norm"] == 2.0
     assert m["reward"] == 0.5 and "time" not in m
+
+
+def test_the_same_sample_at_two_steps_keeps_each_steps_trainer_arrays(dash, tmp_path):
+    # An epoch later the same prompt and answer come back: its token export of step 2
+    # must not replace step 1's (they are matched by step, then by token ids).
+    layouts.prime_run(tmp_path, step=1)
+    layouts.prime_run(tmp_path, step=2)
+    export = tmp_path / "token_exports" / "step_2" / "rank_0.jsonl"
+    record = json.loads(export.read_text())
+    record["trainer_logprobs"] = [None] * 3 + [-9.0, -9.0]
+    export.write_text(json.dumps(record) + "\n")
+    assert run_import(dash, "prime-rl", tmp_path, "--name", "p") == 0
+    trajs = trajectories(dash.events())
+    assert trajs[1, 0, 0]["segments"][1]["logprob"] == [-0.25, -0.75]
+    assert trajs[2, 0, 0]["segments"][1]["logprob"] == [-9.0, -9.0]
+
+
+def test_a_local_prime_rl_run_brings_its_three_configs(dash, tmp_path):
+    # Only the SLURM launcher writes configs/rl.json; a local run writes one per process.
+    layouts.prime_run(tmp_path)
+    (tmp_path / "configs").mkdir()
+    for name in ("trainer", "orchestrator", "inference"):
+        (tmp_path / "configs" / f"{name}.json").write_text(json.dumps({"who": name}))
+    assert run_import(dash, "prime-rl", tmp_path, "--name", "p") == 0
+    config = dash.only_run()["config"]
+    assert config["trainer"] == {"who": "trainer"}
+    assert config["orchestrator"] == {"who": "orchestrator"}
+    assert config["inference"] == {"who": "inference"}
 
 
 # -- miles -------------------------------------------------------------------------

@@ -211,17 +211,22 @@ class PrimeRlReader:
         self.last_step = 0
         self._metrics = JsonlTail(self.run_dir / "metrics.jsonl")
         self._files = Settled()
-        self._exports: dict[tuple[int, ...], dict[str, Any]] = {}
+        # step -> token ids -> the trainer's export of that sample: a prompt and
+        # answer seen at two steps (an epoch later) keep each step's own arrays.
+        self._exports: dict[int, dict[tuple[int, ...], dict[str, Any]]] = {}
         self._exported: set[int] = set()
 
     def config(self) -> dict[str, Any]:
-        path = self.run_dir / "configs" / "rl.json"
+        """``configs/rl.json`` (the SLURM launcher writes it) or, for a local run,
+        ``configs/{trainer,orchestrator,inference}.json``, each under its name."""
         config: dict[str, Any] = {"source": "prime-rl", "run_dir": str(self.run_dir)}
-        if path.is_file():
-            try:
-                config["rl"] = json.loads(path.read_text(encoding="utf-8"))
-            except ValueError as exc:
-                raise BadImportFile(f"{path}: not JSON: {exc}") from None
+        for name in ("rl", "trainer", "orchestrator", "inference"):
+            path = self.run_dir / "configs" / f"{name}.json"
+            if path.is_file():
+                try:
+                    config[name] = json.loads(path.read_text(encoding="utf-8"))
+                except ValueError as exc:
+                    raise BadImportFile(f"{path}: not JSON: {exc}") from None
         return config
 
     def poll(self, *, settle: bool = False) -> list[dict[str, Any]]:
@@ -252,9 +257,10 @@ class PrimeRlReader:
         for step, path in self._step_dirs(self.run_dir / "token_exports").items():
             if step in self._exported or not (path / "STABLE").exists():
                 continue
+            found = self._exports.setdefault(step, {})
             for file in sorted(path.glob("rank_*.jsonl")):
                 for record in read_jsonl_file(file) or []:
-                    self._exports[tuple(record.get("token_ids") or ())] = record
+                    found[tuple(record.get("token_ids") or ())] = record
             self._exported.add(step)
 
     def _rollouts(self, settle: bool, *, waiting: bool) -> list[dict[str, Any]]:
@@ -270,7 +276,8 @@ class PrimeRlReader:
             if episodes is None:
                 continue
             self._files.take(file)
+            exports = self._exports.pop(step, {})  # read once, then let go
             for place, episode in zip(places(episodes), episodes, strict=True):
-                row = episode_row(step, place, episode, self._exports)
+                row = episode_row(step, place, episode, exports)
                 out.append(trajectory_event(row))
         return out
