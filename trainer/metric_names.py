@@ -122,7 +122,8 @@ MILES = {
     "rollout/raw_reward": "reward",
     "rollout/advantages": "advantages/mean",
     "rollout/entropy": "entropy",
-    "response_len/mean": "completions/mean_length",
+    "rollout/response_len/mean": "completions/mean_length",
+    "response_len/mean": "completions/mean_length",  # older miles, without rollout/
     "train/pg_loss": "policy_loss",
     "train/grad_norm": "grad_norm",
     "train/pg_clipfrac": "clip_ratio/region_mean",
@@ -130,6 +131,9 @@ MILES = {
     # mean |train log-prob - rollout log-prob| over loss tokens
     "train/train_rollout_logprob_abs_diff": "mismatch/logprob_abs_diff_mean",
     "rollout/fully_async/avg_staleness": "off_policy/staleness",
+    "rollout/fully_async/max_staleness": "off_policy/staleness_max",
+    # KL between the rollout's and the trainer's log-probs (loss_hub/losses.py)
+    "train/train_rollout_kl": "mismatch/kl",
 }
 
 # Tinker cookbook (thinking-machines-lab/tinker-cookbook): tinker_cookbook/rl/

@@ -253,6 +253,34 @@ def miles_dump(dump_dir):
     )
 
 
+def test_miles_without_global_batch_size_or_reward_key_in_its_args(dash, tmp_path):
+    # miles's dashboard args record neither --global-batch-size nor --reward-key:
+    # train/step records go to the rollout logged before them, and a dict reward
+    # with one number (or a "reward"/"score" entry) is the reward.
+    layouts.miles_meta(tmp_path, {"rollout_batch_size": 1, "n_samples_per_prompt": 2})
+    prompt = [1, 2, 3]
+    samples = [
+        layouts.miles_sample(0, 0, prompt, [4], reward={"score": 1.0, "fmt": 0.5}),
+        layouts.miles_sample(1, 0, prompt, [5], reward={"acc": 0.0}),
+    ]
+    layouts.miles_rollout(tmp_path, 3, samples)
+    layouts.miles_metrics(
+        tmp_path,
+        [
+            ("rollout/step", 3, {"rollout/raw_reward": 0.5, "rollout/step": 3}),
+            ("train/step", 9, {"train/pg_loss": 0.1, "train/step": 9}),
+            ("train/step", 10, {"train/pg_loss": 0.2, "train/step": 10}),
+            ("train/step", 11, {"train/pg_loss": 0.3, "train/step": 11}),
+        ],
+    )
+    assert run_import(dash, "miles", tmp_path, "--name", "m") == 0
+    events = dash.events()
+    assert sorted(steps_of(events)) == [3]  # not steps 9, 10 and 11
+    trajs = trajectories(events)
+    assert trajs[3, 0, 0]["reward"] == 1.0 and trajs[3, 0, 1]["reward"] == 0.0
+    assert trajs[3, 0, 0]["rewards"]["components"] == {"score": 1.0, "fmt": 0.5}
+
+
 def test_miles_dumps_join_samples_and_train_shards(dash, tmp_path):
     miles_dump(tmp_path)
     assert run_import(dash, "miles", tmp_path, "--name", "m") == 0

@@ -157,7 +157,16 @@ def _reward(sample: dict[str, Any], key: str | None) -> tuple[float, dict[str, f
             for k, v in value.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
-        return parts.get(key or "", math.nan), parts
+        if key in parts:
+            return parts[key], parts
+        # miles's dashboard args never record --reward-key: a lone number is the
+        # reward, else the usual names; a dict of several others stays NaN (named).
+        if len(parts) == 1:
+            return next(iter(parts.values())), parts
+        for name in ("reward", "score", "acc", "accuracy"):
+            if name in parts:
+                return parts[name], parts
+        return math.nan, parts
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value), {}
     return math.nan, {}
@@ -208,6 +217,7 @@ class MilesReader:
         self._metrics = JsonlTail(self.dump_dir / "dashboard" / "metrics.jsonl")
         self._files = Settled()
         self._derived: dict[int, dict[str, float]] = {}
+        self._rollout_seen = 0  # the last rollout id of a rollout/step record
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -229,13 +239,16 @@ class MilesReader:
         meta = self.meta
         return {"source": "miles", "dump_dir": str(self.dump_dir), **meta}
 
-    def _steps_per_rollout(self) -> int:
+    def _steps_per_rollout(self) -> int | None:
+        """Optimizer steps a rollout (``train/step = rollout_id * N + i``), when the
+        args say (miles's own dashboard args do not record ``global_batch_size``,
+        and N varies with dynamic batching): None, else."""
         a = self.args
         try:
             size = a["rollout_batch_size"] * a["n_samples_per_prompt"]
             return max(1, int(size // a["global_batch_size"]))
         except (KeyError, TypeError, ZeroDivisionError):
-            return 1
+            return None
 
     def poll(self, *, settle: bool = False) -> list[dict[str, Any]]:
         events = self._rollouts(settle, waiting=True)
@@ -246,7 +259,11 @@ class MilesReader:
             if not isinstance(step, int) or not isinstance(metrics, dict):
                 continue
             if record.get("step_key") == "train/step":
-                step //= per
+                # Without N: the rollout whose metrics came last (miles logs a
+                # rollout's, then trains on it).
+                step = step // per if per else self._rollout_seen
+            elif record.get("step_key") == "rollout/step":
+                self._rollout_seen = step
             rows.append((step, metrics))
         derived = {s: self._derived.pop(s) for s, _ in rows if s in self._derived}
         events += step_events(self.framework, rows, derived)
