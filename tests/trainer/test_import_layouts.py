@@ -130,6 +130,39 @@ def test_trl_completions_parquet_and_tensorboard_import_together(dash, tmp_path)
     assert m["mismatch/is_ratio_mean"] == pytest.approx(0.98)
 
 
+def test_trls_log_extra_columns_are_facts_not_rewards(dash, tmp_path):
+    # TRL writes the reward functions' columns, then log_extra's (numbers too): the
+    # rewards are those TensorBoard logs as rewards/<name>/mean.
+    layouts.write_tfevents(
+        tmp_path / "runs" / "x" / "events.out.tfevents.1.h",
+        [layouts.scalar_event(1, {"train/rewards/says_answer/mean": 0.5})],
+    )
+    layouts.write_trl_completions(
+        tmp_path,
+        1,
+        {
+            "prompt": ["Q1", "Q1"],
+            "completion": ["a", "b"],
+            "says_answer": [1.0, 0.0],
+            "n_tool_calls": [3.0, 7.0],  # a log_extra column
+            "advantage": [0.5, -0.5],
+        },
+    )
+    assert run_import(dash, "trl", tmp_path, "--name", "t") == 0
+    first = trajectories(dash.events())[1, 0, 0]
+    assert first["rewards"]["components"] == {"says_answer": 1.0}
+    assert first["reward"] == 1.0 and first["facts"]["n_tool_calls"] == 3.0
+
+
+def test_without_metrics_the_reward_weights_say_how_many_columns_are_rewards():
+    from trainer.importers.trl_output import reward_columns
+
+    row = {"step": 1, "prompt": "q", "completion": "a", "r1": 1.0, "r2": 0.0}
+    row |= {"extra": 5.0, "advantage": 0.0}
+    assert reward_columns([row], {"reward_weights": [1.0, 1.0]}) == ["r1", "r2"]
+    assert reward_columns([row], {}) == ["r1", "r2", "extra"]  # nothing says
+
+
 def test_a_completions_file_without_prompts_is_a_clear_error(dash, tmp_path, capsys):
     import pandas as pd
 

@@ -55,10 +55,32 @@ def read_parquet(path: Path) -> list[dict[str, Any]]:
         raise BadImportFile(f"{path}: not a readable parquet file: {exc}") from None
 
 
+def reward_columns(
+    rows: list[dict[str, Any]], args: dict[str, Any], logged: set[str] = frozenset()
+) -> list[str]:
+    """The reward functions' columns of a completions table. TRL writes them, then
+    the ``log_extra`` columns (numbers too), then ``advantage``: the rewards are the
+    names logged as ``rewards/<name>/mean`` where known, else the first as many
+    numeric columns as ``reward_weights`` has weights, else every numeric one."""
+    numeric = (
+        [k for k in rows[0] if k not in BASE and _number(rows[0][k])] if rows else []
+    )
+    if logged and any(n in logged for n in numeric):
+        return [n for n in numeric if n in logged]
+    weights = args.get("reward_weights")
+    if isinstance(weights, list) and 0 < len(weights) <= len(numeric):
+        return numeric[: len(weights)]
+    return numeric
+
+
 def completion_events(
-    step: int, rows: list[dict[str, Any]], args: dict[str, Any]
+    step: int,
+    rows: list[dict[str, Any]],
+    args: dict[str, Any],
+    logged: set[str] = frozenset(),
 ) -> list[dict[str, Any]]:
-    """One completions file's rows -> trajectory events."""
+    """One completions file's rows -> trajectory events (``logged``: the reward
+    functions' names seen in ``rewards/<name>/mean`` metrics)."""
     if rows and not {"prompt", "completion"} <= rows[0].keys():
         raise BadImportFile(f"step {step}: rows need prompt and completion columns")
     prompts = [chat_text(r.get("prompt")) for r in rows]
@@ -67,9 +89,7 @@ def completion_events(
         places = [(i // size, i % size) for i in range(len(rows))]
     else:
         places = group_by_prompt(prompts)
-    names = (
-        [k for k in rows[0] if k not in BASE and _number(rows[0][k])] if rows else []
-    )
+    names = reward_columns(rows, args, logged)
     weights = args.get("reward_weights")
     if not (isinstance(weights, list) and len(weights) == len(names)):
         weights = [1.0] * len(names)
@@ -116,6 +136,7 @@ class TrlReader:
         self.tensorboard = TensorBoardReader(self.output_dir, "trl", "train/")
         self.last_step = 0
         self._files = Settled()
+        self._rewards: set[str] = set()  # from rewards/<name>/mean
 
     @property
     def args(self) -> dict[str, Any]:
@@ -141,6 +162,10 @@ class TrlReader:
 
     def poll(self, *, settle: bool = False) -> list[dict[str, Any]]:
         events = self.tensorboard.poll(settle=settle)
+        for event in events:
+            for key in event.get("metrics") or {}:
+                if key.startswith("rewards/") and key.endswith("/mean"):
+                    self._rewards.add(key[len("rewards/") : -len("/mean")])
         directory = self.output_dir / "completions"
         files = {}
         for path in directory.glob("completions_*.parquet"):
@@ -149,7 +174,8 @@ class TrlReader:
         for step, path in sorted(files.items()):
             if not self._files.ready(path, settle=settle):
                 continue
-            events += completion_events(step, read_parquet(path), self.args)
+            rows = read_parquet(path)
+            events += completion_events(step, rows, self.args, self._rewards)
             self._files.take(path)
         for event in events:
             self.last_step = max(self.last_step, event["step"])

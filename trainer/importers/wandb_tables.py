@@ -93,6 +93,8 @@ def _trl_sample(
     row: dict[str, Any], columns: list[str], step: int, weights: Any
 ) -> Sample:
     names = [c for c in columns if c not in TRL_SKIP and is_number(row.get(c))]
+    if isinstance(weights, list) and 0 < len(weights) < len(names):
+        names = names[: len(weights)]  # TRL's log_extra columns follow the rewards
     components = {c: float(row[c]) for c in names}
     scale = _weights(weights, names)
     values = [components[c] * scale[c] for c in names]
