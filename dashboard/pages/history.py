@@ -50,6 +50,7 @@ def task_history(request: HttpRequest, run_id: Any, task_id: str) -> HttpRespons
             "task_id": task_id,
             "history": history[::-1],  # newest first in the table
             "recorded_steps": len({h.step for h in history}),
+            "prompt": task_reads.task_prompt(run, task_id),
             "page_data": page_data,
         },
     )

@@ -156,6 +156,7 @@ def trajectory(
             "prev_url": link(siblings[pos - 1]) if pos > 0 else "",
             "next_url": link(siblings[pos + 1]) if pos < len(siblings) - 1 else "",
             "heatmap": _heatmap_data(page),
+            "answers": trajview.answers(t.facts),
             "page": _page_links(request, page),
             "page_chars": settings.TRAJECTORY_PAGE_CHARS,
             "step_url": reverse("pages:trajectories", args=[run.pk]) + f"?step={step}",

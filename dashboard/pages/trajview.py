@@ -1,6 +1,7 @@
 """One trajectory laid out for reading: its agent steps in order, the reward each
 component paid at each step (with the sum checks), the judges' verdicts beside the
-steps they judged, and, for orchestration runs, the critical-path Gantt.
+steps they judged, the reference answer beside what the environment parsed from the
+policy's final turn, and, for orchestration runs, the critical-path Gantt.
 
 Segments are grouped into steps by ``turn``: the policy's ``action`` (thought and tool
 call) then what came back (``tool`` output or a ``subagent`` result). Text stays raw
@@ -17,6 +18,7 @@ from dashboard import jsonsafe
 from dashboard.ingest import prompts
 from dashboard.models import CriticalPath, Judgement, Trajectory
 from dashboard.reads.trajectories import SegmentPage
+from rewards.matching import last_number
 
 TOLERANCE = 1e-6
 OBSERVATION_LABELS = {"tool": "observation", "subagent": "sub-agent result"}
@@ -202,6 +204,36 @@ def build(
         total_ok=_close(total, component_sum),
         episode_judgements=episode,
     )
+
+
+# --- answers ------------------------------------------------------------------------------
+ANSWER_CHARS = 2000  # of a parsed answer shown beside the reward
+
+
+def answers(facts: Any) -> dict[str, Any] | None:
+    """The reference answer and what the environment parsed from the policy's final
+    turn (``dataset``: ``reference``/``answer``; ``calc``: ``expected``/``answer``),
+    with the number a numeric match reads from it; None when the facts have no
+    reference (an environment without one)."""
+    if not isinstance(facts, dict):
+        return None
+    reference = facts.get("reference", facts.get("expected"))
+    if reference is None:
+        return None
+    answer = facts.get("answer")
+    number = None
+    if isinstance(answer, str):
+        number = last_number(answer[:ANSWER_CHARS])
+        answer = answer[:ANSWER_CHARS]
+    elif answer is not None:
+        answer = str(answer)
+    success = facts.get("success")
+    return {
+        "reference": str(reference)[:ANSWER_CHARS],
+        "answer": answer,
+        "number": number,
+        "success": success if isinstance(success, bool) else None,
+    }
 
 
 # --- critical path ------------------------------------------------------------------------

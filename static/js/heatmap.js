@@ -67,10 +67,38 @@ export function readable(seg) {
   });
 }
 
-/** A token's text as shown: a newline or tab marked, then kept as it is. */
-function shown(text) {
-  if (!text) return "\u00b7"; // part of a character the next token completes
-  return text.replaceAll("\n", "\u21b5\n").replaceAll("\t", "\u2192\t");
+/**
+ * A token's text into its span, as it is: each newline or tab in an <i> that the
+ * stylesheet marks (↵, →), so the page's text stays the decoded text (copy, find in
+ * page). An empty token (part of a character the next token completes) is marked by
+ * the stylesheet too (.te). Text nodes only: model text is never parsed as HTML.
+ */
+function fill(span, text) {
+  for (const part of (text || "").split(/([\n\t])/)) {
+    if (!part) continue;
+    if (part === "\n" || part === "\t") {
+      const mark = document.createElement("i");
+      mark.className = part === "\n" ? "nl" : "tb";
+      mark.textContent = part;
+      span.append(mark);
+    } else {
+      span.append(part);
+    }
+  }
+}
+
+const ROLES = new Set(["system", "user", "assistant", "tool", "ipython", "developer"]);
+
+/** A turn's block: its role as a heading, then its tokens (appended by the caller). */
+function turnBlock(role) {
+  const turn = document.createElement("div");
+  turn.className = ROLES.has(role) ? `turn role-${role}` : "turn";
+  turn.dataset.turn = role;
+  const head = document.createElement("b");
+  head.className = "turn-role";
+  head.textContent = role;
+  turn.append(head);
+  return turn;
 }
 
 /** The value a token is coloured by, signed so that the colour scale is symmetric. */
@@ -138,21 +166,20 @@ export class Heatmap {
       const turns = new Map((seg.turns || []).map(([i, role]) => [i, role]));
       const spans = new Array(tokens.length);
       const masked = seg.mask ? " tm" : "";
+      let into = frag; // tokens before the segment's first turn continue the last one
       for (let i = 0; i < tokens.length; i++) {
         if (turns.has(i)) {
-          const role = document.createElement("b");
-          role.className = "turn-role";
-          role.textContent = turns.get(i);
-          frag.append(role);
+          into = turnBlock(turns.get(i));
+          frag.append(into);
         }
         const span = document.createElement("span");
-        span.textContent = shown(texts[i]);
+        fill(span, texts[i]);
         span.className = binClass(valueOf(seg, i, by), this.scale) + masked;
         if (special.has(i)) span.classList.add("tsp");
         if (!texts[i]) span.classList.add("te");
         span.dataset.t = `${k}.${i}`;
         spans[i] = span;
-        frag.append(span);
+        into.append(span);
       }
       box.replaceChildren(frag);
       this.spans[k] = spans;

@@ -84,8 +84,19 @@ def hostile(owner):
     return run, other
 
 
+def _task_page(run) -> str:
+    """A task's history: its prompt (model and dataset text) is shown by turn."""
+    from urllib.parse import quote
+
+    from dashboard.models import Trajectory
+
+    t = Trajectory.objects.filter(run=run, step=4).order_by("group", "index").first()
+    return f"/runs/{run.pk}/tasks/{quote(t.task_id, safe='')}/"
+
+
 def pages(run, other):
     return [
+        _task_page(run),
         "/",
         "/runs/",
         f"/runs/{run.pk}/",

@@ -1,0 +1,122 @@
+"""The answer is on the page (issue 22.8): a trajectory shows the reference answer
+and what the environment parsed from the policy's final turn beside its reward, and
+a task's history shows the task's prompt, by turn, not only its id."""
+
+from __future__ import annotations
+
+from html import escape
+
+import pytest
+from django.urls import reverse
+
+from dashboard.ingest import writer
+from dashboard.models import GroupPrompt, Run
+
+pytestmark = pytest.mark.django_db
+
+SYSTEM = "You can call tools by writing <tool_call>{json}</tool_call>."
+QUESTION = "what is <b>7</b> + 5 ? café 中文 🙂"  # model and dataset text: untrusted
+PROMPT = (
+    f"<|im_start|>system\n{SYSTEM}<|im_end|>\n"
+    f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
+)
+ANSWER = "The sum is <i>12</i>, so \\boxed{12}"
+
+
+def traj(index=0, facts=None, task="calc-1", step=1):
+    return {
+        "type": "trajectory",
+        "step": step,
+        "group": 0,
+        "index": index,
+        "task_id": task,
+        "reward": 1.0,
+        "facts": facts if facts is not None else {},
+        "segments": [
+            {"turn": 0, "kind": "prompt", "text": PROMPT, "mask": "prompt", "n": 40},
+            {"turn": 0, "kind": "action", "text": f"{ANSWER} ({index})"},
+        ],
+    }
+
+
+@pytest.fixture
+def run(owner):
+    return Run.objects.create(owner=owner, name="r", config={}, external=True)
+
+
+def page(client, run, index=0):
+    r = client.get(f"/runs/{run.pk}/trajectories/1/0/{index}/")
+    assert r.status_code == 200
+    return r.content.decode()
+
+
+def answers_block(html):
+    return html.split("data-answers>")[1].split("</div>")[0]
+
+
+def test_the_reference_and_the_parsed_answer_sit_beside_the_reward(owner_client, run):
+    facts = {"answer": ANSWER, "reference": "12", "success": False}
+    writer.store(run.pk, [traj(facts=facts)])
+    block = answers_block(page(owner_client, run))
+    assert "reference answer <code data-reference>12</code>" in block
+    assert f"<code data-parsed>{escape(ANSWER)}</code>" in block  # escaped
+    assert "<i>12</i>" not in block
+    assert "read as 12" in block  # the number a numeric match reads from it
+    assert "does not match the reference" in block
+    assert "reward <strong>1</strong>" in block
+
+
+def test_an_episode_without_a_final_answer_says_so(owner_client, run):
+    writer.store(run.pk, [traj(facts={"answer": None, "reference": "12"})])
+    block = answers_block(page(owner_client, run))
+    assert "none: the episode ended without a final answer" in block
+    assert "read as" not in block
+
+
+def test_the_calc_environments_expected_and_given_answers_show(owner_client, run):
+    facts = {"answer": 11, "expected": 12, "success": False}
+    writer.store(run.pk, [traj(facts=facts), traj(1, facts={"success": True})])
+    block = answers_block(page(owner_client, run))
+    assert "<code data-reference>12</code>" in block
+    assert "<code data-parsed>11</code>" in block
+    # an environment with no reference: no answers line, nothing made up
+    assert "data-answers" not in page(owner_client, run, index=1)
+
+
+def test_the_task_page_shows_the_tasks_prompt_by_turn(owner_client, run):
+    # Two rollouts of a group: their prompt is stored once, as the group's.
+    writer.store(run.pk, [traj(0), traj(1)])
+    assert GroupPrompt.objects.filter(run=run).count() == 1
+    r = owner_client.get(reverse("pages:task_history", args=[run.pk, "calc-1"]))
+    html = r.content.decode()
+    section = html.split("data-task-prompt")[1].split("</section>")[0]
+    assert 'data-prompt-turn="system"' in section
+    assert 'data-prompt-turn="user"' in section
+    assert 'data-prompt-turn="assistant"' not in section  # the bare generation prompt
+    assert escape(SYSTEM) in section and escape(QUESTION) in section
+    assert "<b>7</b>" not in section
+    assert "&lt;|im_start|&gt;" not in section and "&lt;|im_end|&gt;" not in section
+
+
+def test_a_task_without_a_recorded_prompt_says_so(owner_client, run):
+    t = traj()
+    t["segments"] = t["segments"][1:]
+    writer.store(run.pk, [t])
+    r = owner_client.get(reverse("pages:task_history", args=[run.pk, "calc-1"]))
+    assert "No prompt was recorded" in r.content.decode()
+
+
+def test_prompts_of_the_common_templates_read_as_turns():
+    from dashboard.reads.history import PromptTurn, prompt_turns
+
+    llama3 = (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief."
+        "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    want = [PromptTurn("system", "Be brief."), PromptTurn("user", "2+2?")]
+    assert prompt_turns(llama3) == want
+    gemma = "<bos><start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n"
+    assert prompt_turns(gemma) == [PromptTurn("user", "2+2?")]
+    # the built-in word model: no template, one user turn
+    assert prompt_turns("<bos> what is 3 + 4") == [PromptTurn("user", "what is 3 + 4")]
