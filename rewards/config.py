@@ -224,6 +224,8 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "length_drift.min_truncated_rise": 0.1,
     "entropy_collapse.min_entropy": 0.1,
     "entropy_collapse.max_ratio": 0.25,
+    "no_signal.min_frac": 0.9,
+    "no_signal.steps": 20.0,
 }
 DETECTOR_NAMES: tuple[str, ...] = tuple(
     dict.fromkeys(k.split(".")[0] for k in DEFAULT_THRESHOLDS)

@@ -30,6 +30,11 @@ Thresholds (``<detector>.<name>``: default), all judged on the late half of the 
   ``.min_truncated_rise`` 0.1 (a truncated share that was already high and creeps up by
   a point, 98% -> 99%, is not drift).
 * ``entropy_collapse.min_entropy`` 0.1 nats/token, ``.max_ratio`` 0.25 (late / early).
+* ``no_signal.min_frac`` 0.9, ``.steps`` 20: the share of groups whose rollouts all got
+  the same reward (``frac_reward_zero_std``) at or above ``min_frac`` on each of the
+  last ``steps`` steps (at most the window). Not hacking but a run that cannot learn:
+  a group-relative advantage is zero for every rollout of such a group (GRPO, DAPO's
+  dynamic sampling motivation, arXiv 2503.14476), so the policy gets no gradient.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ _FROM_METRICS = {
     "truncated/frac": "truncated",
     "critical_steps/mean": "critical_steps",
     "parallelism/mean": "parallelism",
+    "frac_reward_zero_std": "zero_std",
 }
 _FROM_RESULTS = (
     "critical_steps", "parallelism", "subagents", "finish_rate", "subagent_yield",
@@ -311,3 +317,23 @@ def entropy_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding 
             "entropy": _tail(ent),
         },
     )
+
+
+@_register("no_signal", "warning")
+def no_signal(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
+    """Nearly every group's rewards are all equal, step after step: no advantage, so
+    nothing to learn from (a reward that cannot tell rollouts apart, a task too hard
+    or too easy for every sample)."""
+    frac = series(window, "zero_std")
+    n = min(int(cfg.threshold("no_signal.steps")), cfg.window)
+    limit = cfg.threshold("no_signal.min_frac")
+    last = frac[-n:]
+    if len(last) < max(n, cfg.min_steps) or min(last) < limit:
+        return None
+    mean = sum(last) / len(last)
+    return Finding(
+        f"no learning signal: {mean:.0%} of groups had identical rewards over the "
+        f"last {len(last)} steps (zero advantage: the policy learns nothing from them)",
+        {"frac_zero_std": mean, "threshold": limit, "steps": len(last),
+         "zero_std": _tail(frac)},
+    )  # fmt: skip

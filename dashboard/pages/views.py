@@ -207,6 +207,10 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "recording": retention.recording_line(run),
             "pruned": retention.pruned_line(run),
             "waiting": waiting(run),
+            # the run cannot learn: every group's rewards alike (issue 22, item 9)
+            "no_signal": next(
+                (a for a in alerts if a["detector"] == "no_signal"), None
+            ),
             "warm_line": warm_line(run),
         },
     )

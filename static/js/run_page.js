@@ -80,6 +80,11 @@ function addAlert(a) {
     list.append(item);
   }
   document.querySelector("[data-no-alerts]")?.setAttribute("hidden", "");
+  const noSignal = document.querySelector("[data-no-signal]");
+  if (noSignal && a.detector === "no_signal" && noSignal.hidden) {
+    noSignal.querySelector("[data-no-signal-text]").textContent = a.message || "";
+    noSignal.hidden = false;
+  }
   const stat = document.querySelector("[data-stat=alerts]");
   if (stat) stat.textContent = String(alertKeys.size);
   return true;
