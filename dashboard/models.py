@@ -120,6 +120,11 @@ class Run(models.Model):
     # What ``manage.py prune_runs`` removed: {"at", "older_than_days", "arrays",
     # "trajectories", "rows"}; empty: nothing was ever pruned.
     pruned = models.JSONField(default=dict, blank=True)
+    # A demo run (``bootstrap_demo``): the embedded executor runs a user's own runs
+    # first and pauses a demo in progress for them (``dashboard.runs.inprocess``).
+    demo = models.BooleanField(default=False)
+    # The last warm-start progress event: {"step", "of", "loss"}; empty: none yet.
+    warmup = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -229,7 +229,7 @@ def _train(args: argparse.Namespace, cfg: TrainConfig, parallel: Any) -> int:
 
 
 class _Printer:
-    """Forwards events and prints one line per step."""
+    """Forwards events and prints one line per step (and per warm-start report)."""
 
     KEYS = (
         "reward",
@@ -253,6 +253,12 @@ class _Printer:
             print(f"step {event['step']:5d}  " + "  ".join(parts), flush=True)
         elif event["type"] == "alert":
             print(f"  ALERT [{event['detector']}] {event['message']}", flush=True)
+        elif event["type"] == "warmstart":
+            print(
+                f"warm start: {event['done']} of {event['of']} steps  "
+                f"loss={event['loss']:.4g}",
+                flush=True,
+            )
 
     def close(self) -> None:
         self.inner.close()

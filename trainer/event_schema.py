@@ -187,6 +187,17 @@ class CheckpointEvent(_Event):
     attempt: Annotated[StrictInt, Field(ge=0, lt=2**31)] | None = None
 
 
+class WarmstartEvent(_Event):
+    """Progress of the warm start before step 1: ``done`` of ``of`` behaviour-cloning
+    steps, the last loss. Sent at least every few seconds while it lasts, so it is
+    also the run's heartbeat."""
+
+    type: Literal["warmstart"]
+    done: Annotated[StrictInt, Field(ge=0, lt=2**31)]
+    of: Annotated[StrictInt, Field(ge=0, lt=2**31)]
+    loss: OptNum = None
+
+
 class RunFinished(_Event):
     type: Literal["run_finished"]
     status: Literal["succeeded", "failed", "cancelled"]
@@ -202,6 +213,7 @@ Event = Annotated[
     | CriticalPathEvent
     | AlertEvent
     | CheckpointEvent
+    | WarmstartEvent
     | RunFinished,
     Field(discriminator="type"),
 ]
@@ -213,6 +225,7 @@ EVENT_TYPES = (
     "critical_path",
     "alert",
     "checkpoint",
+    "warmstart",
     "run_finished",
 )
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)

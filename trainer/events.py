@@ -54,6 +54,10 @@ Event shapes (``type`` is always present; every ``step`` is the 1-based training
   their groups). ``trajectories`` is optional (older events have none); the groups in
   ``evidence["group"]`` / ``evidence["groups"]`` are kept as well.
 * ``{"type": "checkpoint", "step": int, "path": str}``
+* ``{"type": "warmstart", "done": int, "of": int, "loss": float}``: the warm start
+  before step 1 (``trainer.warmstart``) has done ``done`` of its ``of`` steps; sent
+  after its first step, at least every 5 s, and after its last, so a dashboard can
+  show it and a long warm start is not mistaken for a dead run (a heartbeat).
 * ``{"type": "run_finished", "status": "succeeded"|"failed"|"cancelled", "step": int,
   "error": str|None}``
 

@@ -112,7 +112,7 @@ def train(
     )
     warm: dict[str, float] = {}
     if ckpt is None and init_checkpoint is None and config.model.warmstart_steps:
-        loss = _warm_start(policy, env, config, par, should_stop)
+        loss = _warm_start(policy, env, config, par, should_stop, sink)
         if loss is None:  # cancelled (or interrupted) during the warm start
             return _finished(sink, "cancelled", 0)
         warm["warmstart/loss"] = loss
@@ -152,14 +152,20 @@ def _warm_start(
     config: TrainConfig,
     par: Handle,
     should_stop: Callable[[], bool] | None,
+    sink: Sink,
 ) -> float | None:
     """The warm start's last loss (logged with step 1: charts start at step 1);
-    None when it was cancelled. Every rank stops at the same warm-start step."""
+    None when it was cancelled. Every rank stops at the same warm-start step; its
+    progress goes to the sink as ``warmstart`` events (rank 0's sink alone listens)."""
 
     def stop() -> bool:
         return par.broadcast(should_stop is not None and should_stop())
 
-    return warmstart(policy, env, config, stop)
+    def progress(done: int, loss: float) -> None:
+        of = config.model.warmstart_steps
+        sink.emit({"type": "warmstart", "done": done, "of": of, "loss": loss})
+
+    return warmstart(policy, env, config, stop, progress)
 
 
 def _run(

@@ -16,6 +16,7 @@ from dashboard.api.schemas import (
 )
 from dashboard.reads.runs import run_dict
 from dashboard.runs import services
+from dashboard.runs.waiting import waiting
 
 router = Router()
 
@@ -46,7 +47,8 @@ def launch_run(request: HttpRequest, payload: LaunchIn):
 
 @router.get("/runs/{run_id}", response=RunDetailOut, tags=["runs"])
 def get_run(request: HttpRequest, run_id: str):
-    return run_dict(services.get_run_for_user(request.user, run_id), detail=True)
+    run = services.get_run_for_user(request.user, run_id)
+    return {**run_dict(run, detail=True), "waiting": waiting(run)}
 
 
 @router.post(

@@ -35,10 +35,39 @@ class RunOut(Schema):
     started_at: datetime | None
     finished_at: datetime | None
     heartbeat_at: datetime | None
+    demo: bool = False
+    warmup: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The warm start's last progress before step 1: "
+        "{done, of, loss}; empty when none was reported.",
+    )
+
+
+class AheadOut(Schema):
+    id: UUID
+    name: str
+    status: str
+    demo: bool
+    last_step: int
+    steps: int | None
+    warmup: dict[str, Any]
+
+
+class WaitingOut(Schema):
+    position: int = Field(description="1: the next run to start.")
+    ahead: list[AheadOut] = Field(description="The nearest runs before it.")
+    queue: str
+    workers: int | None = Field(
+        description="Live workers serving the queue (null: the embedded executor)."
+    )
+    text: str
 
 
 class RunDetailOut(RunOut):
     config: dict[str, Any]
+    waiting: WaitingOut | None = Field(
+        None, description="A queued run's place in line and what it waits for."
+    )
 
 
 class RunList(Schema):

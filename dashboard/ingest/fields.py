@@ -83,6 +83,17 @@ def summarise(ev: dict[str, Any], parts: FrameParts) -> None:
         )
     elif kind == "checkpoint":
         parts.checkpoints.append({"step": step})
+    elif kind == "warmstart":
+        parts.warmup = warmup_of(ev)
+
+
+def warmup_of(ev: dict[str, Any]) -> dict[str, Any]:
+    """A ``warmstart`` event as ``Run.warmup`` keeps it: ``{"done", "of", "loss"}``."""
+    return {
+        "done": as_int(ev.get("done")),
+        "of": as_int(ev.get("of")),
+        "loss": jsonsafe.num(jsonsafe.to_float(ev.get("loss"))),
+    }
 
 
 def start_step_of(event: dict[str, Any]) -> int:

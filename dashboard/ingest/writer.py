@@ -39,6 +39,7 @@ from dashboard.models import (
     Judgement,
     MetricPoint,
     MetricRollup,
+    Run,
     Trajectory,
     metric_keys,
 )
@@ -95,6 +96,8 @@ def store(
             fields.summarise(ev, parts)
     rows += len(batch)
     write(run_id, batch, outcome)
+    if parts.warmup is not None:  # only the latest progress is kept
+        Run.objects.filter(pk=run_id).update(warmup=parts.warmup)
     return rows, parts
 
 

@@ -9,7 +9,10 @@ A frame says what was committed since the previous frame of the run::
      "judgements": [{"step", "group", "index", "judge", "ok", "score"}, ...],
      "alerts": [{"step", "detector", "severity", "message",
                  "trajectories": [{"group", "index", "task_id", "why"}]}, ...],
-     "checkpoints": [{"step"}], "truncated": false}
+     "checkpoints": [{"step"}], "warmup": {"done", "of", "loss"} | null,
+     "truncated": false}
+
+``warmup`` is the warm start's progress before step 1 (a ``warmstart`` event).
 
 Frames go to the channel group ``run-<id>``, which each web process joins once per
 run it has pages open on (``dashboard.consumers.RunHub``), then copies to its sockets.
@@ -46,6 +49,7 @@ class FrameParts:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     status: str | None = None
     last_step: int | None = None
+    warmup: dict[str, Any] | None = None
     truncated: bool = False
 
     def __bool__(self) -> bool:
@@ -56,6 +60,7 @@ class FrameParts:
             or self.alerts
             or self.checkpoints
             or self.status
+            or self.warmup
             or self.truncated
         )
 
@@ -73,6 +78,7 @@ class FrameParts:
                 del self.steps[step]
             self.truncated = True
         self.status = other.status or self.status
+        self.warmup = other.warmup or self.warmup
         if other.last_step is not None:
             self.last_step = other.last_step
         self.truncated = self.truncated or other.truncated
@@ -110,6 +116,7 @@ def encode(
             "judgements": parts.judgements,
             "alerts": parts.alerts,
             "checkpoints": parts.checkpoints,
+            "warmup": parts.warmup,
             "truncated": parts.truncated,
         },
         allow_nan=False,

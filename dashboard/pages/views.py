@@ -26,6 +26,7 @@ from dashboard.reads import metrics, whatif
 from dashboard.reads import runs as run_reads
 from dashboard.reads import trajectories as trajs
 from dashboard.runs import kept_model, services
+from dashboard.runs.waiting import waiting
 
 COMPARE_MIN, COMPARE_MAX = 2, 8
 PAGE_SIZE = 50
@@ -77,7 +78,7 @@ def _lora_text(lora: Any) -> str:
 @csp
 def home(request: HttpRequest) -> HttpResponse:
     runs = run_reads.filter_runs(services.visible_runs(request.user), {})
-    active = list(runs.filter(status__in=ACTIVE_STATUSES)[:20])
+    active = with_waiting(list(runs.filter(status__in=ACTIVE_STATUSES)[:20]))
     recent = list(runs.exclude(status__in=ACTIVE_STATUSES)[:10])
     shown = active + recent
     sparks = metrics.sparklines(shown)
@@ -118,7 +119,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
     except services.ServiceError as exc:
         return render(request, "400.html", {"errors": exc.errors}, status=400)
     page = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
-    rows = list(page.object_list)
+    rows = with_waiting(list(page.object_list))
     sparks = metrics.sparklines(rows)
     query = request.GET.copy()
     query.pop("page", None)
@@ -179,6 +180,10 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "duration_s": stats.duration_s,
         },
         "trajectory_steps": traj_steps[-5000:],
+        # a queued run's place in line, polled while it waits (issue 22, item 5)
+        "run_api": f"/api/runs/{run.pk}",
+        "warmup": run.warmup or {},
+        "warmstart_steps": warmstart_steps(run),
     }
     return render(
         request,
@@ -201,8 +206,44 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             # recording policy and retention (issue 15)
             "recording": retention.recording_line(run),
             "pruned": retention.pruned_line(run),
+            "waiting": waiting(run),
+            # the run cannot learn: every group's rewards alike (issue 22, item 9)
+            "no_signal": next(
+                (a for a in alerts if a["detector"] == "no_learning_signal"), None
+            ),
+            "warm_line": warm_line(run),
         },
     )
+
+
+def warmstart_steps(run: Any) -> int:
+    model = run.config.get("model") if isinstance(run.config, dict) else None
+    steps = model.get("warmstart_steps") if isinstance(model, dict) else None
+    return steps if isinstance(steps, int) and not run.external else 0
+
+
+def warm_line(run: Any) -> str:
+    """What a run busy before step 1 is doing (static/js/run_page.js says the same
+    as progress arrives)."""
+    if run.status != RunStatus.RUNNING or run.last_step:
+        return ""
+    warm = run.warmup or {}
+    if warm.get("of"):
+        return (
+            f"warm start: {warm.get('done', 0)} of {warm['of']} steps (teaching the "
+            "model the action format before RL; the charts start at step 1)"
+        )
+    if warmstart_steps(run):
+        return f"warm start: starting ({warmstart_steps(run)} steps before step 1)"
+    return ""
+
+
+def with_waiting(rows: list[Any]) -> list[Any]:
+    """The runs list's rows, each queued one with its place in line."""
+    for r in rows:
+        line = waiting(r)
+        r.waiting_text = line["text"] if line else ""
+    return rows
 
 
 @require_POST

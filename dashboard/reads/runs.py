@@ -179,6 +179,8 @@ def run_dict(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "started_at": run.started_at,
         "finished_at": run.finished_at,
         "heartbeat_at": run.heartbeat_at,
+        "demo": run.demo,
+        "warmup": run.warmup or {},
     }
     if detail:
         out["config"] = run.config

@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from dashboard.models import Checkpoint, JudgeEndpoint, RunStatus
+from dashboard.models import Checkpoint, JudgeEndpoint, Run, RunStatus
 from dashboard.runs import devices, lease, multiprocess, stopping
 from dashboard.runs.lease import Claim
 from dashboard.runs.sinks import RunSink
@@ -30,6 +30,20 @@ log = logging.getLogger(__name__)
 # Set when this process is shutting down (``manage.py serve`` after Ctrl-C): the run
 # in progress stops at its next step and is left to be resumed, not marked cancelled.
 _interrupted = threading.Event()
+
+
+# Set when a user's run is submitted while a demo run executes here (the embedded
+# executor): the demo stops at its next step and goes back to the queue.
+_pause = threading.Event()
+
+
+def pause_demo() -> None:
+    """Ask the demo run this process executes to yield (``dashboard.runs.inprocess``)."""
+    _pause.set()
+
+
+def clear_pause() -> None:
+    _pause.clear()
 
 
 def interrupt() -> None:
@@ -167,6 +181,7 @@ def run_claimed(claim: Claim) -> str:
         heartbeat_s=settings.RUN_HEARTBEAT_SECONDS,
     )
     status, message, detail = RunStatus.FAILED, "", ""
+    demo = Run.objects.filter(pk=claim.run_id, demo=True).exists()
     try:
         config = TrainConfig.model_validate(claim.config)
         prune_unrecorded_checkpoints(claim.run_id, root)
@@ -179,6 +194,7 @@ def run_claimed(claim: Claim) -> str:
                     watch.requested.is_set()
                     or sink.lost
                     or _interrupted.is_set()
+                    or (demo and _pause.is_set())
                     or lease.should_stop(claim)
                 ),
                 checkpoint_dir=str(root),
@@ -205,6 +221,10 @@ def run_claimed(claim: Claim) -> str:
             claim.run_id, claim.attempt, "interrupted", "the server stopped"
         )
         return "interrupted"  # still "running": the next start requeues it
+    paused = demo and _pause.is_set() and status == RunStatus.CANCELLED
+    if paused and not lease.should_stop(claim):  # not a cancel of its own
+        lease.pause(claim, sink.last_step)
+        return "paused"
     lease.finish(
         claim, status, message=message, detail=detail, last_step=sink.last_step
     )

@@ -1,8 +1,12 @@
-"""The embedded executor: runs execute in a one-thread pool inside the web process.
+"""The embedded executor: runs execute one at a time in a thread of the web process.
 
 Used when there is no ``REDIS_URL`` (hence no Celery). It calls the same
-``dashboard.runs.execution.execute`` code path as a Celery worker; runs execute one at a
-time, in submission order. After a restart, :func:`recover` requeues what the
+``dashboard.runs.execution.execute`` code path as a Celery worker. Runs execute one
+at a time: a user's own runs before demo runs, each kind in submission order
+(``dashboard.runs.waiting.line_order``); a demo run in progress when a user's run is
+submitted pauses at its next step (``execution.pause_demo``: back to ``queued``,
+resumed from its last checkpoint afterwards), so a newcomer's first run never waits
+behind the half-hour demo. After a restart, :func:`recover` requeues what the
 previous process left running (the same rule as the reaper, with no grace period
 since nothing can still be alive) and resubmits queued runs; it also starts the
 housekeeping thread that marks silent external runs as lost (what ``reap_runs``
@@ -14,22 +18,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from django.db import close_old_connections, connection
 
 log = logging.getLogger(__name__)
 
-_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-
-
-def _get_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-executor")
-        return _pool
+_lock = threading.Condition()
+_pending: dict[str, list[Future]] = {}  # submitted, not started: their callers
+_current: dict[str, object] = {}  # the run executing now: {"id", "demo"}
+_worker: threading.Thread | None = None
+_stopping = False
 
 
 def _execute(run_id: str) -> str:
@@ -45,21 +44,100 @@ def _execute(run_id: str) -> str:
         connection.close()
 
 
+def _next() -> tuple[str, bool] | None:
+    """The submitted run to start now (``line_order``) and whether it is a demo."""
+    from dashboard.models import Run
+    from dashboard.runs.waiting import line_order
+
+    with _lock:
+        ids = list(_pending)
+    if not ids:
+        return None
+    close_old_connections()
+    try:
+        row = (
+            Run.objects.filter(pk__in=ids)
+            .order_by(*line_order())
+            .values_list("id", "demo")
+            .first()
+        )
+    finally:
+        connection.close()
+    if row is None:  # deleted runs: nothing to do for them
+        return ids[0], False
+    return str(row[0]), bool(row[1])
+
+
+def _loop() -> None:
+    from dashboard.runs import execution
+
+    while True:
+        with _lock:
+            while not _pending and not _stopping:
+                _lock.wait()
+            if _stopping:
+                return
+        picked = _next()
+        if picked is None:
+            continue
+        run_id, demo = picked
+        with _lock:
+            futures = _pending.pop(run_id, [])
+            _current.update(id=run_id, demo=demo)
+            # A user's run submitted before this one started: nothing to pause for.
+            execution.clear_pause()
+        try:
+            result = _execute(run_id)
+        except BaseException as exc:  # noqa: BLE001 - handed to the callers
+            for f in futures:
+                f.set_exception(exc)
+        else:
+            for f in futures:
+                f.set_result(result)
+        finally:
+            with _lock:
+                _current.clear()
+
+
+def _start_worker() -> None:
+    global _worker
+    if _worker is None or not _worker.is_alive():
+        _worker = threading.Thread(target=_loop, name="run-executor", daemon=True)
+        _worker.start()
+
+
 def stop() -> None:
     """This process is exiting: runs not started stay queued (the next process's
     :func:`recover` submits them) and the one in progress stops at its next step."""
+    global _stopping
     from dashboard.runs import execution
 
     execution.interrupt()
     with _lock:
-        if _pool is not None:
-            _pool.shutdown(wait=False, cancel_futures=True)
+        _stopping = True
+        for futures in _pending.values():
+            for f in futures:
+                f.cancel()
+        _pending.clear()
+        _lock.notify_all()
 
 
 def submit(run_id: str, queue: str = "") -> Future:
-    """``RUN_SUBMIT`` in the embedded mode: one run at a time, in order (``queue`` is
-    the Celery queue a worker would take it from; one pool serves both here)."""
-    return _get_pool().submit(_execute, run_id)
+    """``RUN_SUBMIT`` in the embedded mode (``queue`` is the Celery queue a worker
+    would take it from; one executor serves all here). A user's run pauses the demo
+    in progress."""
+    from dashboard.models import Run
+    from dashboard.runs import execution
+
+    future: Future = Future()
+    with _lock:
+        _pending.setdefault(str(run_id), []).append(future)
+        demo_running = bool(_current.get("demo")) and _current.get("id") != run_id
+        _start_worker()
+        _lock.notify_all()
+    if demo_running and Run.objects.filter(pk=run_id, demo=False).exists():
+        execution.pause_demo()
+    return future
 
 
 def recover() -> list[str]:

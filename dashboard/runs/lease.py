@@ -33,6 +33,7 @@ from dashboard.live import frames
 from dashboard.models import Run, RunAttempt, RunStatus
 
 log = logging.getLogger(__name__)
+PAUSED = "paused"  # an attempt's outcome: a demo run yielded (:func:`pause`)
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,29 @@ def requeue(claim: Claim, note: str, detail: str = "") -> bool:
     return True
 
 
+def pause(claim: Claim, last_step: int) -> bool:
+    """A demo run yields to a user's run (the embedded executor): this attempt ends
+    ``paused``, the run is queued again and resumes from its last checkpoint when
+    its turn comes. A pause is not a failure: it does not count toward
+    ``RUN_MAX_ATTEMPTS``. False when the lease was not ours."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = held_by(claim).select_for_update().first()
+        if run is None:
+            return False
+        note = (
+            f"paused at step {last_step} for a user's run; resumes from its "
+            "last checkpoint after it"
+        )
+        end_attempt(run.id, run.attempt, PAUSED, note, now=now)
+        run.status, run.lease, run.enqueued_at = RunStatus.QUEUED, None, now
+        run.error, run.last_step = note, last_step
+        run.save(update_fields=["status", "lease", "enqueued_at", "error", "last_step"])
+        enqueue_on_commit(run)
+        frames.send_on_commit(run.id)
+    return True
+
+
 def _take_back(
     run: Run, note: str, now: datetime, last_status: str, *, enqueue: bool
 ) -> bool:
@@ -241,7 +265,7 @@ def _take_back(
     if run.cancel_requested:
         run.status, run.finished_at = RunStatus.CANCELLED, now
         run.error = ""
-    elif run.attempt >= settings.RUN_MAX_ATTEMPTS:
+    elif _counted_attempts(run) >= settings.RUN_MAX_ATTEMPTS:
         run.status, run.finished_at = last_status, now
         run.error = f"{note} (attempt {run.attempt} of {run.attempt})"
     else:
@@ -254,6 +278,11 @@ def _take_back(
     frames.send_on_commit(run.id)
     log.warning("run %s: attempt %s: %s -> %s", run.id, run.attempt, note, run.status)
     return requeued
+
+
+def _counted_attempts(run: Run) -> int:
+    """Attempts that count toward RUN_MAX_ATTEMPTS: a demo's pauses do not."""
+    return run.attempt - RunAttempt.objects.filter(run=run, outcome=PAUSED).count()
 
 
 def _resend_unclaimed(now: datetime) -> list[uuid.UUID]:

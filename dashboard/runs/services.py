@@ -248,9 +248,15 @@ def merge_overrides(
 
 # --- actions -------------------------------------------------------------------------
 def do_launch_run(
-    user: Any, config: Any, *, name: str | None = None, parent: Run | None = None
+    user: Any,
+    config: Any,
+    *,
+    name: str | None = None,
+    parent: Run | None = None,
+    demo: bool = False,
 ) -> Run:
-    """Validate, create a queued run, enqueue it after the commit."""
+    """Validate, create a queued run, enqueue it after the commit. ``demo``: a demo
+    run, which yields to users' runs on the embedded executor."""
     cfg = check_config(config, user)
     name = check_name(name) or cfg.name
     with transaction.atomic():
@@ -262,6 +268,7 @@ def do_launch_run(
             parent=parent,
             queue=devices.queue_for(cfg),
             enqueued_at=timezone.now(),
+            demo=demo,
         )
         lease.enqueue_on_commit(run)
     return run

@@ -80,6 +80,11 @@ function addAlert(a) {
     list.append(item);
   }
   document.querySelector("[data-no-alerts]")?.setAttribute("hidden", "");
+  const noSignal = document.querySelector("[data-no-signal]");
+  if (noSignal && a.detector === "no_learning_signal" && noSignal.hidden) {
+    noSignal.querySelector("[data-no-signal-text]").textContent = a.message || "";
+    noSignal.hidden = false;
+  }
   const stat = document.querySelector("[data-stat=alerts]");
   if (stat) stat.textContent = String(alertKeys.size);
   return true;
@@ -188,6 +193,46 @@ function setLive(state) {
   document.body.dataset.live = state;
 }
 
+// --- before step 1: the queue, then the warm start ---------------------------------------
+// A queued run says where it stands in line (polled from the run's API while it
+// waits: the runs ahead do not stream to this page); a running one before step 1
+// says how far its warm start is (the `warmup` of its frames).
+const stateBox = document.querySelector("[data-run-state]");
+function showState(label, text) {
+  if (!stateBox) return;
+  stateBox.hidden = !text;
+  stateBox.querySelector("[data-run-state-label]").textContent = label;
+  stateBox.querySelector("[data-run-state-text]").textContent = text || "";
+  if (label !== "Queued:") stateBox.querySelector("[data-run-ahead]")?.remove();
+}
+
+function warmText(warm) {
+  if (warm && warm.of) {
+    return `warm start: ${warm.done} of ${warm.of} steps (teaching the model the action format before RL; the charts start at step 1)`;
+  }
+  return data.warmstart_steps ? `warm start: starting (${data.warmstart_steps} steps before step 1)` : "";
+}
+
+function updateState(status, lastStep, warm) {
+  if (warm) data.warmup = warm;
+  if (typeof lastStep === "number") data.last_step = lastStep;
+  if (status === "queued") return; // the poll below says where it stands
+  if (status === "running" && !data.last_step) showState("Before step 1:", warmText(data.warmup));
+  else showState("", "");
+}
+
+async function pollWaiting() {
+  if (data.status !== "queued") return;
+  try {
+    const run = await getJSON(data.run_api);
+    if (run.status === "queued" && run.waiting) showState("Queued:", run.waiting.text);
+    else setStatus(run.status, run.last_step);
+    updateState(run.status, run.last_step, run.warmup);
+  } catch { /* the next poll tries again */ }
+  if (data.status === "queued") setTimeout(pollWaiting, 3000);
+}
+setTimeout(pollWaiting, 3000);
+
 // --- histogram ---------------------------------------------------------------------------
 async function showHistogram(step) {
   if (step === null || step === undefined) return;
@@ -228,7 +273,10 @@ pick?.addEventListener("change", async () => {
 // --- frames ------------------------------------------------------------------------------
 let histTimer = null;
 function onFrame(frame) {
+  const wasQueued = data.status === "queued";
   setStatus(frame.status, frame.last_step);
+  updateState(frame.status, frame.last_step, frame.warmup);
+  if (!wasQueued && data.status === "queued") setTimeout(pollWaiting, 1000); // paused
   for (const s of frame.steps || []) {
     for (const c of charts) c.add(s.step, s.metrics);
     updateStrip(s.step, num(s.metrics.reward));

@@ -501,7 +501,9 @@ def test_a_second_finish_cannot_change_a_finished_runs_status(api):
     assert run.status == "succeeded" and not run.error
 
 
-def test_an_external_run_with_no_learning_signal_gets_the_warning(api, published):
+def test_an_external_run_with_no_learning_signal_gets_the_warning(
+    api, published, owner_client
+):
     # TRL's frac_reward_zero_std, all groups equal for 10 steps (issue 22.9)
     run_id = new_run(api)
     events = []
@@ -519,3 +521,7 @@ def test_an_external_run_with_no_learning_signal_gets_the_warning(api, published
     assert alert.detector == "no_learning_signal" and alert.severity == "warning"
     assert "identical rewards" in alert.message
     assert [(t["group"], t["index"]) for t in alert.trajectories] == [(0, 0), (0, 1)]
+    # and the run page says it above the charts, with what to check
+    html = owner_client.get(f"/runs/{run_id}/").content.decode()
+    banner = html.split("data-no-signal", 1)[1].split("</div>", 1)[0]
+    assert not banner.startswith(" hidden") and "identical rewards" in banner

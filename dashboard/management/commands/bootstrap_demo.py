@@ -4,8 +4,10 @@ Creates the ``demo`` user (password generated once, kept in ``var/demo_password`
 printed every time) and launches the demo runs that user has not run yet (by name):
 the calc learning demo (done in a few minutes), then a long swarm demo, so that a
 newcomer who logs in later still finds a run training live. Runs execute one at a
-time in the embedded mode: the swarm demo starts when the calc demo ends. Refuses to
-run outside the embedded mode unless ``--force``.
+time in the embedded mode: the swarm demo starts when the calc demo ends. Both are
+marked ``demo``: a run the user launches goes before them, and a demo in progress
+pauses for it (``dashboard.runs.inprocess``). Refuses to run outside the embedded
+mode unless ``--force``.
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ class Command(BaseCommand):
                 .order_by("created_at")
                 .first()
             )
-            runs.append(run or services.launch_run(user, config))
+            runs.append(run or services.launch_run(user, config, demo=True))
         self.stdout.write(f"demo login: username={username} password={password}")
         for run in runs:
             self.stdout.write(

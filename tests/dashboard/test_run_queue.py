@@ -1,0 +1,126 @@
+"""A queued run says why it waits (issue 22, item 5): its place in line and what it
+waits for, in the API and on the run page; on the embedded executor a demo run
+yields to a user's own run."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import pytest
+from dashtest import client_for, wait_for
+from django.utils import timezone
+
+from dashboard.models import Run, RunAttempt, RunStatus, Worker
+from dashboard.runs import inprocess, services
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FUTURES: dict[str, Future] = {}
+
+
+def recording_submit(run_id: str, queue: str = "") -> Future:
+    """``RUN_SUBMIT``: the embedded executor's, keeping each run's future."""
+    FUTURES[run_id] = inprocess.submit(run_id, queue)
+    return FUTURES[run_id]
+
+
+def _swarm_demo(owner, tiny_config, **fields) -> Run:
+    run = Run.objects.create(
+        owner=owner,
+        name="swarm demo",
+        config={**tiny_config, "steps": 1500},
+        demo=True,
+        **fields,
+    )
+    return run
+
+
+def test_a_queued_run_names_its_place_and_the_run_it_waits_behind(
+    owner, tiny_config, enqueued, settings
+):
+    settings.RUN_EXECUTOR = "inprocess"
+    _swarm_demo(
+        owner,
+        tiny_config,
+        status=RunStatus.RUNNING,
+        last_step=412,
+        started_at=timezone.now(),
+    )
+    mine = services.launch_run(owner, {**tiny_config, "name": "my first run"})
+    later = services.launch_run(owner, {**tiny_config, "name": "my second run"})
+    client = client_for(owner)
+
+    body = client.get(f"/api/runs/{mine.pk}").json()
+    assert body["waiting"]["position"] == 2
+    assert body["waiting"]["workers"] is None
+    assert body["waiting"]["text"].startswith(
+        "2nd in line, behind 'swarm demo' (step 412 of 1500), a demo that pauses"
+    )
+    assert [a["name"] for a in body["waiting"]["ahead"]] == ["swarm demo"]
+    second = client.get(f"/api/runs/{later.pk}").json()["waiting"]
+    assert second["position"] == 3
+    page = client.get(f"/runs/{mine.pk}/").content.decode()
+    assert "2nd in line, behind &#x27;swarm demo&#x27; (step 412 of 1500)" in page
+    listing = client.get("/runs/").content.decode()
+    assert listing.count("in line, behind") == 2
+    # A running run has no place in line.
+    assert client.get(f"/api/runs/{mine.pk}").json()["demo"] is False
+    Run.objects.filter(pk=mine.pk).update(status=RunStatus.RUNNING)
+    assert client.get(f"/api/runs/{mine.pk}").json()["waiting"] is None
+
+
+def test_a_users_run_goes_before_queued_demo_runs(
+    owner, tiny_config, enqueued, settings
+):
+    settings.RUN_EXECUTOR = "inprocess"
+    demo = _swarm_demo(owner, tiny_config)  # queued, submitted first
+    mine = services.launch_run(owner, tiny_config)
+    client = client_for(owner)
+    assert client.get(f"/api/runs/{mine.pk}").json()["waiting"]["position"] == 1
+    text = client.get(f"/api/runs/{demo.pk}").json()["waiting"]["text"]
+    assert text.startswith("2nd in line, behind 'tiny' (queued)")
+
+
+def test_in_production_it_waits_for_a_worker_serving_its_queue(
+    owner, tiny_config, enqueued, settings
+):
+    settings.RUN_EXECUTOR = "celery"
+    mine = services.launch_run(owner, {**tiny_config, "model": {"device": "cpu"}})
+    client = client_for(owner)
+    waiting = client.get(f"/api/runs/{mine.pk}").json()["waiting"]
+    assert waiting["workers"] == 0
+    assert waiting["text"].startswith(
+        "waiting for a worker serving queue cpu: none is running"
+    )
+    Worker.objects.create(name="w1", queues=["cpu"], devices=2, seen_at=timezone.now())
+    waiting = client.get(f"/api/runs/{mine.pk}").json()["waiting"]
+    assert waiting["workers"] == 1
+    assert waiting["text"] == "next in line; waiting for a worker serving queue cpu"
+
+
+def test_the_demo_pauses_for_a_users_run_and_resumes_after_it(
+    owner, tiny_config, fake_runner, published, settings, monkeypatch
+):
+    settings.RUN_EXECUTOR = "inprocess"
+    settings.RUN_SUBMIT = "test_run_queue.recording_submit"
+    monkeypatch.setenv("FAKE_RUNNER_STEP_S", "0.05")
+    demo_cfg = {**tiny_config, "name": "demo", "steps": 60, "checkpoint": {"every": 5}}
+    demo = services.launch_run(owner, demo_cfg, demo=True)
+    wait_for(
+        lambda: Run.objects.get(pk=demo.pk).last_step >= 6, 120, message="demo steps"
+    )
+    mine = services.launch_run(owner, tiny_config)
+    # Without the pause the user's run would wait for all 60 demo steps to finish.
+    assert FUTURES[str(mine.pk)].result(timeout=300) == RunStatus.SUCCEEDED
+    demo.refresh_from_db()
+    assert demo.status in (RunStatus.QUEUED, RunStatus.RUNNING)
+    assert demo.last_step < 60
+    paused = RunAttempt.objects.get(run=demo, number=1)
+    assert paused.outcome == "paused" and "for a user's run" in paused.message
+    wait_for(
+        lambda: Run.objects.get(pk=demo.pk).status == RunStatus.SUCCEEDED,
+        300,
+        message="the demo to resume and finish",
+    )
+    demo.refresh_from_db()
+    assert demo.last_step == 60 and demo.attempt == 2

@@ -1,0 +1,92 @@
+"""Warm-start progress on the platform (issue 22, item 6): ``warmstart`` events are
+taken by the events API and our worker's sink, keep an external run from ``lost``
+(they are its heartbeat), and show on the run page and in its frames."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from dashtest import client_for
+from django.conf import settings
+from django.utils import timezone
+from test_external_runs import TokenClient, new_run
+
+from dashboard.ingest import writer
+from dashboard.models import Run, RunStatus
+from dashboard.runs import external
+from dashboard.site import tokens
+
+pytestmark = pytest.mark.django_db
+
+
+def warm(done: int, of: int = 500, loss: float = 1.5) -> dict:
+    return {"type": "warmstart", "done": done, "of": of, "loss": loss}
+
+
+@pytest.fixture
+def api(owner):
+    return TokenClient(tokens.do_create_token(owner, "test")[1])
+
+
+def test_the_event_schema_serves_the_warmstart_event(client):
+    schema = client.get("/api/events/schema.json").json()
+    assert "warmstart" in json.dumps(schema)
+
+
+def test_warm_start_progress_keeps_an_external_run_from_lost(api, owner):
+    run_id = new_run(api)
+    timeout = settings.EXTERNAL_RUN_TIMEOUT
+    # Silent for nearly the timeout while it warm-starts...
+    long_ago = timezone.now() - timedelta(seconds=timeout - 5)
+    Run.objects.filter(pk=run_id).update(heartbeat_at=long_ago)
+    r = api.post_events(run_id, [warm(120)])
+    assert r.status_code == 200, r.content
+    # ...but its progress is a heartbeat: 10 s later it is not lost.
+    assert external.mark_lost(now=timezone.now() + timedelta(seconds=10)) == []
+    run = Run.objects.get(pk=run_id)
+    assert run.status == RunStatus.RUNNING
+    assert run.warmup == {"done": 120, "of": 500, "loss": 1.5}
+    page = client_for(owner).get(f"/runs/{run_id}/").content.decode()
+    assert "warm start: 120 of 500 steps" in page
+    assert client_for(owner).get(f"/api/runs/{run_id}").json()["warmup"]["done"] == 120
+
+
+def test_a_lost_run_warm_starting_comes_back(api):
+    run_id = new_run(api)
+    Run.objects.filter(pk=run_id).update(status=RunStatus.LOST)
+    assert api.post_events(run_id, [warm(3)]).status_code == 200
+    assert Run.objects.get(pk=run_id).status == RunStatus.RUNNING
+
+
+def test_a_bad_warmstart_event_is_a_400_naming_the_field(api):
+    run_id = new_run(api)
+    r = api.post_events(run_id, [{"type": "warmstart", "done": "x", "of": 5}])
+    assert r.status_code == 400 and "done" in r.content.decode()
+
+
+def test_the_worker_sink_path_stores_and_frames_the_latest_progress(owner, tiny_config):
+    run = Run.objects.create(
+        owner=owner, name="r", config={**tiny_config, "model": {"warmstart_steps": 9}}
+    )
+    _, parts = writer.store(run.pk, [warm(3, 9), warm(6, 9, 0.75)])
+    assert parts.warmup == {"done": 6, "of": 9, "loss": 0.75}
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    run.refresh_from_db()
+    assert run.warmup == {"done": 6, "of": 9, "loss": 0.75}
+    page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert "warm start: 6 of 9 steps" in page and "data-run-state" in page
+
+
+def test_a_running_run_before_its_first_report_says_the_warm_start_begins(
+    owner, tiny_config
+):
+    run = Run.objects.create(
+        owner=owner,
+        name="r",
+        config={**tiny_config, "model": {"warmstart_steps": 300}},
+        status=RunStatus.RUNNING,
+    )
+    page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert "warm start: starting (300 steps before step 1)" in page
