@@ -1,0 +1,70 @@
+"""No learning signal on the server (issue 22, item 9): an external run whose groups
+all had identical rewards raises ``no_learning_signal`` as its steps arrive, and its page
+warns; a healthy one does not."""
+
+from __future__ import annotations
+
+import pytest
+from dashtest import client_for
+from test_external_runs import TokenClient, new_run
+
+from dashboard.models import Alert, Run, RunStatus
+from dashboard.runs import services
+from dashboard.site import tokens
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def api(owner):
+    return TokenClient(tokens.do_create_token(owner, "test")[1])
+
+
+def steps(fracs: list[float]) -> list[dict]:
+    return [
+        {
+            "type": "step",
+            "step": i,
+            "metrics": {"reward": 0.25, "frac_reward_zero_std": frac},
+        }
+        for i, frac in enumerate(fracs, start=1)
+    ]
+
+
+def test_an_external_run_with_identical_rewards_in_every_group_is_warned(api, owner):
+    run_id = new_run(api)
+    assert api.post_events(run_id, steps([1.0] * 15)).status_code == 200
+    assert api.post_events(run_id, steps([1.0] * 30)[15:]).status_code == 200
+    alerts = list(Alert.objects.filter(run_id=run_id, detector="no_learning_signal"))
+    # at 8 steps of no signal, and again a window (20 steps) later while it lasts
+    assert [a.step for a in alerts] == [8, 28]
+    assert (
+        api.post_events(
+            run_id, [{"type": "run_finished", "status": "succeeded"}]
+        ).json()["accepted"]
+        == 1
+    )
+    assert Run.objects.get(pk=run_id).status == RunStatus.SUCCEEDED
+    page = client_for(owner).get(f"/runs/{run_id}/").content.decode()
+    warning = page.split("data-no-signal>", 1)[1].split("</div>", 1)[0]
+    assert "No learning signal:" in warning
+    assert "100% of groups had identical rewards over the last 8 steps" in warning
+    assert "the run succeeded without learning from it" in warning
+
+
+def test_a_healthy_external_run_is_not_warned(api, owner):
+    run_id = new_run(api)
+    # a fresh policy failing everything for a few steps, then groups that disagree
+    fracs = [1.0] * 4 + [0.875, 1.0, 0.75, 0.875, 0.625] * 10
+    assert api.post_events(run_id, steps(fracs)).status_code == 200
+    assert not Alert.objects.filter(
+        run_id=run_id, detector="no_learning_signal"
+    ).exists()
+    page = client_for(owner).get(f"/runs/{run_id}/").content.decode()
+    assert "data-no-signal hidden" in page
+
+
+def test_the_warning_is_hidden_on_a_run_without_the_alert(owner, tiny_config, enqueued):
+    run = services.launch_run(owner, tiny_config)
+    page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert "data-no-signal hidden" in page

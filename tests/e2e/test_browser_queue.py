@@ -1,0 +1,122 @@
+"""A newcomer's run before step 1 (issue 22, items 5 and 6): a queued run's page
+says where it stands in line and behind what, updated while it waits; a running
+run's page shows its warm start as the real trainer reports it."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SEED = """
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from dashboard.models import Run, RunStatus
+alice = get_user_model().objects.get(username="alice")
+demo = Run.objects.create(
+    owner=alice, name="demo: swarm, live for a while", demo=True,
+    config={"steps": 1500, "env": {"name": "swarm"}}, status=RunStatus.RUNNING,
+    last_step=412, started_at=timezone.now(), heartbeat_at=timezone.now(),
+)
+mine = Run.objects.create(
+    owner=alice, name="my <b>first</b> run", config={"steps": 200,
+    "model": {"warmstart_steps": 300}, "env": {"name": "calc"}},
+)
+print(json.dumps([str(demo.pk), str(mine.pk)]))
+"""
+
+
+def _state(page) -> str:
+    return page.evaluate(
+        "() => { const b = document.querySelector('[data-run-state]');"
+        " return b && !b.hidden ? b.textContent : ''; }"
+    )
+
+
+def test_a_queued_run_says_where_it_stands_then_shows_its_warm_start(
+    live, page, shots, ui
+):
+    demo_id, run_id = live.script(SEED)
+    ui.login(page, live.url)
+    page.goto(f"{live.url}/runs/{run_id}/")
+    text = _state(page)
+    assert "Queued: 2nd in line, behind 'demo: swarm, live for a while'" in text
+    assert "(step 412 of 1500), a demo that pauses for your run" in text
+    # The name is the user's text: shown as typed, never as markup.
+    assert page.locator("h1 b").count() == 0 and "<b>" in page.inner_text("h1")
+    ui.shot(page, shots, "queue_queued_run")
+    # The run ahead moves on: the page follows without a reload.
+    live.script(
+        "from dashboard.models import Run\n"
+        f"Run.objects.filter(pk={demo_id!r}).update(last_step=430)\n"
+        "print(1)"
+    )
+    ui.until(
+        page,
+        "document.querySelector('[data-run-state]').textContent"
+        ".includes('step 430 of 1500')",
+    )
+    # It starts: the warm start's progress replaces the place in line.
+    live.script(
+        "from dashboard.models import Run, RunStatus\n"
+        f"Run.objects.filter(pk={demo_id!r}).update(status=RunStatus.CANCELLED)\n"
+        f"Run.objects.filter(pk={run_id!r}).update(status=RunStatus.RUNNING,"
+        " warmup={'done': 120, 'of': 300, 'loss': 1.2})\n"
+        "print(1)"
+    )
+    ui.until(
+        page,
+        "document.querySelector('[data-run-state]').textContent"
+        ".includes('warm start: 120 of 300 steps')",
+    )
+    assert "Before step 1:" in _state(page)
+    ui.shot(page, shots, "queue_warm_start_seeded")
+    runs = page.goto(f"{live.url}/runs/")
+    assert runs.ok
+    assert page.locator(f"[data-run-row='{run_id}'] [data-warmup]").inner_text() == (
+        "warm start 120/300"
+    )
+
+
+def test_the_real_trainers_warm_start_streams_to_the_page(live, page, shots, ui):
+    token = live.script(
+        "from django.contrib.auth import get_user_model\n"
+        "from dashboard.site import tokens\n"
+        "alice = get_user_model().objects.get(username='alice')\n"
+        "print(json.dumps(tokens.do_create_token(alice, 'e2e-queue')[1]))"
+    )
+    config = {
+        "name": "warm start live",
+        "steps": 2,
+        "env": {"name": "calc"},
+        "model": {"size": "tiny", "device": "cpu", "warmstart_steps": 400,
+                  "warmstart_batch": 2},
+        "rollout": {"tasks_per_step": 2, "group_size": 2, "max_turns": 2},
+    }  # fmt: skip
+    req = urllib.request.Request(
+        f"{live.url}/api/runs",
+        json.dumps({"config": config}).encode(),
+        {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    run_id = json.loads(urllib.request.urlopen(req, timeout=60).read())["id"]
+    ui.login(page, live.url)
+    page.goto(f"{live.url}/runs/{run_id}/")
+    first = ui.until(
+        page,
+        "(document.querySelector('[data-run-state-text]').textContent"
+        ".match(/warm start: (\\d+) of 400 steps/) || [])[1]",
+        timeout=300,
+    )
+    ui.until(
+        page,
+        "Number((document.querySelector('[data-run-state-text]').textContent"
+        f".match(/warm start: (\\d+) of 400/) || [0, 0])[1]) > {int(first)}",
+        timeout=300,
+    )
+    assert re.search(r"warm start: \d+ of 400 steps", _state(page))
+    ui.shot(page, shots, "queue_warm_start_live")
+    assert not page.guard.dialogs
