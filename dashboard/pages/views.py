@@ -27,6 +27,7 @@ from dashboard.reads import runs as run_reads
 from dashboard.reads import trajectories as trajs
 from dashboard.runs import kept_model, services
 from dashboard.runs.waiting import waiting
+from trainer.metric_help import is_summary
 
 COMPARE_MIN, COMPARE_MAX = 2, 8
 PAGE_SIZE = 50
@@ -195,6 +196,9 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "alerts": alerts,
             "page_data": page_data,
             "metric_keys": keys,
+            "summary": charts.summary_rows(
+                metrics.latest_values(run, [k for k in keys if is_summary(k)])
+            ),
             "export_parts": EXPORT_LABELS,
             "attempts": list(run.attempts.all()),
             "clones": list(services.visible_runs(request.user).filter(parent=run)[:20]),
