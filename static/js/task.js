@@ -13,6 +13,10 @@ for (const spec of data.charts) {
     keys: spec.keys,
     labels: spec.labels,
     band: false,
+    name: `${section.querySelector("h3 span")?.textContent || "The task"}: ${section.querySelector("[data-chart-help]")?.textContent || ""}`,
+    xTitle: "training step",
+    yTitle: spec.y_title || "reward / advantage",
+    readout: section.querySelector("[data-readout]"),
     onPick: data.steps_url ? (step) => { window.location.href = `${data.steps_url}?step=${Math.round(step)}`; } : undefined,
     onData: (n) => { section.dataset.points = String(n); },
   });
