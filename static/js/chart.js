@@ -190,6 +190,7 @@ export class MetricChart {
     }
     this.plot?.destroy();
     this.right = right;
+    this.present = data.slice(1, this.keys.length + 1).map((col) => col.some((v) => v !== null));
     this.plot = this._create(data, withBand, right);
     this.plot._shape = shape;
   }
@@ -200,7 +201,7 @@ export class MetricChart {
     const y = { ...axis, size: axisWidth, values: (u, splits) => tickLabels(splits) };
     const x = { ...axis, incrs: STEP_INCRS, label: this.xTitle, labelSize: 20 };
     if (!right) return [x, { ...y, scale: "y", label: this.yTitle, labelSize: 20 }];
-    const on = (side) => this.labels.filter((_, k) => right[k] === side).join(", ");
+    const on = (side) => this.labels.filter((_, k) => right[k] === side && this.present[k]).join(", ");
     return [
       x,
       { ...y, scale: "y", label: on(false), labelSize: 20 },
@@ -270,7 +271,7 @@ export class MetricChart {
     this.el.tabIndex = 0;
     this.el.setAttribute("role", "group");
     this.el.setAttribute("aria-roledescription", "chart");
-    this.el.setAttribute("aria-label", `${name}. Arrow keys read the points, Enter opens the step.`);
+    this.el.setAttribute("aria-label", `${name.replace(/\.\s*$/, "")}. Arrow keys read the points, Enter opens the step.`);
     // A plot element reused by another chart (the "any metric" picker) answers it only.
     if (this.el._chartKeys) this.el.removeEventListener("keydown", this.el._chartKeys);
     this.el._chartKeys = (ev) => this._key(ev);
@@ -307,9 +308,8 @@ export class MetricChart {
     const v = k0 >= 0 ? u.data[k0 + 1][idx] : null;
     const top = v === null ? u.bbox.height / devicePixelRatio / 2 : u.valToPos(v, scale);
     u.setCursor({ left: u.valToPos(step, "x"), top });
-    const parts = this.keys.map((_, k) => `${this.labels[k]} ${fmt(u.data[k + 1][idx])}`);
+    const parts = this.keys.flatMap((_, k) => (this.present?.[k] === false ? [] : [`${this.labels[k]} ${fmt(u.data[k + 1][idx])}`]));
     const text = `step ${step}: ${parts.join(", ")}`;
-    this.el.dataset.readout = text;
     if (this.readout) this.readout.textContent = text;
     return text;
   }

@@ -6,6 +6,7 @@ import { MetricChart } from "./chart.js";
 import { readJSONScript } from "./util.js";
 
 const data = readJSONScript("task-data");
+window.__taskCharts = []; // for tests: each chart's uPlot
 for (const spec of data.charts) {
   const section = document.querySelector(`[data-chart="${CSS.escape(spec.id)}"]`);
   if (!section) continue;
@@ -21,4 +22,5 @@ for (const spec of data.charts) {
     onData: (n) => { section.dataset.points = String(n); },
   });
   chart.load(spec.series);
+  window.__taskCharts.push(chart);
 }
