@@ -72,8 +72,8 @@ INK = """() => {
 def _charts_ready(page, ui, ids):
     ui.until(
         page,
-        "window.__runCharts && %r.every(id => window.__runCharts.some(c => c.plot &&"
-        " c.el.closest('[data-chart]').dataset.chart === id))" % (ids,),
+        f"window.__runCharts && {ids!r}.every(id => window.__runCharts.some(c =>"
+        " c.plot && c.el.closest('[data-chart]').dataset.chart === id))",
         30,
     )
     page.wait_for_timeout(300)
