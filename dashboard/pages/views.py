@@ -300,7 +300,10 @@ def compare(request: HttpRequest) -> HttpResponse:
                 "alerts": alert_counts.get(r.pk, 0),
             }
         )
-    diff = configdiff.diff([normalise(r.config) for r in runs])
+    # An external run's config is its trainer's: no defaults of ours to spell out.
+    comparison = configdiff.compare(
+        [r.config if r.external else normalise(r.config) for r in runs]
+    )
     keys = sorted(set().union(*(metrics.metric_keys(r) for r in runs))) or ["reward"]
     tasks = trajs.common_tasks(runs)
     task = request.GET.get("task") or (tasks[0] if tasks else "")
@@ -325,7 +328,9 @@ def compare(request: HttpRequest) -> HttpResponse:
         {
             "runs": runs,
             "summary": summary,
-            "diff": diff,
+            "diff": comparison.rows,
+            "matched": comparison.matched,  # another framework's settings lined up
+            "other_keys": comparison.other,  # only in some configs: folded
             "keys": keys,
             "tasks": tasks,
             "task": task,
