@@ -5,8 +5,10 @@ instead of listing three unmatched rows.
 
 A setting's paths are dotted (as :func:`dashboard.pages.schema.flatten` writes a
 config); where a framework has several spellings (verl's single ``clip_ratio`` or its
-``clip_ratio_low``/``clip_ratio_high``) the first present wins. ``None`` values of our
-algorithm fields mean "the preset's", resolved through :mod:`trainer.algorithms.presets`.
+``clip_ratio_low``/``clip_ratio_high``) the first present wins, unless it is None and
+a later one is present (TRL's ``epsilon_high`` None means ``epsilon``). ``None`` values
+of our algorithm fields mean "the preset's", resolved through
+:mod:`trainer.algorithms.presets`.
 
 Pure data and two functions: no Django.
 """
@@ -194,10 +196,12 @@ def lookup(flat: Mapping[str, Any], framework: str, label: str) -> tuple[str, An
     """(the path found, its value) of setting ``label`` in ``flat``, or ``("", None)``.
     Our preset-defaulted fields read as the preset's value."""
     paths = dict(SETTINGS)[label].get(framework, ())
-    for path in paths:
-        if path in flat:
-            value = flat[path]
-            if value is None and framework == "ours" and path in _PRESET_FIELDS:
-                value = _preset_value(flat, path)
-            return path, value
+    present = [p for p in paths if p in flat]
+    for i, path in enumerate(present):
+        value = flat[path]
+        if value is None and framework == "ours" and path in _PRESET_FIELDS:
+            value = _preset_value(flat, path)
+        if value is None and i + 1 < len(present):
+            continue  # TRL's epsilon_high None: epsilon's value
+        return path, value
     return "", None

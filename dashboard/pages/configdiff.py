@@ -201,5 +201,7 @@ def compare(configs: Sequence[dict[str, Any]]) -> Comparison:
     matched = _matched(flats, frameworks)
     taken = {p for m in matched for p in m.paths if p}
     rest = [r for r in rows if r.path not in taken]
-    shared = [r for r in rest if "—" not in r.values]
-    return Comparison(matched, shared, [r for r in rest if "—" in r.values])
+    # A key every config has as a leaf; a name one framework uses for a section and
+    # another for a value (our ``optim`` settings, TRL's ``optim`` optimiser) is not.
+    shared = [r for r in rest if all(r.path in f for f in flats)]
+    return Comparison(matched, shared, [r for r in rest if r not in shared])

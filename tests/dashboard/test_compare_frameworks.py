@@ -22,7 +22,6 @@ def _trl_config() -> dict:
         num_generations=8,
         beta=0.04,
         epsilon=0.2,
-        epsilon_high=0.28,
         temperature=0.9,
         seed=7,
         report_to="none",
@@ -57,10 +56,15 @@ def test_a_native_and_a_trl_run_line_up_their_settings(owner, owner_client):
     # Our clip_low of None is the preset's (grpo: 0.2), TRL's epsilon is 0.2.
     clip = by_label["clip range low (epsilon)"]
     assert clip.values == ("0.2", "0.2") and not clip.differ
+    # TRL's epsilon_high None is epsilon; ours is the preset's (grpo: 0.2).
+    high = by_label["clip range high (epsilon_high)"]
+    assert high.paths == ("algorithm.clip_high", "epsilon") and not high.differ
     assert by_label["KL coefficient (beta)"].paths == ("algorithm.kl_beta", "beta")
     assert by_label["seed"].values == ("0", "7")
     # Nothing unmatched in the main table; the rest folded, counted.
     assert all("—" not in row.values for row in rows)
+    # Our optim section and TRL's optim (the optimiser's name) do not pair up.
+    assert "optim" not in {row.path for row in rows}
     assert len(other) > 100
     assert not {row.path for row in other} & {"learning_rate", "optim.lr"}
     html = r.content.decode()

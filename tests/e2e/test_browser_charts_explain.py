@@ -138,3 +138,32 @@ def test_a_task_history_of_one_step_draws_its_point(live, page, shots, ui):
         "() => window.__taskCharts?.[0]?.plot.axes.map(a => a.label) || null"
     )
     assert axes == ["training step", "reward / advantage"], axes
+
+
+COMPARE_SEED = """
+import json as _json
+from django.contrib.auth import get_user_model
+from dashboard.runs import external
+from trl import GRPOConfig
+alice = get_user_model().objects.get(username='alice')
+args = GRPOConfig(output_dir='/tmp/unused-grpo', learning_rate=1e-6, num_generations=8,
+                  beta=0.04, report_to='none', use_cpu=True, bf16=False)
+trl = external.do_create_external_run(alice, name='trl-full-config', framework='trl',
+                                      config=_json.loads(args.to_json_string()))
+print(json.dumps(str(trl.pk)))
+"""
+
+
+def test_compare_a_native_and_a_trl_run_lines_up_their_settings(live, page, shots, ui):
+    pytest.importorskip("trl")
+    _trl, native = live.script(SEED)
+    trl = live.script(COMPARE_SEED)
+    ui.login(page, live.url)
+    page.goto(f"{live.url}/compare/?runs={native},{trl}")
+    ui.shot(page, shots, "explain_05_compare_native_trl")
+    matched = page.locator("[data-config-matched]")
+    assert "learning rate" in matched.inner_text()
+    assert "num_generations" in matched.inner_text()
+    other = page.locator("[data-config-other]")
+    assert other.get_attribute("open") is None  # folded
+    assert "other keys" in other.locator("summary").inner_text()
