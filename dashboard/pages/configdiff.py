@@ -177,7 +177,9 @@ def _matched(flats: list[dict[str, Any]], frameworks: list[str]) -> list[Matched
         if not any(path for path, _ in found):
             continue
         values = [v if path else MISSING for path, v in found]
-        differ = not all(_same(values[0], v) for v in values[1:])
+        # A setting one trainer does not have is not a disagreement.
+        known = [v for v in values if v is not MISSING]
+        differ = not all(_same(known[0], v) for v in known[1:])
         rows.append(
             MatchedRow(
                 label,

@@ -60,7 +60,8 @@ def test_a_native_and_a_trl_run_line_up_their_settings(owner, owner_client):
     high = by_label["clip range high (epsilon_high)"]
     assert high.paths == ("algorithm.clip_high", "epsilon") and not high.differ
     assert by_label["KL coefficient (beta)"].paths == ("algorithm.kl_beta", "beta")
-    assert by_label["seed"].values == ("0", "7")
+    assert by_label["seed"].values == ("0", "7") and by_label["seed"].differ
+    assert not by_label["prompts per step"].differ  # TRL has no such setting
     # Nothing unmatched in the main table; the rest folded, counted.
     assert all("—" not in row.values for row in rows)
     # Our optim section and TRL's optim (the optimiser's name) do not pair up.
