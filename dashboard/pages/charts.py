@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.metric_help import (
+    CHART_HELP,
+    SUMMARY_LABELS,
+    is_summary,
+    key_help,
+)
 from trainer.metric_names import FAMILIES
+
+X_TITLE = "training step"
 
 STANDARD: list[tuple[str, str, list[str]]] = [
     # (id, title, keys)
@@ -45,7 +53,8 @@ STANDARD: list[tuple[str, str, list[str]]] = [
         ],
     ),
     ("throughput", "Throughput (tokens/s)", ["perf/tokens_per_s"]),
-    ("loss", "Policy loss and grad norm", ["policy_loss", "grad_norm"]),
+    # TRL's ``loss`` is the total loss (KL term included), not the policy loss.
+    ("loss", "Loss and grad norm", ["loss", "policy_loss", "grad_norm"]),
 ]
 
 
@@ -130,6 +139,22 @@ def family_charts(logged: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def explained(chart: dict[str, Any]) -> dict[str, Any]:
+    """``chart`` with its one line of help, axis titles and each key's meaning."""
+    line, y_title = CHART_HELP.get(chart["id"], ("", ""))
+    helps = {k: key_help(k) for k in chart["keys"]}
+    if not line:  # a chart of whatever a run logged: say what we know of its names
+        known = [f"{k}: {h}" for k, h in helps.items() if h]
+        line = "; ".join(known) or "Metrics this run logged, as the trainer named them."
+    return {
+        **chart,
+        "help": line,
+        "x_title": X_TITLE,
+        "y_title": y_title or "value",
+        "key_help": helps,
+    }
+
+
 def run_charts(
     config: dict[str, Any],
     metric_keys: list[str] | None = None,
@@ -142,7 +167,9 @@ def run_charts(
     metrics was logged (none will come for the others), and every other logged
     metric gets a chart too, grouped by its prefix (``critic/``, ``actor/``...).
     ``logged`` (any run's stored metric names, ``metric_keys`` by default) decides
-    the family charts."""
+    the family charts. End-of-training summaries (``train_runtime``...) are not
+    charted (the page lists them in a table). Each chart carries a line of help, its
+    axis titles and what each of its keys means (issue 22.11)."""
     charts = [
         {"id": cid, "title": title, "keys": keys, "empty": empty_text(cid, config)}
         for cid, title, keys in STANDARD
@@ -172,7 +199,7 @@ def run_charts(
         )
     if evaluates(config, metric_keys):  # beside the training reward it validates
         charts.insert(2 if components else 1, dict(EVAL_CHART))
-    return charts
+    return [explained(c) for c in charts]
 
 
 def _extra_charts(
@@ -181,7 +208,7 @@ def _extra_charts(
     shown = {k for c in charts for k in c["keys"]} | set(components)
     groups: dict[str, list[str]] = {}
     for key in metric_keys:
-        if key not in shown:
+        if key not in shown and not is_summary(key):  # a table, not a series
             groups.setdefault(key.split("/", 1)[0] if "/" in key else "", []).append(
                 key
             )
@@ -195,3 +222,14 @@ def _extra_charts(
                 title += f" ({i // KEYS_PER_EXTRA_CHART + 1})"
             extra.append({"id": f"extra-{len(extra)}", "title": title, "keys": part})
     return extra[:MAX_EXTRA_CHARTS]
+
+
+def summary_rows(values: dict[str, tuple[int, float | None]]) -> list[dict[str, Any]]:
+    """The run's end-of-training summaries (``values``: key -> (step, value), as
+    ``reads.metrics.latest_values`` reads them), as rows of the run page's table."""
+    rows = []
+    for key in sorted(k for k in values if is_summary(k)):
+        step, value = values[key]
+        label = SUMMARY_LABELS.get(key.removeprefix("train/"), key)
+        rows.append({"key": key, "label": label, "value": value, "step": step})
+    return rows

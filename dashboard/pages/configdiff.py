@@ -6,6 +6,11 @@ order they appear in the configs. Reward components, judges and rubric dimension
 matched by name (a component by its label, else its name), not by position: two
 environments' rewards share ``format`` even when it is the second component of one and
 the fourth of the other. An empty list or mapping and an absent one are the same.
+
+Configs of different frameworks (a run of ours against a TRL or verl run) share
+almost no key: :func:`compare` lines up their well-known settings through the table
+of ``trainer.config_keys`` and sets the keys only some of them have apart, for the
+page to fold (issue 22.10e).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dashboard.pages.schema import flatten
+from trainer.config_keys import SETTINGS, framework_of, lookup
 
 MISSING = object()
 
@@ -141,3 +147,63 @@ def diff(configs: Sequence[dict[str, Any]]) -> list[DiffRow]:
     rows: list[DiffRow] = []
     _walk(trees, "", whole, rows)
     return rows
+
+
+@dataclass(frozen=True)
+class MatchedRow:
+    """A well-known setting across frameworks (``trainer.config_keys``)."""
+
+    label: str
+    values: tuple[str, ...]  # per config, "—" when it has no such setting
+    paths: tuple[str, ...]  # where each config spells it ("" when absent)
+    differ: bool
+
+    @property
+    def cells(self) -> list[tuple[str, str]]:
+        return list(zip(self.values, self.paths, strict=True))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    matched: list[MatchedRow]  # only when the configs come from different frameworks
+    rows: list[DiffRow]  # differences of keys every config has (or all of them)
+    other: list[DiffRow]  # keys only some configs have, folded on the page
+
+
+def _matched(flats: list[dict[str, Any]], frameworks: list[str]) -> list[MatchedRow]:
+    rows = []
+    for label, _ in SETTINGS:
+        found = [lookup(f, fw, label) for f, fw in zip(flats, frameworks, strict=True)]
+        if not any(path for path, _ in found):
+            continue
+        values = [v if path else MISSING for path, v in found]
+        # A setting one trainer does not have is not a disagreement.
+        known = [v for v in values if v is not MISSING]
+        differ = not all(_same(known[0], v) for v in known[1:])
+        rows.append(
+            MatchedRow(
+                label,
+                tuple(display(v) for v in values),
+                tuple(path for path, _ in found),
+                differ,
+            )
+        )
+    return rows
+
+
+def compare(configs: Sequence[dict[str, Any]]) -> Comparison:
+    """:func:`diff` for the compare page. Configs of different frameworks (ours, TRL,
+    verl) first line up their well-known settings; the keys those take are left out of
+    the rows, and keys only some configs have are set apart (``other``)."""
+    rows = diff(configs)
+    flats = [flatten(c) for c in configs]
+    frameworks = [framework_of(f) for f in flats]
+    if len(set(frameworks)) < 2:
+        return Comparison([], rows, [])
+    matched = _matched(flats, frameworks)
+    taken = {p for m in matched for p in m.paths if p}
+    rest = [r for r in rows if r.path not in taken]
+    # A key every config has as a leaf; a name one framework uses for a section and
+    # another for a value (our ``optim`` settings, TRL's ``optim`` optimiser) is not.
+    shared = [r for r in rest if all(r.path in f for f in flats)]
+    return Comparison(matched, shared, [r for r in rest if r not in shared])

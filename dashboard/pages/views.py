@@ -27,6 +27,7 @@ from dashboard.reads import runs as run_reads
 from dashboard.reads import trajectories as trajs
 from dashboard.runs import kept_model, services
 from dashboard.runs.waiting import waiting
+from trainer.metric_help import is_summary
 
 COMPARE_MIN, COMPARE_MAX = 2, 8
 PAGE_SIZE = 50
@@ -195,6 +196,9 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "alerts": alerts,
             "page_data": page_data,
             "metric_keys": keys,
+            "summary": charts.summary_rows(
+                metrics.latest_values(run, [k for k in keys if is_summary(k)])
+            ),
             "export_parts": EXPORT_LABELS,
             "attempts": list(run.attempts.all()),
             "clones": list(services.visible_runs(request.user).filter(parent=run)[:20]),
@@ -296,7 +300,10 @@ def compare(request: HttpRequest) -> HttpResponse:
                 "alerts": alert_counts.get(r.pk, 0),
             }
         )
-    diff = configdiff.diff([normalise(r.config) for r in runs])
+    # An external run's config is its trainer's: no defaults of ours to spell out.
+    comparison = configdiff.compare(
+        [r.config if r.external else normalise(r.config) for r in runs]
+    )
     keys = sorted(set().union(*(metrics.metric_keys(r) for r in runs))) or ["reward"]
     tasks = trajs.common_tasks(runs)
     task = request.GET.get("task") or (tasks[0] if tasks else "")
@@ -321,7 +328,9 @@ def compare(request: HttpRequest) -> HttpResponse:
         {
             "runs": runs,
             "summary": summary,
-            "diff": diff,
+            "diff": comparison.rows,
+            "matched": comparison.matched,  # another framework's settings lined up
+            "other_keys": comparison.other,  # only in some configs: folded
             "keys": keys,
             "tasks": tasks,
             "task": task,

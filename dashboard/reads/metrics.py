@@ -382,3 +382,12 @@ def best_rewards(run_ids: Iterable[Any]) -> dict[Any, float | None]:
         .annotate(best=Max("value"))
     )
     return {r["run_id"]: finite(r["best"]) for r in rows}
+
+
+def latest_values(run: Run, keys: Iterable[str]) -> dict[str, tuple[int, float | None]]:
+    """Each of ``keys`` the run logged: (its last step, its value there)."""
+    out: dict[str, tuple[int, float | None]] = {}
+    rows = MetricPoint.objects.filter(run=run, key__in=list(keys)).order_by("step")
+    for key, step, value in rows.values_list("key", "step", "value"):
+        out[key] = (step, finite(value))
+    return out

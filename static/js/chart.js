@@ -1,10 +1,13 @@
 // A metric chart on uPlot: several keys against the training step, the downsampled
 // series from the API (last value per bucket, with the first key's min/max as a band),
 // live points appended as frames arrive, alert steps drawn as dashed lines, and a
-// click on the plot reporting the step under the cursor.
+// click on the plot reporting the step under the cursor. Series whose scales differ by
+// two orders of magnitude or more get a second y axis (issue 22.10b); both axes carry
+// a title; a lone point is drawn as a dot; the plot is focusable and the arrow keys
+// move a readout along the steps (issue 22.11).
 
 import uPlot from "../vendor/uplot/uPlot.esm.js";
-import { cssVar, num } from "./util.js";
+import { cssVar, fmt, num } from "./util.js";
 
 const PALETTE = ["#3d5afe", "#e8590c", "#2b8a3e", "#ae3ec9", "#1098ad", "#f59f00", "#d6336c", "#5c940d"];
 
@@ -63,6 +66,27 @@ function axisWidth(u, values) {
   return Math.max(40, Math.ceil(widest) + 18);
 }
 
+/** The magnitude split: ``null`` when every series fits one axis, else a boolean per
+ *  series, true for those on the second (right) axis: the larger ones, past the
+ *  widest gap of at least ``ratio`` between the series' largest absolute values. */
+export function splitScales(cols, ratio = 100) {
+  const mags = cols.map((col) => {
+    let m = 0;
+    for (const v of col) if (v !== null && Number.isFinite(v)) m = Math.max(m, Math.abs(v));
+    return m > 0 ? Math.log10(m) : null;
+  });
+  const known = mags.filter((m) => m !== null).sort((a, b) => a - b);
+  let cut = null;
+  let widest = Math.log10(ratio);
+  for (let i = 1; i < known.length; i++) {
+    if (known[i] - known[i - 1] >= widest) {
+      widest = known[i] - known[i - 1];
+      cut = known[i];
+    }
+  }
+  return cut === null ? null : mags.map((m) => m !== null && m >= cut);
+}
+
 export class MetricChart {
   /**
    * @param {HTMLElement} plotEl where the plot goes
@@ -70,6 +94,10 @@ export class MetricChart {
    */
   constructor(plotEl, opts) {
     this.el = plotEl;
+    this.xTitle = opts.xTitle || "training step";
+    this.yTitle = opts.yTitle || "";
+    this.readout = opts.readout || null;
+    if (opts.name) this._focusable(opts.name);
     this.keys = opts.keys;
     this.labels = opts.labels || opts.keys;
     this.onPick = opts.onPick;
@@ -154,23 +182,46 @@ export class MetricChart {
     this.onData(data[0].length);
     if (!data[0].length) return;
     const withBand = data.length > this.keys.length + 1;
-    if (this.plot && this.plot._withBand === withBand) {
+    const right = splitScales(data.slice(1, this.keys.length + 1));
+    const shape = `${withBand}|${right ? right.join(",") : ""}`;
+    if (this.plot && this.plot._shape === shape) {
       this.plot.setData(data);
       return;
     }
     this.plot?.destroy();
-    this.plot = this._create(data, withBand);
-    this.plot._withBand = withBand;
+    this.right = right;
+    this.present = data.slice(1, this.keys.length + 1).map((col) => col.some((v) => v !== null));
+    this.plot = this._create(data, withBand, right);
+    this.plot._shape = shape;
   }
 
-  _create(data, withBand) {
+  /** The y axes: one titled with the chart's unit, or (split) one per side titled
+   *  with the keys it carries. */
+  _axes(axis, right) {
+    const y = { ...axis, size: axisWidth, values: (u, splits) => tickLabels(splits) };
+    const x = { ...axis, incrs: STEP_INCRS, label: this.xTitle, labelSize: 20 };
+    if (!right) return [x, { ...y, scale: "y", label: this.yTitle, labelSize: 20 }];
+    const on = (side) => this.labels.filter((_, k) => right[k] === side && this.present[k]).join(", ");
+    return [
+      x,
+      { ...y, scale: "y", label: on(false), labelSize: 20 },
+      { ...y, scale: "y2", side: 1, label: `${on(true)} (right axis)`, labelSize: 20, grid: { show: false } },
+    ];
+  }
+
+  _create(data, withBand, right) {
     const axis = { stroke: cssVar("--muted", "#666"), grid: { stroke: cssVar("--border", "#ddd"), width: 1 }, ticks: { stroke: cssVar("--border", "#ddd") } };
     const series = [{ label: "step" }];
-    this.keys.forEach((key, k) => series.push({ label: this.labels[k], stroke: colour(k), width: 1.5, spanGaps: true, points: { show: false } }));
+    // Points drawn where they are sparse (uPlot's default): a lone point shows.
+    const scaleOf = (k) => (right && right[k] ? "y2" : "y");
+    this.keys.forEach((key, k) => series.push({
+      label: right && right[k] ? `${this.labels[k]} (right axis)` : this.labels[k],
+      scale: scaleOf(k), stroke: colour(k), width: 1.5, spanGaps: true, points: { size: 6, fill: colour(k) },
+    }));
     const bands = [];
     if (withBand) {
       const n = this.keys.length;
-      const hidden = { stroke: "transparent", points: { show: false }, spanGaps: true, class: "u-band-series" };
+      const hidden = { stroke: "transparent", points: { show: false }, spanGaps: true, class: "u-band-series", scale: scaleOf(0) };
       series.push({ ...hidden, label: `${this.labels[0]} min` });
       series.push({ ...hidden, label: `${this.labels[0]} max` });
       bands.push({ series: [n + 2, n + 1], fill: "rgba(61,90,254,0.12)" });
@@ -179,13 +230,18 @@ export class MetricChart {
     const self = this;
     const opts = {
       width,
-      height: 200,
+      height: 220,
       series,
       bands,
       legend: { live: true },
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
-      scales: { x: { time: false }, y: { range: (u, min, max) => yRange(min, max) } },
-      axes: [{ ...axis, incrs: STEP_INCRS }, { ...axis, size: axisWidth, values: (u, splits) => tickLabels(splits) }],
+      scales: {
+        // One step alone: a range around it, not a zero-width scale.
+        x: { time: false, range: (u, min, max) => (min === max ? [min - 1, max + 1] : [min, max]) },
+        y: { range: (u, min, max) => yRange(min, max) },
+        y2: { range: (u, min, max) => yRange(min, max) },
+      },
+      axes: this._axes(axis, right),
       hooks: {
         draw: [(u) => self._drawAlerts(u)],
         ready: [
@@ -202,11 +258,60 @@ export class MetricChart {
     if (!this.resize) {
       this.resize = new ResizeObserver(() => {
         const w = Math.max(240, this.el.clientWidth);
-        if (this.plot && Math.abs(this.plot.width - w) > 4) this.plot.setSize({ width: w, height: 200 });
+        if (this.plot && Math.abs(this.plot.width - w) > 4) this.plot.setSize({ width: w, height: 220 });
       });
       this.resize.observe(this.el);
     }
     return plot;
+  }
+
+  /** Keyboard: the plot is a focusable group named after the chart; ← → move along
+   *  the steps (Home, End: first, last), Enter opens the step under the readout. */
+  _focusable(name) {
+    this.el.tabIndex = 0;
+    this.el.setAttribute("role", "group");
+    this.el.setAttribute("aria-roledescription", "chart");
+    this.el.setAttribute("aria-label", `${name.replace(/\.\s*$/, "")}. Arrow keys read the points, Enter opens the step.`);
+    // A plot element reused by another chart (the "any metric" picker) answers it only.
+    if (this.el._chartKeys) this.el.removeEventListener("keydown", this.el._chartKeys);
+    this.el._chartKeys = (ev) => this._key(ev);
+    this.el.addEventListener("keydown", this.el._chartKeys);
+    this.el.addEventListener("blur", () => this.plot?.setCursor({ left: -10, top: -10 }));
+  }
+
+  _key(ev) {
+    const u = this.plot;
+    if (!u || !u.data[0].length) return;
+    const n = u.data[0].length;
+    const at = this.cursorIdx ?? null;
+    const moves = { ArrowRight: 1, ArrowLeft: -1, PageUp: 10, PageDown: -10 };
+    let idx = at;
+    if (ev.key in moves) idx = at === null ? (moves[ev.key] > 0 ? 0 : n - 1) : at + moves[ev.key];
+    else if (ev.key === "Home") idx = 0;
+    else if (ev.key === "End") idx = n - 1;
+    else if (ev.key === "Enter" && at !== null && this.onPick) {
+      ev.preventDefault();
+      this.onPick(u.data[0][at]);
+      return;
+    } else return;
+    ev.preventDefault();
+    this.readAt(Math.max(0, Math.min(n - 1, idx)));
+  }
+
+  /** Move the cursor (and the legend) to point ``idx`` and say its values. */
+  readAt(idx) {
+    const u = this.plot;
+    this.cursorIdx = idx;
+    const step = u.data[0][idx];
+    const k0 = this.keys.findIndex((_, k) => u.data[k + 1][idx] !== null);
+    const scale = this.right && this.right[Math.max(0, k0)] ? "y2" : "y";
+    const v = k0 >= 0 ? u.data[k0 + 1][idx] : null;
+    const top = v === null ? u.bbox.height / devicePixelRatio / 2 : u.valToPos(v, scale);
+    u.setCursor({ left: u.valToPos(step, "x"), top });
+    const parts = this.keys.flatMap((_, k) => (this.present?.[k] === false ? [] : [`${this.labels[k]} ${fmt(u.data[k + 1][idx])}`]));
+    const text = `step ${step}: ${parts.join(", ")}`;
+    if (this.readout) this.readout.textContent = text;
+    return text;
   }
 
   _drawAlerts(u) {

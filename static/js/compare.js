@@ -39,9 +39,10 @@ async function overlay(key) {
   const plot = new uPlot({
     width: Math.max(260, plotEl.clientWidth || 500),
     height: 220,
-    scales: { x: { time: false } },
-    series: [{ label: "step" }, ...data.runs.map((r, i) => ({ label: r.name, stroke: colour(i), width: 1.5, spanGaps: true, points: { show: false } }))],
-    axes: [axis, { ...axis, size: 52 }],
+    // A lone step gets a range around it; sparse points are drawn (a one-step run shows).
+    scales: { x: { time: false, range: (u, min, max) => (min === max ? [min - 1, max + 1] : [min, max]) } },
+    series: [{ label: "step" }, ...data.runs.map((r, i) => ({ label: r.name, stroke: colour(i), width: 1.5, spanGaps: true, points: { size: 6, fill: colour(i) } }))],
+    axes: [{ ...axis, label: "training step", labelSize: 20 }, { ...axis, size: 52, label: key, labelSize: 20 }],
   }, cols, plotEl);
   new ResizeObserver(() => plot.setSize({ width: Math.max(260, plotEl.clientWidth), height: 220 })).observe(plotEl);
   section.dataset.ready = "1";

@@ -33,12 +33,17 @@ function openStep(step) {
   window.location.href = `${data.trajectories_url}?step=${nearestRecorded(Math.round(step))}`;
 }
 
-function makeChart(section, keys) {
+function makeChart(section, spec) {
   const plot = section.querySelector("[data-plot]");
   const nodata = section.querySelector("[data-nodata]");
+  const keys = spec.keys;
   const chart = new MetricChart(plot, {
     keys,
     labels: keys,
+    name: spec.help ? `${spec.title}: ${spec.help}` : spec.title,
+    xTitle: spec.x_title,
+    yTitle: spec.y_title,
+    readout: section.querySelector("[data-readout]"),
     onPick: openStep,
     onData: (n) => {
       if (nodata) nodata.hidden = n > 0;
@@ -93,7 +98,7 @@ for (const a of data.alerts) addAlert(a);
 
 for (const spec of data.charts) {
   const section = document.querySelector(`[data-chart="${CSS.escape(spec.id)}"]`);
-  if (section) charts.push(makeChart(section, spec.keys));
+  if (section) charts.push(makeChart(section, spec));
 }
 
 // One request per chart, two at a time, in page order: the reward chart shows up
@@ -265,7 +270,7 @@ pick?.addEventListener("change", async () => {
     customChart.resize?.disconnect();
     charts.splice(charts.indexOf(customChart), 1);
   }
-  customChart = makeChart(custom, [pick.value]);
+  customChart = makeChart(custom, { keys: [pick.value], title: `Any metric: ${pick.value}`, y_title: pick.value });
   charts.push(customChart);
   await loadCharts([customChart]);
 });
