@@ -2,7 +2,7 @@
 
 Creates the ``demo`` user (password generated once, kept in ``var/demo_password`` and
 printed every time) and launches the demo runs that user has not run yet (by name):
-the calc learning demo (done in a few minutes), then a long swarm demo, so that a
+the calc learning demo (tens of minutes on 2 cores), then a long swarm demo, so that a
 newcomer who logs in later still finds a run training live. Runs execute one at a
 time in the embedded mode: the swarm demo starts when the calc demo ends. Both are
 marked ``demo``: a run the user launches goes before them, and a demo in progress
@@ -23,7 +23,8 @@ from dashboard.runs import services
 
 # The calc learning demo (bench/configs/calc.yaml), shortened: the default model learns
 # to call the calculator with "+" and to answer with its result; the reward climbs from
-# about 0.25 to 0.7 within a few minutes on a laptop CPU.
+# about 0.2 towards 0.5. Not minutes on 2 cores: its warm start alone took 51 minutes
+# of wall time (11 CPU-minutes) on 2 cores at load 14-20 (README, Quick start).
 DEMO_CONFIG = {
     "name": "demo: calc, GRPO",
     "seed": 0,
@@ -48,7 +49,7 @@ DEMO_CONFIG = {
 }
 
 
-# Something to watch live for a while (about half an hour on a laptop CPU): the swarm
+# Something to watch live for a while (hours on 2 cores): the swarm
 # (PARL) environment, where the orchestrator learns to fan subtasks out to sub-agents,
 # with critical paths to look at on the way.
 LIVE_DEMO_CONFIG = {
