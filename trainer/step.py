@@ -218,9 +218,9 @@ def update(
     trained = float(batch.loss_mask.sum())
     metrics = ctx.par.reduce_metrics(metrics, trained)
     mismatch = ctx.par.reduce_metrics(mismatch, trained)
-    metrics.update(
-        kl_step(ctx.algo, state, scores, metrics.get("kl", scored.kl_reward))
-    )
+    samples = int(ctx.par.all_sum([len(drawn.kept_idx)])[0])
+    kl = metrics.get("kl", scored.kl_reward)
+    metrics.update(kl_step(ctx.algo, state, scores, kl, samples))
     metrics.update(mismatch)
     per_traj_adv = [0.0] * len(drawn.sampled.rollouts)
     for j, i in enumerate(drawn.kept_idx):
