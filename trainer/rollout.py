@@ -9,7 +9,8 @@ calls); nothing here raises on model output.
 
 Each rollout is kept as segments of token ids with a loss-mask reason: ``None`` for
 the policy's own action tokens (trained on), ``"prompt"``, ``"tool"`` or
-``"subagent"`` for everything the policy did not write.
+``"subagent"`` for everything the policy did not write, ``"truncated"`` for the
+actions of a truncated rollout when the run masks those (``mask_truncated``).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class Rollout:
 
     @property
     def action_tokens(self) -> int:
-        return sum(len(s.token_ids) for s in self.segments if s.mask is None)
+        """Tokens the policy generated (trained on or not)."""
+        return sum(len(s.token_ids) for s in self.segments if s.kind == "action")
 
     @property
     def num_turns(self) -> int:
@@ -148,6 +150,17 @@ def play(
     for ro, sess in zip(rollouts, sessions, strict=True):
         ro.episode = _with_action_tokens(sess.episode(truncated=ro.truncated), ro)
     return rollouts
+
+
+def mask_truncated(rollouts: list[Rollout]) -> None:
+    """DAPO's overlong filtering (arXiv 2503.14476 §3.4): the actions of a truncated
+    rollout get the loss-mask reason ``"truncated"``, so the batch trains none of
+    their tokens and the trajectory's record says why."""
+    for ro in rollouts:
+        if ro.truncated:
+            for seg in ro.segments:
+                if seg.mask is None:
+                    seg.mask = "truncated"
 
 
 def _with_action_tokens(ep: Episode, ro: Rollout) -> Episode:

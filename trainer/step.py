@@ -36,7 +36,7 @@ from trainer.fsdp import gathered as unsharded
 from trainer.kl_control import kl_in_reward, kl_step
 from trainer.metrics import step_metrics
 from trainer.policy import AdaptersOff, Policy
-from trainer.rollout import Rollout
+from trainer.rollout import Rollout, mask_truncated
 from trainer.sampled import Sampled
 from trainer.sampling import sample
 from trainer.single import Handle
@@ -179,11 +179,11 @@ def score_step(ctx: StepContext, state: TrainState, drawn: Drawn) -> Scored:
         row_results = [sampled.results[i] for i in drawn.kept_idx]
     else:  # nothing of this process's trains: its rollouts with nothing trained
         rows, row_results = sampled.rollouts, sampled.results
+    if algo.mask_truncated:  # DAPO's overlong filtering: no gradient from them
+        mask_truncated(sampled.rollouts)
     batch = collate(rows, policy.pad_id, policy.device)
     if not kept:
         batch.loss_mask.zero_()
-    if algo.mask_truncated:  # DAPO's overlong filtering: no gradient from them
-        batch.loss_mask[[j for j, ro in enumerate(kept) if ro.truncated]] = 0.0
     policy_pass = not on_policy(algo, ctx.config.optim)
     # fsdp: gathered for the policy's own pass only (the reference is whole).
     with unsharded(policy, ctx.par) if policy_pass else nullcontext():
@@ -218,9 +218,9 @@ def update(
     trained = float(batch.loss_mask.sum())
     metrics = ctx.par.reduce_metrics(metrics, trained)
     mismatch = ctx.par.reduce_metrics(mismatch, trained)
-    metrics.update(
-        kl_step(ctx.algo, state, scores, metrics.get("kl", scored.kl_reward))
-    )
+    samples = int(ctx.par.all_sum([len(drawn.kept_idx)])[0])
+    kl = metrics.get("kl", scored.kl_reward)
+    metrics.update(kl_step(ctx.algo, state, scores, kl, samples))
     metrics.update(mismatch)
     per_traj_adv = [0.0] * len(drawn.sampled.rollouts)
     for j, i in enumerate(drawn.kept_idx):

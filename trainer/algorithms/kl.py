@@ -9,8 +9,12 @@ divergence", 2020), with ``d = logp - ref_logp`` the log-ratio of a sampled toke
 * ``k3 = exp(-d) + d - 1``: unbiased and never negative (GRPO, arXiv 2402.03300
   eq. 4; verl's ``low_var_kl``).
 
-Each is clamped to ``[-clamp, clamp]`` as verl does, so one diverged token cannot
-dominate the batch: at d = -15, k3 is exp(15) = 3.3 million unclamped and 10 clamped.
+Only k3 is clamped to ``[-clamp, clamp]``, as verl clamps its ``low_var_kl`` (to
+[-10, 10]) and nothing else: k3 grows as exp(-d), so one diverged token would dominate
+the batch (at d = -15 it is exp(15) = 3.3 million unclamped, 10 clamped). k1 and k2
+grow linearly and quadratically and stay unclamped: a clamp would zero their
+gradient on exactly the diverged tokens it should pull back (k2 hits 10 at
+|d| = 4.47).
 :func:`adaptive_kl_coef` is the proportional controller of Ziegler et al. (arXiv
 1909.08593 §2.2) that moves the coefficient towards a target KL.
 
@@ -39,8 +43,8 @@ def kl_penalty(
             Masked positions should hold finite values (the caller zeroes them):
             a NaN there would poison the gradient.
         kind: ``"k1"``, ``"k2"`` or ``"k3"`` (see the module docstring).
-        clamp: the estimate is clamped to ``[-clamp, clamp]`` (gradient 0 past it);
-            None: not clamped.
+        clamp: k3 is clamped to ``[-clamp, clamp]`` (gradient 0 past it), as verl's
+            ``low_var_kl``; k1 and k2 never are. None: not clamped.
 
     Returns:
         (B, T) per-token estimates (k2 and k3 are >= 0).
@@ -60,7 +64,8 @@ def kl_penalty(
     if clamp is not None:
         if clamp <= 0:
             raise ValueError(f"clamp must be > 0 or None, got {clamp}")
-        kl = kl.clamp(-clamp, clamp)
+        if kind == "k3":
+            kl = kl.clamp(-clamp, clamp)
     return kl
 
 
@@ -91,18 +96,22 @@ def adaptive_kl_coef(
 
     ``e = clip(kl / target - 1, -0.2, 0.2)``; ``coef * (1 + e * n_steps / horizon)``:
     above the target the coefficient grows, below it shrinks, by at most 20% per
-    ``horizon`` steps (verl's ``AdaptiveKLController``).
+    ``horizon`` samples (verl's ``AdaptiveKLController``), and by at most 20% in
+    one update.
 
     Args:
         coef: the current coefficient (beta).
         kl: the KL measured this step (mean per token).
         target: the KL to steer towards (> 0).
         horizon: steps over which a 20% error moves the coefficient by 20%.
-        n_steps: steps (or samples, as verl counts) since the last update.
+        n_steps: samples (trajectories) since the last update, as verl counts
+            them: a step of 64 samples moves the coefficient 64 times as far.
     """
     if target <= 0 or horizon < 1:
         raise ValueError(
             f"target must be > 0 and horizon >= 1, got {target}, {horizon}"
         )
     error = min(max(kl / target - 1.0, -0.2), 0.2)
-    return coef * (1.0 + error * n_steps / horizon)
+    # More samples than the horizon in one update move it by the whole 20%: verl's
+    # formula would overshoot, past zero at 5x the horizon.
+    return coef * (1.0 + error * min(n_steps / horizon, 1.0))

@@ -254,6 +254,14 @@ def _check_options(cfg: AlgorithmConfig, chosen: dict[str, Any]) -> None:
             "algorithm.kl_target needs algorithm.kl_beta > 0 (the adaptive "
             "coefficient starts there and scales multiplicatively)"
         )
+    if chosen["loss"] == "gspo" and "token_sum" in chosen["agg"]:
+        # GSPO's ratio is one per sequence: a token sum would weigh a sequence by
+        # its length again (verl refuses it; TRL warns).
+        raise ValueError(
+            f"algorithm.loss='gspo' takes a sequence-level ratio: aggregate it per "
+            f"sequence (algorithm.agg='seq_mean_token_mean' or 'token_mean'), not "
+            f"with the token sum algorithm.agg={chosen['agg']!r}"
+        )
     critic = chosen["advantage"] == "gae" or chosen["credit"] == "gae"
     if cfg.value_clip is not None and cfg.value_clip > 0 and not critic:
         raise ValueError(
