@@ -7,7 +7,9 @@ divergence", 2020), with ``d = logp - ref_logp`` the log-ratio of a sampled toke
 * ``k2 = d^2 / 2``: biased, low variance, its gradient is the true KL's (the one
   verl's ``mse`` uses);
 * ``k3 = exp(-d) + d - 1``: unbiased and never negative (GRPO, arXiv 2402.03300
-  eq. 4; verl's ``low_var_kl``).
+  eq. 4; verl's ``low_var_kl``);
+* ``abs = |d|``: verl's ``abs`` kl_penalty, never negative, linear (not quadratic)
+  in the log-ratio, so a far-off token pulls no harder than a near one.
 
 Each is clamped to ``[-clamp, clamp]`` as verl does, so one diverged token cannot
 dominate the batch: at d = -15, k3 is exp(15) = 3.3 million unclamped and 10 clamped.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-KL_KINDS = ("k1", "k2", "k3")
+KL_KINDS = ("k1", "k2", "k3", "abs")
 
 # exp() of a log-ratio past this overflows float32 for no useful information.
 _MAX_LOG_RATIO = 20.0
@@ -38,12 +40,12 @@ def kl_penalty(
         ref_logprobs: (B, T) log pi_ref of the same tokens (not differentiated).
             Masked positions should hold finite values (the caller zeroes them):
             a NaN there would poison the gradient.
-        kind: ``"k1"``, ``"k2"`` or ``"k3"`` (see the module docstring).
+        kind: ``"k1"``, ``"k2"``, ``"k3"`` or ``"abs"`` (see the module docstring).
         clamp: the estimate is clamped to ``[-clamp, clamp]`` (gradient 0 past it);
             None: not clamped.
 
     Returns:
-        (B, T) per-token estimates (k2 and k3 are >= 0).
+        (B, T) per-token estimates (k2, k3 and abs are >= 0).
     """
     d = logprobs - ref_logprobs.detach()
     if kind == "k1":
@@ -54,6 +56,8 @@ def kl_penalty(
         neg = (-d).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
         # exp(x) >= 1 + x exactly, but rounding can dip a hair below zero.
         kl = (torch.exp(neg) - neg - 1.0).clamp(min=0.0)
+    elif kind == "abs":
+        kl = d.abs()
     else:
         allowed = ", ".join(repr(k) for k in KL_KINDS)
         raise ValueError(f"kind must be one of {allowed}, got {kind!r}")
