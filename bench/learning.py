@@ -1,7 +1,7 @@
 """Learning, not only running: each environment's demo config, trained from scratch.
 
     python bench/learning.py [calc search swarm calc_gspo calc_dapo] [--minutes 10]
-        [--threads 2] [--set optim.minibatches=4 ...]
+        [--threads 2] [--set optim.minibatches=4 ...] [--warm-cache DIR]
 
 For every demo config named (``bench/configs/<name>.yaml``; ``calc_gspo`` and
 ``calc_dapo`` are calc with the gspo and dapo presets) this trains the default model on
@@ -9,6 +9,13 @@ the CPU (warm start included in the time budget) and prints the mean reward of t
 first 20 and the last 20 RL steps, the reward's range (worked out from the config's
 components, see RANGES), and whether the gain reaches a quarter of that range. A run
 that hits the time budget stops there and is judged on the steps it made.
+
+``--warm-cache DIR``: the warm start is done once per (environment, model, seed,
+warm-start settings) and kept in DIR (a checkpoint after the warm start and one RL
+step of the config that made it); every run then starts from those weights and its
+budget is RL steps only. Comparisons of variants (grpo vs gspo, truncated vs masked
+IS) then start from the very same weights, and a loaded machine does not spend the
+whole budget warming up.
 """
 
 from __future__ import annotations
@@ -82,7 +89,32 @@ def with_overrides(cfg, overrides: list[str]):
     return TrainConfig.model_validate(data)
 
 
-def run_one(name: str, minutes: float, overrides: list[str] = ()) -> dict:
+def warm_checkpoint(cfg, cache: Path) -> Path:
+    """The cached warm-started weights for ``cfg`` (made on first use)."""
+    from trainer.checkpoint import latest_checkpoint
+    from trainer.events import NullSink
+    from trainer.runner import run_from_config
+
+    m = cfg.model
+    key = (
+        f"{cfg.env.name}-{m.size}-s{cfg.seed}-w{m.warmstart_steps}-"
+        f"b{m.warmstart_batch}-lr{m.warmstart_lr:g}"
+    )
+    where = cache / key
+    found = latest_checkpoint(where) if where.exists() else None
+    if found is None:
+        print(f"  warm start into {where} ...", flush=True)
+        t0 = time.perf_counter()
+        one = cfg.model_copy(update={"steps": 1})
+        run_from_config(one, NullSink(), checkpoint_dir=where)
+        found = latest_checkpoint(where)
+        print(f"  warm start done in {time.perf_counter() - t0:.0f}s", flush=True)
+    return found
+
+
+def run_one(
+    name: str, minutes: float, overrides: list[str] = (), cache: Path | None = None
+) -> dict:
     from trainer.cli import load_config_file
     from trainer.runner import run_from_config
 
@@ -95,13 +127,15 @@ def run_one(name: str, minutes: float, overrides: list[str] = ()) -> dict:
         cfg = with_overrides(cfg, list(overrides))
         name = f"{name}[{','.join(overrides)}]"
     env = cfg.env.name
+    init = warm_checkpoint(cfg, cache) if cache is not None else None
     rec = Recorder(minutes * 60)
     print(
         f"{name}: {cfg.steps} steps max, preset {cfg.algorithm.preset}, "
-        f"warm start {cfg.model.warmstart_steps} steps",
+        f"warm start {cfg.model.warmstart_steps} steps"
+        + (f" (cached: {init})" if init is not None else ""),
         flush=True,
     )
-    run_from_config(cfg, rec, should_stop=rec.should_stop)
+    run_from_config(cfg, rec, should_stop=rec.should_stop, init_checkpoint=init)
     r = rec.rewards
     # Ranges are the environment's task reward; dapo's overlong penalty ([-1, 0]) is
     # left out of the range, so its gain is judged on the same scale as grpo's.
@@ -140,11 +174,21 @@ def main() -> int:
         metavar="KEY=VALUE",
         help="override a config value in every run, e.g. --set optim.minibatches=4",
     )
+    ap.add_argument(
+        "--warm-cache",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="warm start once per environment/model/seed, kept in DIR; every run "
+        "starts from it and its budget is RL steps only",
+    )
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
-    results = [run_one(env, args.minutes, args.set) for env in args.envs]
+    results = [
+        run_one(env, args.minutes, args.set, args.warm_cache) for env in args.envs
+    ]
     print()
     print(
         f"{'config':8s} {'steps':>5s} {'secs':>7s} {'first20':>8s} {'last20':>8s} "

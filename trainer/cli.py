@@ -62,7 +62,18 @@ def _cmd_presets() -> int:
         print(f"{name:8s} {PRESET_LABELS.get(name, '')}")
         for key, value in fields.items():
             print(f"    {key:20s} {value}")
+    print(_ORTHOGONAL)
     return 0
+
+
+# Options every preset takes, set by no preset (off unless the config sets them).
+_ORTHOGONAL = """\
+every preset also takes (off by default):
+    rollout_correction   {kind: token|sequence, mode: truncate|mask, cap, lower}: \
+importance weights against the sampler (TRL's vllm_importance_sampling_mode)
+    kl_kind              k1|k2|k3|abs (with kl_beta > 0)
+    delta                two-sided clip, > 1 (ppo_clip, gspo)
+    top_entropy_quantile train on the top share of tokens by entropy"""
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -166,13 +166,35 @@ KlKind = Literal[KL_KINDS]  # type: ignore[valid-type]
 
 
 class RolloutCorrectionConfig(_Strict):
-    """Truncated importance weights of the learner against the sampler's log-probs
-    (TIS; verl's ``tis_imp_ratio_cap``)."""
+    """Importance weights of the learner against the sampler's log-probs: truncated
+    (TIS; verl's ``rollout_is``) or masked (MIS; verl's ``rollout_rs``), per token or
+    per sequence: TRL's ``vllm_importance_sampling_mode`` ``token_truncate``,
+    ``token_mask``, ``sequence_truncate``, ``sequence_mask``."""
 
     kind: Literal["token", "sequence"] = Field(
-        description="token: one weight per token; sequence: one per trajectory."
+        description="token: one ratio per token; sequence: one per trajectory (the "
+        "product of its tokens' ratios)."
     )
-    cap: float = Field(2.0, ge=1, le=1000, description="Upper bound of a weight.")
+    mode: Literal["truncate", "mask"] = Field(
+        "truncate",
+        description="truncate: the ratio clamped to [lower, cap] weighs the loss; "
+        "mask: a token (or, per sequence, the whole trajectory) whose ratio is "
+        "outside [lower, cap] leaves the loss, the others are weighted by their ratio.",
+    )
+    cap: float = Field(
+        2.0,
+        ge=1,
+        le=1000,
+        description="Upper bound of the ratio (TRL's vllm_importance_sampling_clip_max; "
+        "verl's rollout_is_threshold).",
+    )
+    lower: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Lower bound of the ratio (TRL's vllm_importance_sampling_clip_min; "
+        "verl's rollout_rs_threshold_lower); empty: none.",
+    )
 
 
 class AlgorithmConfig(_Strict):
@@ -220,7 +242,7 @@ class AlgorithmConfig(_Strict):
     kl_kind: KlKind = Field(
         "k3",
         description="KL estimator: k1 log-ratio, k2 half squared log-ratio, k3 "
-        "exp(-d) + d - 1 (GRPO).",
+        "exp(-d) + d - 1 (GRPO), abs |log-ratio| (verl's abs).",
     )
     kl_clamp: float | None = Field(
         10.0,
@@ -255,9 +277,26 @@ class AlgorithmConfig(_Strict):
         False,
         description="Truncated rollouts get no gradient (DAPO's overlong filtering).",
     )
+    delta: float | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        description="Two-sided clip (TRL's delta, INTELLECT-2): the ratio of the "
+        "unclipped PPO term is clamped to at most delta, so a negative-advantage "
+        "token's loss stops growing past it; > 1 (TRL: > 1 + clip_high); 0: off.",
+    )
+    top_entropy_quantile: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Train only on this top share of the minibatch's tokens by "
+        "entropy (arXiv 2506.01939, TRL's top_entropy_quantile; 0.2 recommended); "
+        "the others are masked (low_entropy); 1: every token.",
+    )
     rollout_correction: RolloutCorrectionConfig | None = Field(
         None,
-        description="Weight tokens by min(pi_learner / pi_sampler, cap); empty: off.",
+        description="Weight tokens by pi_learner / pi_sampler, truncated or masked "
+        "to [lower, cap]; empty: off.",
     )
     entropy_coef: float = Field(0.0, ge=-1, le=1)
     gamma: float = Field(1.0, ge=0, le=1)

@@ -99,6 +99,13 @@ class Segment(_Event):
     entropy: Floats = []
     advantage: Floats = []
     mask: Annotated[str, Field(max_length=64)] | None = None
+    # [position, reason] of single tokens of a trained segment that the update left
+    # out of the loss (masked importance sampling: is_ratio; top_entropy_quantile:
+    # low_entropy).
+    masked: Annotated[
+        list[tuple[Annotated[StrictInt, Field(ge=0, lt=2**31)], Short]],
+        Field(max_length=MAX_TOKENS),
+    ] = []
 
 
 class Rewards(_Event):

@@ -39,7 +39,10 @@ Event shapes (``type`` is always present; every ``step`` is the 1-based training
   (positions of special tokens), "turns": [[int, role]] (where a chat message opens),
   "logprob": [float|None], "old_logprob": [...],
   "ratio": [...], "entropy": [...], "advantage": [...], "mask": str|None}``;
-  ``mask`` is the loss-mask reason (None: trained on). Token arrays of masked
+  ``mask`` is the loss-mask reason (None: trained on); ``"masked": [[int, str]]``
+  (optional) names single tokens of a trained segment the update left out, by
+  position in the segment and reason (``is_ratio``: masked importance sampling,
+  ``low_entropy``: ``top_entropy_quantile``). Token arrays of masked
   segments hold the policy's view too; ``None`` where no value exists (the
   trajectory's first token, which nothing predicts, and every token of a dropped
   group, which the learner never scored).

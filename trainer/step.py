@@ -334,6 +334,7 @@ def _records(
             scores.old_logprobs,
             scores.entropy,
             scored.advantages,
+            scores.token_masks,
         )
         for j, i in enumerate(drawn.kept_idx):
             arrays[i] = rows[j]

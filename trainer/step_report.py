@@ -21,6 +21,7 @@ from trainer.trajectory_events import (
     judgement_events,
     trajectory_event,
 )
+from trainer.update import MASK_REASONS
 
 
 def token_summaries(
@@ -74,13 +75,15 @@ def evidence_info(sampled: Sampled) -> list[TrajectoryInfo]:
 
 
 def token_rows(
-    attn, loss_mask, new_lp, old_lp, entropy, adv
+    attn, loss_mask, new_lp, old_lp, entropy, adv, token_masks=None
 ) -> list[dict[str, list[float | None]]]:
     """Per-row Python lists (one conversion per batch), cut to each row's length.
 
     The learner scores a row from its first trained token on (see
     ``Policy.token_stats``); the model's numbers for the context before it do not
-    exist and are None. Advantages exist everywhere (0 on context)."""
+    exist and are None. Advantages exist everywhere (0 on context).
+    ``token_masks`` (B, T-1) int: why the update left a trained token out
+    (``trainer.update.MASK_REASONS``); a row gets ``masked``: [[target, reason]]."""
     lengths = (attn.sum(1) - 1).tolist()
     trained = loss_mask > 0
     firsts = [
@@ -107,6 +110,11 @@ def token_rows(
         }
         row["advantage"] = advantage[b][:n]
         rows.append(row)
+    if token_masks is not None:
+        for b, t in (token_masks > 0).nonzero().tolist():
+            if t < lengths[b]:
+                reason = MASK_REASONS[int(token_masks[b, t])]
+                rows[b].setdefault("masked", []).append([t, reason])
     return rows
 
 

@@ -36,7 +36,10 @@ def trajectory_event(
     segment's decoded text. ``arrays`` maps name -> per-target values (length T-1 of
     this row, unpadded); None for a dropped group (never scored by the learner).
     ``tokens`` None (the recording policy keeps no token arrays): each segment says
-    its text and token count ``n`` only."""
+    its text and token count ``n`` only. ``arrays["masked"]`` (optional): [[target,
+    reason]] of single tokens the update left out; each segment then carries
+    ``masked``: [[position in the segment, reason]] (e.g. ``is_ratio``,
+    ``low_entropy``)."""
     segments = (
         [_text_segment(seg, text) for seg, text in zip(ro.segments, texts, strict=True)]
         if tokens is None
@@ -101,7 +104,7 @@ def _token_segments(
 ) -> list[dict[str, Any]]:
     """Each segment with its token ids, pieces and readable text, and its slice of
     every array."""
-    segments = []
+    segments: list[dict[str, Any]] = []
     pos = 0
     for seg, text in zip(ro.segments, texts, strict=True):
         n = len(seg.token_ids)
@@ -114,6 +117,13 @@ def _token_segments(
             **tokens.segment(pos, n),
             "mask": seg.mask,
         }
+        if arrays is not None and arrays.get("masked"):
+            # Target p-1 scores token p: a masked target is token pos + k here.
+            entry["masked"] = [
+                [t + 1 - pos, reason]
+                for t, reason in arrays["masked"]
+                if 0 <= t + 1 - pos < n
+            ]
         if arrays is None:
             for name in FLOAT_ARRAYS:
                 entry[name] = [None] * n

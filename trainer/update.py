@@ -20,11 +20,13 @@ import torch
 from trainer.algorithms import (
     ResolvedAlgorithm,
     agg_loss,
+    high_entropy_mask,
     kl_penalty,
     policy_loss,
     rollout_weights,
     value_loss,
 )
+from trainer.algorithms.correction import is_masked
 from trainer.batch import Batch
 from trainer.config import OptimConfig
 from trainer.policy import Policy, TokenStats
@@ -40,6 +42,14 @@ class Scores:
     values: torch.Tensor | None  # (B, T-1)
     ref_logprobs: torch.Tensor | None  # (B, T-1)
     kl_beta: float = 0.0  # this step's KL coefficient in the loss (adaptive or fixed)
+    # (B, T-1) int8: why the last epoch's loss left a trained token out (MASK_REASONS
+    # index; 0: it did not). None until an update with a token mask ran.
+    token_masks: torch.Tensor | None = None
+
+
+# The loss-mask reasons of single tokens the update leaves out (trajectory events'
+# ``masked``): by masked importance sampling, by the top-entropy quantile.
+MASK_REASONS = (None, "is_ratio", "low_entropy")
 
 
 def _chunks(n: int, size: int) -> list[slice]:
@@ -194,7 +204,7 @@ def _minibatch_step(
     st = learner.par.token_stats(
         mb.input_ids,
         mb.attention_mask,
-        with_entropy=fill or algo.entropy_coef != 0,
+        with_entropy=fill or algo.entropy_coef != 0 or algo.top_entropy_quantile < 1,
         entropy_grad=algo.entropy_coef != 0,
         with_values=returns is not None,
         start=mb.first_trained(),
@@ -234,15 +244,7 @@ def _loss(
     # one-process loss (alone: x 1.0).
     scales = learner.par.loss_scales(mask)
     scale = scales[algo.agg]
-    weights, corr = None, {}
-    if algo.rollout_correction != "off" and mb.sampler_logprobs is not None:
-        weights, corr = rollout_weights(
-            scores.old_logprobs[idx],
-            mb.sampler_logprobs,
-            mask,
-            kind=algo.rollout_correction,
-            cap=algo.rollout_correction_cap,
-        )
+    weights, corr, high = _token_weights(learner, mb, st, scores, idx)
     loss, metrics = policy_loss(
         algo.loss,
         st.logprobs,
@@ -255,6 +257,7 @@ def _loss(
         max_len=max_len,
         dual_clip=algo.dual_clip or None,
         weights=weights,
+        delta=algo.delta or None,
     )
     loss = loss * scale
     metrics["policy_loss"] *= scale
@@ -288,6 +291,56 @@ def _loss(
         loss = loss + algo.value_coef * vl
         metrics["value_loss"] = float(vl.detach())
     if algo.entropy_coef != 0 and st.entropy is not None:
-        ent = agg_loss(st.entropy, mask, algo.agg, max_len=max_len) * scale
+        # TRL: with a top-entropy mask the bonus acts on the same tokens.
+        bonus = mask if high is None else high
+        ent = agg_loss(st.entropy, bonus, algo.agg, max_len=max_len) * scale
         loss = loss - algo.entropy_coef * ent
     return loss, metrics
+
+
+def _token_weights(
+    learner: Learner,
+    mb: Batch,
+    st: TokenStats,
+    scores: Scores,
+    idx: torch.Tensor,
+) -> tuple[torch.Tensor | None, dict[str, float], torch.Tensor | None]:
+    """(B, T-1) factors on the minibatch's per-token loss (None: all 1), their
+    metrics, and the top-entropy mask (None: off): the sampler correction
+    (truncated or masked importance weights) times that mask. Tokens they take out
+    (weight 0) get their reason in ``scores.token_masks``."""
+    algo, mask = learner.algo, mb.loss_mask
+    weights, metrics, high = None, {}, None
+    reasons = torch.zeros(mask.shape, dtype=torch.int8, device=mask.device)
+    if algo.rollout_correction != "off" and mb.sampler_logprobs is not None:
+        weights, metrics = rollout_weights(
+            scores.old_logprobs[idx],
+            mb.sampler_logprobs,
+            mask,
+            kind=algo.rollout_correction,
+            cap=algo.rollout_correction_cap,
+            mode=algo.rollout_correction_mode,
+            lower=algo.rollout_correction_lower or None,
+        )
+        reasons[is_masked(weights, mask)] = 1
+    if algo.top_entropy_quantile < 1 and st.entropy is not None:
+        trained = mask > 0
+        # The threshold is the whole minibatch's: every rank's trained tokens.
+        parts = learner.par.all_gather_objects(st.entropy.detach()[trained].cpu())
+        pool = torch.cat([p.to(st.entropy.device) for p in parts])
+        high = high_entropy_mask(
+            st.entropy, mask, algo.top_entropy_quantile, pool=pool.float()
+        )
+        low = trained & ~high
+        reasons[low & (reasons == 0)] = 2
+        factor = high.to(st.logprobs.dtype)
+        weights = factor if weights is None else weights * factor
+        metrics["top_entropy/masked_frac"] = float(
+            low.sum() / trained.sum().clamp(min=1)
+        )
+    if scores.token_masks is None:
+        scores.token_masks = torch.zeros(
+            scores.old_logprobs.shape, dtype=torch.int8, device=mask.device
+        )
+    scores.token_masks[idx] = reasons
+    return weights, metrics, high

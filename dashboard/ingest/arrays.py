@@ -104,8 +104,9 @@ def pack_segment_list(
 
 
 def _readable(seg: dict[str, Any], n: int) -> dict[str, Any]:
-    """A segment's readable tokens (``token_text``, ``special``, ``turns``), where
-    its sender gave them: texts cut like pieces, positions kept inside the segment."""
+    """A segment's readable tokens (``token_text``, ``special``, ``turns``) and its
+    single masked tokens (``masked``: [[position, reason]]), where its sender gave
+    them: texts cut like pieces, positions kept inside the segment."""
     out: dict[str, Any] = {}
     texts = seg.get("token_text")
     if isinstance(texts, (list, tuple)) and texts:
@@ -118,6 +119,16 @@ def _readable(seg: dict[str, Any], n: int) -> dict[str, Any]:
         out["turns"] = [
             [t[0], jsonsafe.text(t[1], 32)]
             for t in turns
+            if isinstance(t, (list, tuple))
+            and len(t) == 2
+            and type(t[0]) is int
+            and 0 <= t[0] < n
+        ]
+    masked = seg.get("masked")
+    if isinstance(masked, (list, tuple)) and masked:
+        out["masked"] = [
+            [t[0], jsonsafe.text(t[1], 32)]
+            for t in masked
             if isinstance(t, (list, tuple))
             and len(t) == 2
             and type(t[0]) is int
@@ -177,8 +188,9 @@ def head_of_part(
             cut[name] = meta[name][:keep]
     if isinstance(meta.get("special"), list):
         cut["special"] = [p for p in meta["special"] if p < keep]
-    if isinstance(meta.get("turns"), list):
-        cut["turns"] = [t for t in meta["turns"] if t[0] < keep]
+    for name in ("turns", "masked"):
+        if isinstance(meta.get(name), list):
+            cut[name] = [t for t in meta[name] if t[0] < keep]
     if len(blob) < BYTES_PER_TOKEN * n:  # no arrays stored
         return cut, blob
     columns = 1 + len(FLOAT_FIELDS)

@@ -36,9 +36,9 @@ from dashboard.ingest.arrays import FLOAT_FIELDS
 CLIPPED = "_clipped"
 MAX_NOTES = 20
 PER_TOKEN = ("token_ids", "tokens", "token_text", *FLOAT_FIELDS)
-# Lists of token positions (special tokens, chat turns): bounded like an array, cut by
-# position rather than by length.
-POSITIONS = ("special", "turns")
+# Lists of token positions (special tokens, chat turns, masked tokens): bounded like
+# an array, cut by position rather than by length.
+POSITIONS = ("special", "turns", "masked")
 _TEXT = {"judgement": ("rationale", "raw", "error"), "run_finished": ("error",)}
 _MAX_DEPTH = 64
 

@@ -112,6 +112,43 @@ def preset_choices() -> tuple[tuple[str, str], ...]:
     return tuple((n, PRESET_LABELS.get(n, n)) for n in PRESET_ORDER if n in PRESETS)
 
 
+def _resolved(algorithm: dict[str, Any]) -> Any:
+    from trainer.algorithms import resolve_algorithm
+    from trainer.config import AlgorithmConfig
+
+    try:
+        return resolve_algorithm(AlgorithmConfig.model_validate(algorithm))
+    except (ValueError, KeyError):
+        return None
+
+
+def corrections_summary(algorithm: dict[str, Any]) -> str:
+    """The run's off-policy corrections and token selection, in words, for the run
+    page's header: ``IS token mask [0.5, 3] · two-sided clip δ 4 · top 20% entropy
+    tokens``; "" when none is on."""
+    algo = _resolved(algorithm)
+    if algo is None:
+        return ""
+    parts = []
+    if algo.rollout_correction != "off":
+        lower = (
+            f"{algo.rollout_correction_lower:g}"
+            if algo.rollout_correction_lower
+            else "0"
+        )
+        parts.append(
+            f"IS {algo.rollout_correction} {algo.rollout_correction_mode} "
+            f"[{lower}, {algo.rollout_correction_cap:g}]"
+        )
+    if algo.delta:
+        parts.append(f"two-sided clip δ {algo.delta:g}")
+    if algo.dual_clip:
+        parts.append(f"dual clip {algo.dual_clip:g}")
+    if algo.top_entropy_quantile < 1:
+        parts.append(f"top {algo.top_entropy_quantile * 100:g}% entropy tokens")
+    return " · ".join(parts)
+
+
 def kl_summary(algorithm: dict[str, Any]) -> str:
     """How a run's config uses the KL term, in words, for the run page."""
     from trainer.algorithms import resolve_algorithm

@@ -74,8 +74,15 @@ ALGORITHM = [
     for s in sc.model_specs(AlgorithmConfig, "algorithm")
     if s.name not in PRESET_FIELDS and s.name != "preset"
 ] + [
-    # A nested option: both inputs blank means off (None), so neither has a default.
-    replace(s, optional=True, default=None, label=f"Rollout correction {s.name}")
+    # A nested option: every input blank means off (None); any set turns it on (kind
+    # then required), the blank ones at the schema's defaults.
+    replace(
+        s,
+        optional=True,
+        default=None,
+        label=f"Rollout correction {s.name}",
+        placeholder="" if s.name == "kind" else f"default: {s.default_text}",
+    )
     for s in sc.model_specs(RolloutCorrectionConfig, "algorithm.rollout_correction")
 ]
 # LoRA (a nested option, like rollout correction): every input blank means no LoRA

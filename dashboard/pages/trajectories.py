@@ -94,6 +94,7 @@ def _heatmap_data(page: trajs.SegmentPage) -> dict[str, Any]:
                 "token_text": s.get("token_text") or None,
                 "special": s.get("special") or [],
                 "turns": s.get("turns") or [],
+                "masked": s.get("masked") or [],
                 "token_ids": s.get("token_ids"),
                 "logprob": s.get("logprob"),
                 "old_logprob": s.get("old_logprob"),

@@ -39,6 +39,8 @@ class Segment:
     more_chars: int = 0  # characters of the text not shown (the page is elsewhere)
     coloured: int = 0  # tokens that have colours, when fewer than n (cut to the page)
     paged: bool = True  # in the page shown (else a preview: another page has it)
+    # Single tokens the update left out, per reason: "2 is_ratio, 1 low_entropy".
+    masked: str = ""
 
     @property
     def label(self) -> str:
@@ -112,6 +114,15 @@ def _per_step(
     return []
 
 
+def _masked_counts(masked: Any) -> str:
+    """``[[position, reason], ...]`` -> ``"2 is_ratio, 1 low_entropy"``."""
+    counts: dict[str, int] = {}
+    for m in masked if isinstance(masked, list) else []:
+        if isinstance(m, list) and len(m) == 2:
+            counts[str(m[1])] = counts.get(str(m[1]), 0) + 1
+    return ", ".join(f"{n} {reason}" for reason, n in counts.items())
+
+
 def _segments(t: Trajectory, page: SegmentPage | None) -> list[Segment]:
     """Every segment of ``t``: those of ``page`` (all, without one) as the page has
     them, the others as a preview of their text."""
@@ -123,6 +134,7 @@ def _segments(t: Trajectory, page: SegmentPage | None) -> list[Segment]:
         seg = Segment(
             k, s.get("turn"), str(s.get("kind") or ""), text, s.get("mask"), n
         )
+        seg.masked = _masked_counts(s.get("masked"))
         shown = paged.get(k) if paged is not None else s
         if shown is None:
             seg.text, seg.paged = text[:PREVIEW_CHARS], False

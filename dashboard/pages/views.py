@@ -59,6 +59,9 @@ def run_info(run: Run) -> dict[str, Any]:
         "preset_label": catalog.PRESET_LABELS.get(preset, preset)
         or (f"{run.framework} (external)" if run.external else ""),
         "kl": "" if run.external else catalog.kl_summary(_section(cfg, "algorithm")),
+        "corrections": ""
+        if run.external
+        else catalog.corrections_summary(_section(cfg, "algorithm")),
         "env": str(_section(cfg, "env").get("name") or ""),
         "steps": steps if isinstance(steps, int) and steps >= 0 else 0,
         "model": str(model.get("path") or model.get("size") or ""),

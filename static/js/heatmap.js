@@ -114,12 +114,29 @@ function valueOf(seg, i, by) {
   return num(seg[by]?.[i]);
 }
 
+// Why the update left a single token of a trained segment out of the loss.
+const MASKED_WHY = {
+  is_ratio: "sampler/learner ratio out of bounds (masked IS)",
+  low_entropy: "below the top-entropy quantile",
+};
+
+/** position -> reason of the segment's single masked tokens. */
+function maskedTokens(seg) {
+  const out = new Map();
+  for (const m of seg.masked || []) {
+    if (Array.isArray(m) && Number.isInteger(m[0])) out.set(m[0], String(m[1]));
+  }
+  return out;
+}
+
 export function scaleFor(segments, by) {
   let m = 0;
   for (const seg of segments) {
     if (seg.mask) continue;
+    const masked = maskedTokens(seg);
     const n = (seg.tokens || []).length;
     for (let i = 0; i < n; i++) {
+      if (masked.has(i)) continue;
       const v = valueOf(seg, i, by);
       if (v !== null && Number.isFinite(v)) m = Math.max(m, Math.abs(v));
     }
@@ -165,9 +182,10 @@ export class Heatmap {
       const special = new Set(seg.special || []);
       const turns = new Map((seg.turns || []).map(([i, role]) => [i, role]));
       const spans = new Array(tokens.length);
-      const masked = seg.mask ? " tm" : "";
+      seg.maskedAt = maskedTokens(seg);
       let into = frag; // tokens before the segment's first turn continue the last one
       for (let i = 0; i < tokens.length; i++) {
+        const masked = seg.mask || seg.maskedAt.has(i) ? " tm" : "";
         if (turns.has(i)) {
           into = turnBlock(turns.get(i));
           frag.append(into);
@@ -197,9 +215,9 @@ export class Heatmap {
     this.by = by;
     this.scale = scaleFor(this.segments, by);
     this.segments.forEach((seg, k) => {
-      const masked = seg.mask ? " tm" : "";
       const special = new Set(seg.special || []);
       (this.spans[k] || []).forEach((span, i) => {
+        const masked = seg.mask || seg.maskedAt?.has(i) ? " tm" : "";
         span.className = binClass(valueOf(seg, i, by), this.scale) + masked;
         if (special.has(i)) span.classList.add("tsp");
         if (!seg.texts?.[i]) span.classList.add("te");
@@ -219,7 +237,15 @@ export class Heatmap {
     rows.push(["piece", seg.tokens[i] ?? "—"]);
     rows.push(["token id", String(seg.token_ids?.[i] ?? "—")]);
     if ((seg.special || []).includes(i)) rows.push(["special", "yes"]);
-    rows.push(["mask", seg.mask ? `${seg.mask} (not trained on)` : "trained on"]);
+    const one = seg.maskedAt?.get(i);
+    rows.push([
+      "mask",
+      seg.mask
+        ? `${seg.mask} (not trained on)`
+        : one
+          ? `${one}: ${MASKED_WHY[one] || "left out"} (not trained on)`
+          : "trained on",
+    ]);
     const dl = document.createElement("dl");
     for (const [dt, dd] of rows) {
       const a = document.createElement("dt");

@@ -133,6 +133,8 @@ def test_fields_set_on_the_config_override_the_preset():
         credit="process",
         value_clip=0.0,
         overlong_shaping=True,
+        delta=0.0,
+        top_entropy_quantile=1.0,
         kl_beta=0.04,
         kl_kind="k3",
         kl_clamp=10.0,
@@ -143,6 +145,8 @@ def test_fields_set_on_the_config_override_the_preset():
         mask_truncated=False,
         rollout_correction="off",
         rollout_correction_cap=2.0,
+        rollout_correction_mode="truncate",
+        rollout_correction_lower=0.0,
         entropy_coef=0.0,
         gamma=1.0,
         lam=0.95,
@@ -194,6 +198,8 @@ def test_describe_preset_lists_the_fields_it_sets():
         "credit": "outcome",
         "value_clip": 0.0,
         "overlong_shaping": True,
+        "delta": 0.0,
+        "top_entropy_quantile": 1.0,
     }
 
 

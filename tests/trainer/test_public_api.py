@@ -43,6 +43,7 @@ SIGNATURES = {
         ("max_len", KW, None),
         ("dual_clip", KW, None),
         ("weights", KW, None),
+        ("delta", KW, None),
     ],
     "kl_penalty": [
         ("logprobs", POS, REQUIRED),
@@ -56,6 +57,14 @@ SIGNATURES = {
         ("mask", POS, REQUIRED),
         ("kind", KW, REQUIRED),
         ("cap", KW, REQUIRED),
+        ("mode", KW, "truncate"),
+        ("lower", KW, None),
+    ],
+    "high_entropy_mask": [
+        ("entropies", POS, REQUIRED),
+        ("mask", POS, REQUIRED),
+        ("quantile", POS, REQUIRED),
+        ("pool", KW, None),
     ],
     "adaptive_kl_coef": [
         ("coef", POS, REQUIRED),
@@ -99,6 +108,7 @@ def test_the_package_exports_the_trainer_names():
         "kl_penalty",
         "adaptive_kl_coef",
         "rollout_weights",
+        "high_entropy_mask",
         "mismatch_metrics",
         "value_loss",
         "agg_loss",

@@ -1,7 +1,8 @@
 """The public math API (stable: outside scripts call exactly these names).
 
 Advantages (:mod:`.advantages`), losses and their aggregation (:mod:`.losses`), KL
-estimators (:mod:`.kl`), sampler/learner correction (:mod:`.correction`) and the
+estimators (:mod:`.kl`), sampler/learner correction (:mod:`.correction`), the
+top-entropy token mask (:mod:`.entropy_mask`) and the
 algorithm presets (:mod:`.presets`). Pure torch: no models, no I/O, no Django.
 """
 
@@ -14,6 +15,7 @@ from trainer.algorithms.advantages import (
     zero_variance_groups,
 )
 from trainer.algorithms.correction import mismatch_metrics, rollout_weights
+from trainer.algorithms.entropy_mask import high_entropy_mask
 from trainer.algorithms.kl import KL_KINDS, adaptive_kl_coef, kl_k3, kl_penalty
 from trainer.algorithms.losses import (
     LOSSES,
@@ -41,6 +43,7 @@ __all__ = [
     "describe_preset",
     "gae_advantages",
     "group_advantages",
+    "high_entropy_mask",
     "kl_k3",
     "kl_penalty",
     "masked_mean",

@@ -7,7 +7,9 @@ divergence", 2020), with ``d = logp - ref_logp`` the log-ratio of a sampled toke
 * ``k2 = d^2 / 2``: biased, low variance, its gradient is the true KL's (the one
   verl's ``mse`` uses);
 * ``k3 = exp(-d) + d - 1``: unbiased and never negative (GRPO, arXiv 2402.03300
-  eq. 4; verl's ``low_var_kl``).
+  eq. 4; verl's ``low_var_kl``);
+* ``abs = |d|``: verl's ``abs`` kl_penalty, never negative, linear (not quadratic)
+  in the log-ratio, so a far-off token pulls no harder than a near one.
 
 Only k3 is clamped to ``[-clamp, clamp]``, as verl clamps its ``low_var_kl`` (to
 [-10, 10]) and nothing else: k3 grows as exp(-d), so one diverged token would dominate
@@ -26,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-KL_KINDS = ("k1", "k2", "k3")
+KL_KINDS = ("k1", "k2", "k3", "abs")
 
 # exp() of a log-ratio past this overflows float32 for no useful information.
 _MAX_LOG_RATIO = 20.0
@@ -42,12 +44,12 @@ def kl_penalty(
         ref_logprobs: (B, T) log pi_ref of the same tokens (not differentiated).
             Masked positions should hold finite values (the caller zeroes them):
             a NaN there would poison the gradient.
-        kind: ``"k1"``, ``"k2"`` or ``"k3"`` (see the module docstring).
+        kind: ``"k1"``, ``"k2"``, ``"k3"`` or ``"abs"`` (see the module docstring).
         clamp: k3 is clamped to ``[-clamp, clamp]`` (gradient 0 past it), as verl's
-            ``low_var_kl``; k1 and k2 never are. None: not clamped.
+            ``low_var_kl``; k1, k2 and abs never are. None: not clamped.
 
     Returns:
-        (B, T) per-token estimates (k2 and k3 are >= 0).
+        (B, T) per-token estimates (k2, k3 and abs are >= 0).
     """
     d = logprobs - ref_logprobs.detach()
     if kind == "k1":
@@ -58,6 +60,8 @@ def kl_penalty(
         neg = (-d).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
         # exp(x) >= 1 + x exactly, but rounding can dip a hair below zero.
         kl = (torch.exp(neg) - neg - 1.0).clamp(min=0.0)
+    elif kind == "abs":
+        kl = d.abs()
     else:
         allowed = ", ".join(repr(k) for k in KL_KINDS)
         raise ValueError(f"kind must be one of {allowed}, got {kind!r}")

@@ -2,7 +2,8 @@
 
 * :data:`LOSSES`: a registry of per-token policy losses (``@LOSSES.register``):
   ``ppo_clip`` (PPO, arXiv 1707.06347; asymmetric clip bounds as DAPO's clip-higher,
-  arXiv 2503.14476; optional dual clip, arXiv 1912.09729), ``cispo`` (MiniMax-M1,
+  arXiv 2503.14476; optional dual clip, arXiv 1912.09729, and two-sided clip
+  ``delta``, INTELLECT-2 arXiv 2505.07291), ``cispo`` (MiniMax-M1,
   arXiv 2506.13585) and ``gspo`` (sequence-level ratios, arXiv 2507.18071).
 * :func:`agg_loss`: the one function that turns a (B, T) loss matrix into a scalar;
   every loss here goes through it, so the aggregation choice (the main difference
@@ -114,6 +115,7 @@ def ppo_clip_loss(
     clip_high: float,
     mask: Tensor | None = None,
     dual_clip: float | None = None,
+    delta: float | None = None,
 ) -> Tensor:
     """PPO's clipped surrogate, per token: -min(r A, clip(r, 1-lo, 1+hi) A).
 
@@ -124,10 +126,14 @@ def ppo_clip_loss(
     ``dual_clip`` = c > 1 caps the loss of a negative-advantage token at -c A (dual-
     clip PPO, arXiv 1912.09729; verl's ``clip_ratio_c``): without it a token whose
     ratio has exploded (r >> 1, A < 0) contributes an unbounded -r A.
+    ``delta`` = d > 1 is TRL's two-sided clip (GRPOConfig ``delta``, INTELLECT-2,
+    arXiv 2505.07291): the unclipped term's ratio is clamped to at most d, i.e.
+    ``-min(min(r, d) A, clip(r, 1-lo, 1+hi) A)``; for A < 0 the loss stops growing
+    (and its gradient is 0) once r > d.
     All tensors (B, T); ``mask`` is unused (per-token loss). Returns (B, T).
     """
     ratio = torch.exp((logprobs - old_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
-    return _clipped_surrogate(ratio, advantages, clip_low, clip_high, dual_clip)
+    return _clipped_surrogate(ratio, advantages, clip_low, clip_high, dual_clip, delta)
 
 
 def _clipped_surrogate(
@@ -136,8 +142,11 @@ def _clipped_surrogate(
     clip_low: float,
     clip_high: float,
     dual_clip: float | None,
+    delta: float | None = None,
 ) -> Tensor:
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    if delta is not None:  # TRL: coef_2 from the raw ratio, then coef_1 clamped
+        ratio = ratio.clamp(max=delta)
     loss = -torch.minimum(ratio * advantages, clipped * advantages)
     if dual_clip is None:
         return loss
@@ -189,6 +198,7 @@ def gspo_loss(
     clip_high: float,
     mask: Tensor | None = None,
     dual_clip: float | None = None,
+    delta: float | None = None,
 ) -> Tensor:
     """GSPO (arXiv 2507.18071, eq. 7 and §4.3), per token, in the token-level form.
 
@@ -200,13 +210,15 @@ def gspo_loss(
     The clip is PPO's on ``s_i,t`` (the paper's bounds are tiny: 3e-4 / 4e-4, since a
     sequence ratio moves far less than a token one). All tensors (B, T); returns
     (B, T). Token-level noise no longer decides what is clipped, which is what makes it
-    stable for MoE models (Qwen3).
+    stable for MoE models (Qwen3). ``delta``: the two-sided clip of
+    :func:`ppo_clip_loss` on the sequence ratio (TRL with
+    ``importance_sampling_level="sequence"``).
     """
     seq = _sequence_log_ratio(logprobs, old_logprobs, mask)
     log_ratio = seq + logprobs - logprobs.detach()
     # verl clamps the sequence log-ratio at 10 before exp (exp(10) is already absurd).
     ratio = torch.exp(log_ratio.clamp(max=10.0))
-    return _clipped_surrogate(ratio, advantages, clip_low, clip_high, dual_clip)
+    return _clipped_surrogate(ratio, advantages, clip_low, clip_high, dual_clip, delta)
 
 
 # The ratio the clip acts on, per loss (token ratio unless listed): for the metrics.
@@ -240,10 +252,13 @@ def _clip_metrics(
     clip_low: float,
     clip_high: float,
     dual_clip: float | None,
+    delta: float | None = None,
 ) -> dict[str, float]:
     """TRL GRPOTrainer's clip metrics: the fraction of trained tokens whose clip is
     active, i.e. the ratio is past a bound in the direction the advantage pushes;
-    with a dual clip, ``clip_ratio/dual_mean`` the fraction whose loss it capped."""
+    with a dual clip, ``clip_ratio/dual_mean`` the fraction whose loss it capped;
+    with ``delta``, ``clip_ratio/delta_mean`` the fraction whose loss the two-sided
+    clip capped (r > delta, A < 0)."""
     low = (ratio < 1.0 - clip_low) & (advantages < 0)
     high = (ratio > 1.0 + clip_high) & (advantages > 0)
     has_tokens = bool(keep.any())
@@ -258,6 +273,9 @@ def _clip_metrics(
     if dual_clip is not None:
         dual = (ratio.clamp(min=1.0 - clip_low) > dual_clip) & (advantages < 0)
         out["clip_ratio/dual_mean"] = float(masked_mean(dual.float(), keep))
+    if delta is not None:
+        capped = (ratio > delta) & (advantages < 0)
+        out["clip_ratio/delta_mean"] = float(masked_mean(capped.float(), keep))
     return out
 
 
@@ -274,6 +292,7 @@ def policy_loss(
     max_len: int | None = None,
     dual_clip: float | None = None,
     weights: Tensor | None = None,
+    delta: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """The policy-gradient loss of one minibatch.
 
@@ -289,7 +308,11 @@ def policy_loss(
         dual_clip: c > 1 caps a negative-advantage token's loss at -c A (``ppo_clip``
             and ``gspo``; another loss with it is a ValueError). None: off.
         weights: (B, T) or (B, 1) per-token factors on the loss, not differentiated:
-            the truncated importance weights of :func:`rollout_weights`. None: 1.
+            the truncated or masked importance weights of :func:`rollout_weights`,
+            times a top-entropy mask. A weight of 0 takes a token out of the loss
+            (its gradient is 0) but not out of the normaliser, as TRL. None: 1.
+        delta: d > 1, TRL's two-sided clip (``ppo_clip`` and ``gspo``): the
+            unclipped ratio is clamped to at most d. None: off.
 
     Returns:
         ``(loss, metrics)``: a scalar tensor, and python floats named as TRL does
@@ -310,6 +333,12 @@ def policy_loss(
         if dual_clip <= 1.0:
             raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
         extra["dual_clip"] = dual_clip
+    if delta is not None:
+        if "delta" not in inspect.signature(loss_fn).parameters:
+            raise ValueError(f"delta does not apply to the {name!r} loss")
+        if delta <= 1.0:
+            raise ValueError(f"delta must be > 1, got {delta}")
+        extra["delta"] = delta
     keep = _bool_mask(mask)
     adv = _broadcast_advantages(advantages.detach(), logprobs.shape)
     # Sanitise masked positions before any arithmetic: torch.where's backward would
@@ -328,7 +357,7 @@ def policy_loss(
 
     with torch.no_grad():
         ratio = _METRIC_RATIO.get(name, _token_ratio)(logp, old, keep)
-        metrics = _clip_metrics(ratio, adv, keep, clip_low, clip_high, dual_clip)
+        metrics = _clip_metrics(ratio, adv, keep, clip_low, clip_high, dual_clip, delta)
     metrics["policy_loss"] = float(loss.detach())
     return loss, metrics
 

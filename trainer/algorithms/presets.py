@@ -36,6 +36,10 @@ class Preset:
         rollout-time value (CleanRL, verl ``cliprange_value``); 0: unclipped.
     overlong_shaping: the run's reward gets DAPO's ``overlong_penalty`` component
         (arXiv 2503.14476 §3.4) sized to the generation budget.
+    delta: TRL's two-sided clip of the ratio (INTELLECT-2, arXiv 2505.07291);
+        0: off.
+    top_entropy_quantile: train only on this top share of tokens by entropy
+        (arXiv 2506.01939; TRL's ``top_entropy_quantile``); 1: every token.
     """
 
     advantage: str
@@ -48,6 +52,8 @@ class Preset:
     credit: str
     value_clip: float = 0.0
     overlong_shaping: bool = False
+    delta: float = 0.0
+    top_entropy_quantile: float = 1.0
 
 
 PRESETS: dict[str, Preset] = {
@@ -152,6 +158,8 @@ class ResolvedAlgorithm:
     credit: str
     value_clip: float
     overlong_shaping: bool
+    delta: float  # 0: off
+    top_entropy_quantile: float  # 1: every token
     kl_beta: float
     kl_kind: str
     kl_clamp: float  # 0: unclamped
@@ -162,6 +170,8 @@ class ResolvedAlgorithm:
     mask_truncated: bool
     rollout_correction: str  # "off" | "token" | "sequence"
     rollout_correction_cap: float
+    rollout_correction_mode: str  # "truncate" | "mask"
+    rollout_correction_lower: float  # 0: no lower bound
     entropy_coef: float
     gamma: float
     lam: float
@@ -229,6 +239,10 @@ def resolve_algorithm(cfg: AlgorithmConfig) -> ResolvedAlgorithm:
         mask_truncated=cfg.mask_truncated,
         rollout_correction="off" if correction is None else correction.kind,
         rollout_correction_cap=2.0 if correction is None else correction.cap,
+        rollout_correction_mode="truncate" if correction is None else correction.mode,
+        rollout_correction_lower=0.0
+        if correction is None or correction.lower is None
+        else correction.lower,
         entropy_coef=cfg.entropy_coef,
         gamma=cfg.gamma,
         lam=cfg.lam,
@@ -244,6 +258,16 @@ def _check_options(cfg: AlgorithmConfig, chosen: dict[str, Any]) -> None:
         raise ValueError(
             "algorithm.dual_clip applies to the ppo_clip and gspo losses, not to "
             "algorithm.loss='cispo' (its weights are clipped already)"
+        )
+    if chosen["delta"] and chosen["loss"] == "cispo":
+        raise ValueError(
+            "algorithm.delta (the two-sided clip) applies to the ppo_clip and gspo "
+            "losses, not to algorithm.loss='cispo'"
+        )
+    if 0 < chosen["delta"] <= 1:
+        raise ValueError(
+            f"algorithm.delta must be 0 (off) or > 1 (TRL recommends > 1 + "
+            f"clip_high), got {chosen['delta']:g}"
         )
     if cfg.kl_in_reward and cfg.kl_beta <= 0:
         raise ValueError(
