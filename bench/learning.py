@@ -50,10 +50,15 @@ class Recorder:
         self.start = time.perf_counter()
         self.budget_s = budget_s
         self.alerts: list[str] = []
+        # The sampler/learner numbers of runs with a rollout correction, per step.
+        self.correction: dict[str, list[float]] = {}
 
     def emit(self, ev) -> None:
         if ev["type"] == "step" and ev["step"] > 0:
             self.rewards.append(ev["metrics"]["reward"])
+            for key, value in ev["metrics"].items():
+                if key.startswith(("rollout_correction/", "rollout/ratio_m")):
+                    self.correction.setdefault(key, []).append(value)
             self.success.append(ev["metrics"].get("success/mean", float("nan")))
             if ev["step"] % 25 == 0:
                 recent = self.rewards[-25:]
@@ -158,6 +163,11 @@ def run_one(
             round(sum(rec.success[-20:]) / 20, 3),
         ],
         "passes": gain >= (hi - lo) / 4,
+        # Means over the run's steps (max: the largest) of the correction's numbers.
+        "correction": {
+            k: round(max(v) if k.endswith("max") else sum(v) / len(v), 6)
+            for k, v in rec.correction.items()
+        },
         "alerts": rec.alerts[:10],
     }
 

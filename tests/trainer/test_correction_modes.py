@@ -198,7 +198,8 @@ def test_kl_abs_is_the_estimator_the_loop_adds(monkeypatch, reward_fn):
     for _, absd, out in seen:
         torch.testing.assert_close(out, absd)  # |log pi - log pi_ref|, unclamped
     kls = [m["kl"] for m in _steps(sink)]
-    assert kls[0] == 0.0 and kls[-1] > 0.0  # the policy moves from the reference
+    # Step 1: the policy is the reference (to float noise); then it moves away.
+    assert kls[0] < 1e-6 < kls[-1]
 
 
 # ----- algorithm.delta --------------------------------------------------------------
