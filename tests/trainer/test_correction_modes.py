@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from option_registry import covers
 
 import trainer.step
-from rewards.types import RewardBreakdown, RewardResult
 import trainer.update
+from rewards.types import RewardBreakdown, RewardResult
 from trainer.config import TrainConfig
 from trainer.envs.base import make_env
 from trainer.events import ListSink
@@ -93,6 +94,7 @@ def _steps(sink):
 
 
 # ----- algorithm.rollout_correction.mode = mask, kind = token ----------------------
+@covers("algorithm.rollout_correction.mode")
 def test_token_mask_masks_exactly_the_tokens_out_of_bounds(monkeypatch, reward_fn):
     _shift_sampler(monkeypatch, _even_columns)
     cfg = _config(rollout_correction={"kind": "token", "mode": "mask", "cap": 2.0})
@@ -132,6 +134,7 @@ def test_every_token_masked_trains_nothing_truncated_still_does(monkeypatch, rew
 
 
 # ----- algorithm.rollout_correction.mode = mask, kind = sequence -------------------
+@covers("algorithm.rollout_correction.kind")
 def test_sequence_mask_drops_whole_trajectories(monkeypatch, reward_fn):
     # One shifted token in even rows: their sequence ratio is e^2 > cap 2.
     def first_trained_of_even_rows(mask):
@@ -155,6 +158,7 @@ def test_sequence_mask_drops_whole_trajectories(monkeypatch, reward_fn):
 
 
 # ----- algorithm.rollout_correction.lower -----------------------------------------
+@covers("algorithm.rollout_correction.lower")
 def test_a_lower_bound_masks_tokens_below_it(monkeypatch, reward_fn):
     # Raised sampler log-probs: ratio e^-2 = .135 < lower .5 (the cap is not hit).
     real = trainer.step.collate
@@ -181,6 +185,7 @@ def test_a_lower_bound_masks_tokens_below_it(monkeypatch, reward_fn):
 
 
 # ----- algorithm.kl_kind = abs ----------------------------------------------------
+@covers("algorithm.kl_kind")
 def test_kl_abs_is_the_estimator_the_loop_adds(monkeypatch, reward_fn):
     seen = []
     real = trainer.update.kl_penalty
@@ -203,6 +208,7 @@ def test_kl_abs_is_the_estimator_the_loop_adds(monkeypatch, reward_fn):
 
 
 # ----- algorithm.delta --------------------------------------------------------------
+@covers("algorithm.delta")
 def test_delta_reaches_the_loss_and_caps_ratios(monkeypatch, reward_fn):
     calls = []
     real = trainer.update.policy_loss
@@ -226,6 +232,7 @@ def test_delta_reaches_the_loss_and_caps_ratios(monkeypatch, reward_fn):
 
 
 # ----- algorithm.top_entropy_quantile ---------------------------------------------
+@covers("algorithm.top_entropy_quantile")
 def test_top_entropy_quantile_masks_the_low_entropy_tokens(reward_fn):
     sink = _run(_config(top_entropy_quantile=0.25), reward_fn)
     for step in (1, 2):
