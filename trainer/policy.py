@@ -219,7 +219,10 @@ class Policy(nn.Module):
             if isinstance(max_new_tokens, int)
             else list(max_new_tokens)
         )
-        gen = self.engine.generate(
+        engine = self.engine
+        if engine.asleep:  # evaluation or a what-if between two rollouts
+            engine.wake()
+        gen = engine.generate(
             contexts,
             budgets,
             temperature=self.temperature if temperature is None else temperature,

@@ -72,11 +72,9 @@ class RolloutEngine(ABC):
     def sleep(self) -> None:
         """Free what the engine holds on the device between rollouts (its KV
         cache), so that the update has the memory; :meth:`wake` before sampling.
-        In process, the caches are gone when ``generate`` returns: what is left is
-        the allocator's cached blocks."""
+        In process there is nothing to free: the caches are gone when ``generate``
+        returns."""
         self.asleep = True
-        if self.policy.device.type == "cuda":
-            torch.cuda.empty_cache()
 
     def wake(self) -> None:
         """Take back what :meth:`sleep` freed."""
