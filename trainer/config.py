@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     Tag,
     create_model,
+    field_validator,
     model_validator,
 )
 
@@ -157,6 +158,23 @@ class RolloutConfig(_Strict):
     )
     temperature: float = Field(1.0, gt=0, le=5)
     top_p: float = Field(1.0, gt=0, le=1)
+    engine: str = Field(
+        "eager",
+        min_length=1,
+        max_length=64,
+        description="Rollout engine (trainer.engines): eager, reference (the "
+        "plain loop, for comparison) or one a plugin registered.",
+    )
+
+    @field_validator("engine")
+    @classmethod
+    def _registered_engine(cls, name: str) -> str:
+        from trainer.engines import ENGINES
+
+        if name not in ENGINES:
+            known = ", ".join(ENGINES.names())
+            raise ValueError(f"unknown rollout engine {name!r} (known: {known})")
+        return name
 
 
 # The registries are the single source of names: a new preset or loss appears here.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -27,8 +27,10 @@ from trainer.models import (
     resolve_device,
     resolve_dtype,
 )
-from trainer.stopping import Stopped
 from trainer.token_text import TokenTexts, TokenView
+
+if TYPE_CHECKING:
+    from trainer.engines.base import RolloutEngine
 
 
 @dataclass
@@ -105,6 +107,7 @@ class Policy(nn.Module):
             list(range(len(tokenizer)))
         )
         self._token_texts: TokenTexts | None = None  # built on the first record
+        self._engine: RolloutEngine | None = None  # built on the first generate
 
     # ----- construction -------------------------------------------------------------
     @classmethod
@@ -175,7 +178,21 @@ class Policy(nn.Module):
         return [self.tokenizer.decode(s) for s in seqs]
 
     # ----- sampling -----------------------------------------------------------------
-    @torch.no_grad()
+    @property
+    def engine(self) -> RolloutEngine:
+        """The rollout engine that samples from this policy (``eager`` unless
+        :meth:`use_engine` chose another)."""
+        if self._engine is None:
+            self.use_engine("eager")
+        return self._engine
+
+    def use_engine(self, name: str) -> RolloutEngine:
+        """Sample through the engine registered as ``name`` (``rollout.engine``)."""
+        from trainer.engines import build_engine
+
+        self._engine = build_engine(name, self)
+        return self._engine
+
     def generate(
         self,
         contexts: list[list[int]],
@@ -186,92 +203,36 @@ class Policy(nn.Module):
         generator: torch.Generator | None = None,
         logprobs_out: list[list[float]] | None = None,
     ) -> list[list[int]]:
-        """Sample continuations until a stop token (kept) or the budget.
+        """Sample continuations until a stop token (kept) or the budget, through the
+        policy's engine (:mod:`trainer.engines`).
 
-        Contexts are left-padded into one batch; a KV cache makes each new token one
-        forward of length 1. ``max_new_tokens`` may differ per row (token budgets).
-        ``logprobs_out``, if given, receives one list per row: the sampler's
-        log-prob of each produced token at the policy's temperature (the quantity the
-        learner computes, so the two can be compared token for token).
+        ``max_new_tokens`` may differ per row (token budgets). ``logprobs_out``, if
+        given, receives one list per row: the sampler's log-prob of each produced
+        token at the policy's temperature (the quantity the learner computes, so the
+        two can be compared token for token).
         Raises :class:`~trainer.stopping.Stopped` when ``stop_check`` says so.
         """
         if not contexts:
             return []
-        temperature = self.temperature if temperature is None else temperature
-        dev = self.device
         budgets = (
             [max_new_tokens] * len(contexts)
             if isinstance(max_new_tokens, int)
             else list(max_new_tokens)
         )
-        out, logits, mask, positions = self._prefill(contexts)
-        next_pos = positions[:, -1:] + 1
-        produced: list[list[int]] = [[] for _ in contexts]
-        lps: list[list[float]] = [[] for _ in contexts]
-        if logprobs_out is not None:
-            logprobs_out[:] = lps
-        done = torch.tensor([b <= 0 for b in budgets], device=dev)
-        limit = torch.tensor(budgets, device=dev)
-        stop = torch.tensor(self.stop_ids, device=dev)
-        for t in range(max(budgets)):
-            if self.stop_check is not None and self.stop_check():
-                raise Stopped("asked to stop during generation")
-            tok = _sample(logits, temperature, top_p, generator)
-            tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
-            live = (~done).nonzero().flatten().tolist()
-            for i in live:
-                produced[i].append(int(tok[i]))
-            if logprobs_out is not None:
-                # Scored at the policy's temperature, as the learner scores them.
-                lf = logits.float() / self.temperature
-                chosen = lf.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
-                step_lp = (chosen - torch.logsumexp(lf, -1)).tolist()
-                for i in live:
-                    lps[i].append(step_lp[i])
-            done = done | torch.isin(tok, stop) | (limit <= t + 1)
-            if bool(done.all()):
-                break
-            mask = torch.cat([mask, (~done).long().unsqueeze(1)], dim=1)
-            out = self.model(
-                input_ids=tok.unsqueeze(1),
-                attention_mask=mask,
-                position_ids=next_pos,
-                cache=out.cache,
-                use_cache=True,
-            )
-            logits = out.logits[:, -1, :]
-            next_pos = next_pos + 1
-        return produced
-
-    def _prefill(
-        self, contexts: list[list[int]]
-    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One forward over the contexts, left-padded: the model's output (its KV
-        cache), each row's next-token logits, attention mask and positions."""
-        dev = self.device
-        # Identical contexts (a group's G rollouts on their first turn) are read
-        # once; their KV cache is then gathered out to every row.
-        table: dict[tuple[int, ...], int] = {}
-        of_row = [table.setdefault(tuple(c), len(table)) for c in contexts]
-        unique = list(table)
-        ids, mask = left_pad(unique, self.pad_id, dev)
-        # Left padding: positions count real tokens only, so a row's positions do not
-        # depend on how long its neighbours are.
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            cache=DynamicCache(),
-            use_cache=True,
-            logits_to_keep=1,
+        engine = self.engine
+        if engine.asleep:  # evaluation or a what-if between two rollouts
+            engine.wake()
+        gen = engine.generate(
+            contexts,
+            budgets,
+            temperature=self.temperature if temperature is None else temperature,
+            top_p=top_p,
+            generator=generator,
+            with_logprobs=logprobs_out is not None,
         )
-        logits = out.logits[:, -1, :]
-        if len(unique) < len(contexts):
-            rows = torch.tensor(of_row, device=dev)
-            out.cache.batch_select_indices(rows)
-            logits, mask, positions = logits[rows], mask[rows], positions[rows]
-        return out, logits, mask, positions
+        if logprobs_out is not None:
+            logprobs_out[:] = gen.logprobs
+        return gen.tokens
 
     # ----- scoring ------------------------------------------------------------------
     def token_stats(
@@ -442,23 +403,3 @@ class AdaptersOff:
     def token_stats(self, *args, **kwargs) -> TokenStats:
         with self.policy.model.disable_adapter():
             return self.policy.token_stats(*args, **kwargs)
-
-
-def _sample(
-    logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator | None
-) -> torch.Tensor:
-    """One token per row from softmax(logits / temperature), nucleus-filtered;
-    temperature 0: the most likely token (greedy decoding, for evaluation)."""
-    if temperature <= 0:
-        return logits.argmax(-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        keep = sorted_p.cumsum(-1) - sorted_p < top_p
-        sorted_p = sorted_p * keep
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    # Sampling on the CPU with an explicit generator keeps runs reproducible (and
-    # resumable bit for bit) whatever device the model is on.
-    return (
-        torch.multinomial(probs.cpu(), 1, generator=gen).squeeze(-1).to(logits.device)
-    )

@@ -16,7 +16,8 @@ This module knows nothing of Django, of how rewards are computed or of checkpoin
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from trainer.batch import Batch, collate, token_advantages
 from trainer.checkpoint import TrainState
 from trainer.config import TrainConfig
 from trainer.distributed import merge_sampled
+from trainer.engines import RolloutEngine
 from trainer.envs.base import Environment
 from trainer.evaluate import due as evaluation_due
 from trainer.evaluate import evaluate
@@ -138,6 +140,7 @@ def train_step(
     if drawn.updates:
         scored = score_step(ctx, state, drawn)
         learned = update(ctx, state, drawn, scored)
+        ctx.policy.engine.load_weights()  # the next rollout samples the new weights
     else:  # every group dropped: no update, but the policy's entropy is still news
         learned = entropy_only(ctx, drawn)
     t_end = time.perf_counter()
@@ -153,8 +156,12 @@ def train_step(
 
 # ----- sample --------------------------------------------------------------------
 def sample_step(ctx: StepContext, state: TrainState, step: int) -> Drawn:
-    """Roll out this process's share of the step's tasks and score them."""
-    with unsharded(ctx.policy, ctx.par):  # fsdp: each rank generates alone
+    """Roll out this process's share of the step's tasks and score them. The
+    engine is awake for the rollout only (an external one frees the device for the
+    update)."""
+    engine = ctx.policy.engine
+    engine.wake()
+    with unsharded(ctx.policy, ctx.par), _asleep_after(engine):
         sampled = sample(
             step,
             ctx.config,
@@ -167,6 +174,14 @@ def sample_step(ctx: StepContext, state: TrainState, step: int) -> Drawn:
         )
     kept_idx = [i for i, k in enumerate(sampled.kept) if k]
     return Drawn(sampled, kept_idx, updates=ctx.par.any(bool(kept_idx)))
+
+
+@contextmanager
+def _asleep_after(engine: RolloutEngine) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        engine.sleep()
 
 
 # ----- score ---------------------------------------------------------------------

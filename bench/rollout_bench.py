@@ -1,0 +1,159 @@
+"""Rollout throughput: the reference loop vs the eager engine, interleaved.
+
+    python bench/rollout_bench.py [--shape single|swarm|dataset|all] [--repeats 5]
+                                  [--size small] [--threads 2]
+
+Each repeat rolls out the same seeded batch twice, once through each engine
+(``trainer.engines``: ``reference``, the KV-cache loop the eager engine replaced,
+and ``eager``), alternating which goes first (A B, B A, ...) so that the load of a
+shared machine hits both; the medians of rollout tokens/s (action tokens sampled
+over wall seconds of ``trainer.rollout.play``) and their ratio are printed, with the
+load average before and after.
+
+Shapes: ``single``: P = 4 prompts of ~256 tokens x G = 8 completions of up to 64
+tokens, one turn; ``swarm`` and ``dataset`` (a JSONL of word problems with the
+calculator tool): multi-turn episodes of the environment. The model is the default
+Llama of ``--size`` with random weights, whose end-of-action token would almost
+never come; a bias on the stop tokens' logits (the same for both engines) makes a
+completion stop with probability ~1/24 per token, so lengths spread over 1..64 as a
+trained policy's do. Both engines sample the same tokens (tests/trainer/
+test_engines.py), so they do the same work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from trainer.config import ModelConfig, RolloutConfig  # noqa: E402
+from trainer.envs.base import Environment, make_env  # noqa: E402
+from trainer.policy import Policy  # noqa: E402
+from trainer.rollout import play  # noqa: E402
+
+ENGINES = ("reference", "eager")
+STOP_EVERY = 24  # a completion stops with probability ~1/STOP_EVERY per token
+
+
+def _dataset_env(tmp: Path) -> Environment:
+    rng = random.Random(0)
+    rows = []
+    for i in range(64):
+        a, b = rng.randint(10, 999), rng.randint(10, 99)
+        rows.append({"prompt": f"use the calculator: what is {a} * {b} ?", "id": i})
+        rows[-1]["answer"] = str(a * b)
+    path = tmp / "mul.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return make_env("dataset", {"path": str(path), "tools": ["calculator"]})
+
+
+def _single_env(tmp: Path) -> Environment:
+    """One turn on ~256-token prompts: the dataset env without tools."""
+    rng = random.Random(0)
+    words = ["tom", "has", "apples", "and", "gets", "more", ".", "how", "many"]
+    rows = [
+        {"prompt": " ".join(rng.choice(words) for _ in range(250)), "answer": "1"}
+        for _ in range(16)
+    ]
+    path = tmp / "long.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return make_env("dataset", {"path": str(path), "tools": []})
+
+
+SHAPES = {
+    "single": (
+        _single_env,
+        {"tasks_per_step": 4, "group_size": 8, "max_turns": 1},
+        {"max_action_tokens": 64, "max_total_tokens": 1024},
+    ),
+    "swarm": (
+        lambda tmp: make_env("swarm", seed=0),
+        {"tasks_per_step": 4, "group_size": 8, "max_turns": 6},
+        {"max_action_tokens": 32, "max_total_tokens": 1024},
+    ),
+    "dataset": (
+        _dataset_env,
+        {"tasks_per_step": 4, "group_size": 8, "max_turns": 4},
+        {"max_action_tokens": 32, "max_total_tokens": 1024},
+    ),
+}
+
+
+def _stop_bias(policy: Policy) -> None:
+    """Raise the stop tokens' logits so that a completion ends with probability
+    ~1/STOP_EVERY per token (random weights give every token ~1/V)."""
+    vocab = policy.model.config.vocab_size
+    stops = list(policy.stop_ids)
+    bias = torch.zeros(vocab)
+    bias[stops] = math.log(vocab / ((STOP_EVERY - 1) * len(stops)))
+    head = policy.model.get_output_embeddings()
+    head.register_forward_hook(lambda mod, args, out: out + bias.to(out.dtype))
+
+
+def _once(policy, env, tasks, cfg, engine: str, seed: int) -> tuple[float, int]:
+    policy.use_engine(engine)
+    gen = torch.Generator().manual_seed(seed)
+    t0 = time.perf_counter()
+    rollouts = play(policy, env, tasks, cfg, generator=gen)
+    seconds = time.perf_counter() - t0
+    return seconds, sum(ro.action_tokens for ro in rollouts)
+
+
+def bench_shape(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
+    make, sizes, lengths = SHAPES[shape]
+    env = make(tmp)
+    torch.manual_seed(0)
+    policy = Policy.build(ModelConfig(size=args.size, device="cpu"), env.vocabulary())
+    _stop_bias(policy)
+    cfg = RolloutConfig(**sizes, **lengths)
+    tokens_per_s: dict[str, list[float]] = {e: [] for e in ENGINES}
+    tokens: dict[str, list[int]] = {e: [] for e in ENGINES}
+    for r in range(args.repeats + 1):  # the first round warms up
+        tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(r))
+        order = ENGINES if r % 2 == 0 else ENGINES[::-1]
+        for engine in order:
+            seconds, n = _once(policy, env, tasks, cfg, engine, seed=r)
+            if r:
+                tokens_per_s[engine].append(n / seconds)
+                tokens[engine].append(n)
+    med = {e: statistics.median(v) for e, v in tokens_per_s.items()}
+    return {
+        "shape": shape,
+        "rows": cfg.tasks_per_step * cfg.group_size,
+        "tokens_per_rollout": tokens["eager"],
+        "same_tokens": tokens["eager"] == tokens["reference"],
+        "tokens_per_s": {e: round(v, 1) for e, v in med.items()},
+        "ratio": round(med["eager"] / med["reference"], 2),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", choices=(*SHAPES, "all"), default="all")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--size", default="small")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    shapes = list(SHAPES) if args.shape == "all" else [args.shape]
+    with tempfile.TemporaryDirectory() as tmp:
+        for shape in shapes:
+            load = os.getloadavg()[0]
+            out = bench_shape(shape, args, Path(tmp))
+            out["load_avg_1m"] = [round(load, 2), round(os.getloadavg()[0], 2)]
+            print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
