@@ -9,6 +9,7 @@ import random
 import pytest
 import torch
 from chatmodel import build_chat_model
+from option_registry import covers
 from torch.overrides import TorchFunctionMode
 
 from trainer.config import ModelConfig, TrainConfig
@@ -257,6 +258,7 @@ def _trajectories(engine: str, reward_fn) -> list[list[int]]:
     ]
 
 
+@covers("rollout.engine")
 def test_the_loop_samples_through_the_configured_engine_and_tells_it_of_updates(
     reward_fn,
 ):
