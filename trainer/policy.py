@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,9 +28,6 @@ from trainer.models import (
     resolve_dtype,
 )
 from trainer.token_text import TokenTexts, TokenView
-
-if TYPE_CHECKING:
-    from trainer.engines.base import RolloutEngine
 
 
 @dataclass
@@ -107,7 +104,7 @@ class Policy(nn.Module):
             list(range(len(tokenizer)))
         )
         self._token_texts: TokenTexts | None = None  # built on the first record
-        self._engine: RolloutEngine | None = None  # built on the first generate
+        self._engine: Any = None  # built on the first generate
 
     # ----- construction -------------------------------------------------------------
     @classmethod
@@ -179,14 +176,14 @@ class Policy(nn.Module):
 
     # ----- sampling -----------------------------------------------------------------
     @property
-    def engine(self) -> RolloutEngine:
+    def engine(self) -> Any:  # a trainer.engines.RolloutEngine
         """The rollout engine that samples from this policy (``eager`` unless
         :meth:`use_engine` chose another)."""
         if self._engine is None:
             self.use_engine("eager")
         return self._engine
 
-    def use_engine(self, name: str) -> RolloutEngine:
+    def use_engine(self, name: str) -> Any:  # a trainer.engines.RolloutEngine
         """Sample through the engine registered as ``name`` (``rollout.engine``)."""
         from trainer.engines import build_engine
 
