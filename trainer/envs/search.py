@@ -21,7 +21,6 @@ import random
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import bm25s
 import numpy as np
 from pydantic import Field, model_validator
 
@@ -34,6 +33,7 @@ from trainer.envs.base import (
     StepResult,
     Task,
 )
+from trainer.envs.bm25 import new_index
 from trainer.envs.search_corpus import (
     QUESTION_KINDS,
     QUESTIONS,
@@ -123,10 +123,7 @@ class SearchEnv(Environment):
         self.docs = {d.name: d for d in self.world.docs}
         self.doc_names = [d.name for d in self.world.docs]
         # Built once per instance: a search is then one sparse dot product.
-        self.index = bm25s.BM25()
-        self.index.index(
-            [index_words(d.text) for d in self.world.docs], show_progress=False
-        )
+        self.index = new_index([index_words(d.text) for d in self.world.docs])
         self.query_words = sorted(
             {w for d in self.world.docs for w in index_words(d.text)}
         )

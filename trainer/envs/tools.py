@@ -196,16 +196,14 @@ def read_corpus(path: str) -> list[tuple[str, str]]:
 
 
 def _build_search(params: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], str]:
-    import bm25s
-
+    from trainer.envs.bm25 import new_index
     from trainer.envs.search_corpus import index_words
 
     if not params.get("corpus_path"):
         raise ValueError("corpus_path: the search tool needs a corpus file")
     docs = read_corpus(str(params["corpus_path"]))
     top_k = int(params.get("top_k", 3))
-    index = bm25s.BM25()
-    index.index([index_words(t.lower()) for _, t in docs], show_progress=False)
+    index = new_index([index_words(t.lower()) for _, t in docs])
 
     def run(arguments: Mapping[str, Any]) -> str:
         query = arguments.get("query")
