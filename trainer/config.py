@@ -162,8 +162,9 @@ class RolloutConfig(_Strict):
         "eager",
         min_length=1,
         max_length=64,
-        description="Rollout engine (trainer.engines): eager, reference (the "
-        "plain loop, for comparison) or one a plugin registered.",
+        description="Rollout engine (trainer.engines): eager, compiled (a static "
+        "KV cache and a torch.compile'd decode step on CUDA; uncompiled on the CPU), "
+        "reference (the plain loop, for comparison) or one a plugin registered.",
     )
 
     @field_validator("engine")

@@ -127,21 +127,34 @@ class _Decode:
 
     def _step(self, t: int, temperature: float, top_p: float, gen) -> None:
         """Sample token t of every row in the batch and record the live ones'."""
+        self._sample_with(t, temperature, top_p, lambda p: self._host_noise(p, gen))
+
+    def _host_noise(self, probs: torch.Tensor, gen) -> torch.Tensor:
+        """The whole batch's Exp(1) noise, drawn on the host as the reference
+        loop's ``torch.multinomial`` draws it; the rows in the batch's rows of it."""
+        noise = torch.empty(
+            (self.B, probs.shape[-1]),
+            dtype=torch.float32,
+            pin_memory=self.dev.type == "cuda",
+        )
+        noise.exponential_(1, generator=gen)
+        noise = noise.to(self.dev, non_blocking=True)
+        rows = self._noise_rows()
+        return noise if rows is None else noise.index_select(0, rows)
+
+    def _noise_rows(self) -> torch.Tensor | None:
+        """Which rows of the whole batch's noise the batch takes (None: all)."""
+        return self.rows if len(self.rows) < self.B else None
+
+    def _sample_with(self, t: int, temperature: float, top_p: float, noise_of) -> None:
+        """Sample token t as argmax(p / q), q = ``noise_of(p)``: Exp(1) noise of
+        p's shape (temperature 0: the most likely token); record the live rows'."""
         logits = self.logits
         if temperature <= 0:
             tok = logits.argmax(-1)
         else:
             probs = sampling_probs(logits, temperature, top_p)
-            noise = torch.empty(
-                (self.B, probs.shape[-1]),
-                dtype=torch.float32,
-                pin_memory=self.dev.type == "cuda",
-            )
-            noise.exponential_(1, generator=gen)
-            noise = noise.to(self.dev, non_blocking=True)
-            if len(self.rows) < self.B:
-                noise = noise.index_select(0, self.rows)
-            tok = (probs / noise).argmax(-1)
+            tok = (probs / noise_of(probs)).argmax(-1)
         live = ~self.done
         tok = torch.where(live, tok, self.policy.pad_id)
         self.tokens[self.rows, t] = tok
