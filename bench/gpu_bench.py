@@ -1,7 +1,7 @@
 """GPU throughput of the trainer with a larger model config in bf16.
 
     python bench/gpu_bench.py [--size large|0.5b] [--steps 5] [--batch 16x8]
-                              [--peak-tflops T]
+                              [--engine eager|compiled|reference] [--peak-tflops T]
 
 Prints rollout (generated tokens/s) and update (trained tokens/s) throughput per step
 and their medians, and the update's model FLOPs utilisation: 6 x parameters x trained
@@ -62,6 +62,15 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", default="16x8", help="tasks x group size")
     ap.add_argument("--env", default="search")
+    ap.add_argument(
+        "--profile",
+        default=None,
+        metavar="PATH",
+        help="profile the third step (torch.profiler): its top CUDA kernels to PATH",
+    )
+    ap.add_argument(
+        "--engine", default="eager", help="rollout.engine: eager, compiled, reference"
+    )
     args = ap.parse_args()
     import torch
 
@@ -85,6 +94,7 @@ def main() -> int:
                 "group_size": group,
                 "max_turns": 6,
                 "max_action_tokens": 16,
+                "engine": args.engine,
             },
         }
     )
@@ -96,7 +106,8 @@ def main() -> int:
             if ev["type"] == "run_started":
                 params.append(int(ev["num_params"]))
                 print(
-                    f"model {args.size}: {ev['num_params'] / 1e6:.1f}M params on {ev['device']}"
+                    f"model {args.size}: {ev['num_params'] / 1e6:.1f}M params on "
+                    f"{ev['device']}, rollout engine {args.engine}"
                 )
             if ev["type"] == "step" and ev["step"] > 0:
                 m = ev["metrics"]
@@ -108,11 +119,30 @@ def main() -> int:
                 rows.append((gen_tps, upd_tps, m["timing_s/step"]))
                 print(
                     f"step {ev['step']}: rollout {gen_tps:9.0f} tok/s  update {upd_tps:9.0f} tok/s  "
-                    f"step {m['timing_s/step']:.2f}s"
+                    f"step {m['timing_s/step']:.2f}s (gen {m['timing_s/gen']:.2f}s, "
+                    f"update {m['timing_s/update']:.2f}s, "
+                    f"{m['completions/mean_length']:.0f} generated tokens a rollout)"
                 )
+                if prof is not None:
+                    prof.step()
 
     reward_fn = build_reward_fn(default_reward_config(args.env), env_name=args.env)
+    prof = None
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        # Steps end with their event: step 2's event opens step 3, profiled whole.
+        prof = profile(
+            activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+            schedule=schedule(wait=2, warmup=0, active=1, repeat=1),
+        )
+        prof.start()
     train(cfg, make_env(args.env, seed=0), reward_fn, Collect())
+    if prof is not None:
+        prof.stop()
+        table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30)
+        Path(args.profile).write_text(table)
+        print(f"profile of step 3 written to {args.profile}")
     warm = rows[1:] or rows  # the first step pays for CUDA warm-up
     name = torch.cuda.get_device_name()
     update_tps = statistics.median(r[1] for r in warm)
