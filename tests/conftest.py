@@ -30,3 +30,29 @@ def plugin_sandbox():
         sys.modules.pop(name.partition(":")[0], None)
     tp._loaded.intersection_update(loaded)
     refresh_schema()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _auto_device_is_the_cpu():
+    """On a machine with a GPU, ``model.device: auto`` means CUDA, but the tests
+    build their inputs on the CPU and compare float32 numbers: for the tests, ``auto``
+    is the CPU, as on the CI machine (the ``gpu`` tests ask for ``cuda`` by name).
+    Session-wide, so module-scoped policies are built on the CPU too. Without CUDA
+    this changes nothing."""
+    import torch
+
+    if not torch.cuda.is_available():
+        yield
+        return
+    import trainer.models
+    import trainer.policy
+
+    real = trainer.models.resolve_device
+
+    def resolve(name: str):
+        return real("cpu" if name == "auto" else name)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trainer.models, "resolve_device", resolve)
+        mp.setattr(trainer.policy, "resolve_device", resolve)
+        yield
