@@ -155,12 +155,15 @@ def test_trls_log_extra_columns_are_facts_not_rewards(dash, tmp_path):
 
 
 def test_without_metrics_the_reward_weights_say_how_many_columns_are_rewards():
-    from trainer.importers.trl_output import reward_columns
+    from trainer.importers.completions import reward_columns
 
     row = {"step": 1, "prompt": "q", "completion": "a", "r1": 1.0, "r2": 0.0}
     row |= {"extra": 5.0, "advantage": 0.0}
-    assert reward_columns([row], {"reward_weights": [1.0, 1.0]}) == ["r1", "r2"]
-    assert reward_columns([row], {}) == ["r1", "r2", "extra"]  # nothing says
+    columns = list(row)
+    assert reward_columns(columns, [row], weights=[1.0, 1.0]) == ["r1", "r2"]
+    assert reward_columns(columns, [row]) == ["r1", "r2", "extra"]  # nothing says
+    logged = reward_columns(columns, [row], weights=[1.0, 1.0], logged=["r2"])
+    assert logged == ["r2"]  # what the run logged as rewards/<name>/mean wins
 
 
 def test_a_completions_file_without_prompts_is_a_clear_error(dash, tmp_path, capsys):
