@@ -333,7 +333,7 @@ def test_miles_dumps_join_samples_and_train_shards(dash, tmp_path):
     assert action["old_logprob"] == [-0.5, -0.5]
     assert action["ratio"] == pytest.approx([math.exp(0.25), math.exp(-0.25)])
     assert action["entropy"] == [1.0, 2.0] and action["advantage"] == [0.5, 0.5]
-    assert first["metrics"] == {"off_policy/staleness": 1.0}  # rollout 4 - version 3
+    assert first["metrics"] == {"off_policy/staleness": 0.0}  # the newest version
     # No train row: the sampler's log-probs only; GRPO advantage over the group.
     second = trajs[4, 0, 1]
     assert second["segments"][1]["logprob"] == []
@@ -345,9 +345,40 @@ def test_miles_dumps_join_samples_and_train_shards(dash, tmp_path):
     assert sorted(m) == [4]
     assert m[4]["reward"] == 0.5 and m[4]["policy_loss"] == 0.1
     assert m[4]["mismatch/logprob_abs_diff_mean"] == 0.02
-    # Staleness 4 - 3 for the first sample, 4 - 1 for the others (version "1").
-    assert m[4]["off_policy/staleness"] == (1 + 3 + 3 + 3) / 4
-    assert m[4]["off_policy/staleness_max"] == 3.0
+    # Staleness 3 - 3 for the first sample, 3 - 1 for the others (version "1").
+    assert m[4]["off_policy/staleness"] == (0 + 2 + 2 + 2) / 4
+    assert m[4]["off_policy/staleness_max"] == 2.0
+
+
+@pytest.mark.parametrize(
+    "rollout_id, versions, expected",
+    [
+        # On-policy (train.py): rollout 0 is sampled with version 1, the weights
+        # pushed before it; rollout_id - oldest would say -1.
+        (0, [["1"], ["1"]], [0.0, 0.0]),
+        # A turn sampled before a push, the next after it: one version behind.
+        (5, [["6"], ["5", "6"]], [0.0, 1.0]),
+        # A resumed run: the counter starts at 1 again while rollout ids go on.
+        (12, [["1"], ["1"]], [0.0, 0.0]),
+        (3, [["x"], ["2"]], [None, 0.0]),  # a version that is not a number
+    ],
+)
+def test_miles_staleness_is_behind_the_newest_weights_of_its_rollout(
+    dash, tmp_path, rollout_id, versions, expected
+):
+    prompt = [1, 2, 3]
+    samples = [
+        layouts.miles_sample(i, 0, prompt, [4 + i], weight_versions=v)
+        for i, v in enumerate(versions)
+    ]
+    layouts.miles_rollout(tmp_path, rollout_id, samples)
+    assert run_import(dash, "miles", tmp_path, "--name", "m") == 0
+    trajs = trajectories(dash.events())
+    got = [
+        trajs[rollout_id, 0, i]["metrics"].get("off_policy/staleness")
+        for i in range(len(versions))
+    ]
+    assert got == expected
 
 
 # -- Tinker ------------------------------------------------------------------------

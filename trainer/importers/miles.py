@@ -28,8 +28,20 @@ tensors only, never arbitrary pickled code (a dump holding numpy arrays, such as
 routed experts, is refused with its name). A trajectory is one sample: a ``prompt``
 segment (the prompt tokens) and an ``action`` segment (the response tokens with
 ``logprob`` the trainer's, ``old_logprob`` the sampler's, ``ratio``, ``entropy``,
-``advantage``). Staleness per sample is miles's own: the rollout id minus the
-sample's oldest weight version.
+``advantage``).
+
+Staleness per sample (``off_policy/staleness``) is miles's data buffer's
+(miles/rollout/fully_async_data_buffer.py ``_staleness``): the engine's weight version
+when the batch was taken minus the sample's oldest (``Sample.oldest_weight_version``).
+The dump does not record the former, so it is the newest version any sample of the
+rollout carries: exact for ``train.py`` and ``train_async.py`` without
+``--fully-async`` (each rollout generated whole between two weight pushes), a lower
+bound with it (a batch may hold only older groups; the step's chart then shows miles's
+own ``rollout/fully_async/avg_staleness``). Not ``rollout_id - oldest`` (miles's
+dashboard, dump_reader.py): the version counter starts at 1 with the push before
+rollout 0 (train.py ``update_weights()`` then ``weight_version += 1``), so that reads
+-1 for every sample of an on-policy run, and it restarts at 1 when a run resumes
+while rollout ids go on.
 """
 
 from __future__ import annotations
@@ -89,9 +101,17 @@ def train_rows(packs: list[dict[str, Any]]) -> dict[int, dict[str, list[float]]]
     return out
 
 
-def _staleness(rollout_id: int, versions: list[Any]) -> float | None:
-    numeric = [int(v) for v in versions or [] if str(v).isdigit()]
-    return float(rollout_id - min(numeric)) if numeric else None
+def _versions(sample: dict[str, Any]) -> list[int]:
+    """The weight versions of a sample's turns that are numbers (miles's own
+    reading: ``Sample.oldest_weight_version``)."""
+    return [int(v) for v in sample.get("weight_versions") or [] if str(v).isdigit()]
+
+
+def _staleness(newest: int | None, sample: dict[str, Any]) -> float | None:
+    versions = _versions(sample)
+    if newest is None or not versions:
+        return None
+    return float(newest - min(versions))
 
 
 def _ratio(train: list[float] | None, sampler: list[float] | None) -> list | None:
@@ -118,7 +138,7 @@ def sample_row(
     arrays = {k: v if v and len(v) == n else None for k, v in arrays.items()}
     prompt = chat_text(sample.get("prompt"))
     reward, components = ctx["rewards"][place]
-    stale = _staleness(rollout_id, sample.get("weight_versions") or [])
+    stale = _staleness(ctx["newest"], sample)
     adv = arrays["advantage"]
     mask = sample.get("loss_mask") or [1] * n
     trained = [a for a, m in zip(adv or [], mask, strict=False) if m]
@@ -192,7 +212,9 @@ def rollout_events(
         for p, s in zip(places, samples, strict=True)
     }
     computed = grpo_advantages([rewards[p][0] for p in places], [g for g, _ in places])
+    newest = max((v for s in samples for v in _versions(s)), default=None)
     ctx = {
+        "newest": newest,
         "train": train,
         "rewards": rewards,
         "advantages": dict(zip(places, computed, strict=True)),
