@@ -381,6 +381,32 @@ def test_miles_staleness_is_behind_the_newest_weights_of_its_rollout(
     assert got == expected
 
 
+def test_a_miles_dump_with_moe_routing_replay_imports(dash, tmp_path):
+    # --use-routing-replay keeps each sample's routed experts as a numpy array
+    # [len(tokens) - 1, layers, top_k] in rollout_data/<id>.pt.
+    import numpy as np
+
+    experts = np.zeros((4, 2, 2), dtype=np.int32)
+    samples = [layouts.miles_sample(0, 0, [1, 2, 3], [4, 5], routed_experts=experts)]
+    layouts.miles_rollout(tmp_path, 1, samples)
+    assert run_import(dash, "miles", tmp_path, "--name", "m") == 0
+    (only,) = trajectories(dash.events()).values()
+    assert only["segments"][1]["token_ids"] == [4, 5]
+
+
+def test_a_miles_dump_holding_other_objects_is_refused_naming_it(
+    dash, tmp_path, capsys
+):
+    import decimal
+
+    sample = layouts.miles_sample(0, 0, [1, 2, 3], [4])
+    sample["metadata"] = {"cost": decimal.Decimal("0.25")}
+    path = layouts.miles_rollout(tmp_path, 1, [sample])
+    assert run_import(dash, "miles", tmp_path) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: holds a pickled decimal.Decimal, which only running code" in err
+
+
 # -- Tinker ------------------------------------------------------------------------
 
 

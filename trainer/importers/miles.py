@@ -23,9 +23,10 @@ at 31f1ca9).
   ``sample_indices`` as miles's own ``DumpReader.load_joined`` does; a context-
   parallel shard (``cp_size > 1``) holds a slice, so its arrays are left out.
 
-Files are loaded with ``torch.load(weights_only=True)``: plain containers and
-tensors only, never arbitrary pickled code (a dump holding numpy arrays, such as
-routed experts, is refused with its name). A trajectory is one sample: a ``prompt``
+Files are loaded by :func:`trainer.importers.torch_dumps.load_plain`: tensors, numpy
+arrays of numbers (MoE routing replay's ``rollout_routed_experts``, not imported) and
+plain containers, never arbitrary pickled code (a dump holding any other object is
+refused, naming the file and the object). A trajectory is one sample: a ``prompt``
 segment (the prompt tokens) and an ``action`` segment (the response tokens with
 ``logprob`` the trainer's, ``old_logprob`` the sampler's, ``ratio``, ``entropy``,
 ``advantage``).
@@ -61,22 +62,11 @@ from trainer.importers.shapes import (
     trajectory_event,
 )
 from trainer.importers.tailing import BadImportFile, JsonlTail, Settled
+from trainer.importers.torch_dumps import load_plain
 
 ROLLOUT = re.compile(r"^(\d+)\.pt$")
 TRAIN = re.compile(r"^(\d+)_(\d+)\.pt$")
 TOKEN_FIELDS = ("log_probs", "rollout_log_probs", "entropy", "advantages")
-
-
-def load_pt(path: Path) -> dict[str, Any]:
-    import torch
-
-    try:
-        value = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 (unpickling raises many kinds)
-        raise BadImportFile(f"{path}: not a plain torch.save dump: {exc}") from None
-    if not isinstance(value, dict):
-        raise BadImportFile(f"{path}: not a dict")
-    return value
 
 
 def _floats(value: Any) -> list[float] | None:
@@ -321,8 +311,8 @@ class MilesReader:
             ready = [self._files.ready(p, settle=settle) for p in [path, *mine]]
             if waiting and not (mine and all(ready)):
                 continue
-            pack = load_pt(path)
-            train = train_rows([load_pt(p) for p in mine])
+            pack = load_plain(path)
+            train = train_rows([load_plain(p) for p in mine])
             self._files.take(path)
             events = rollout_events(rid, pack, train, self.args)
             values = [
