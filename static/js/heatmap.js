@@ -101,8 +101,13 @@ function turnBlock(role) {
   return turn;
 }
 
-/** The value a token is coloured by, signed so that the colour scale is symmetric. */
+/**
+ * The value a token is coloured by, signed so that the colour scale is symmetric.
+ * ``series:<name>``: one of the per-token arrays another trainer keeps beyond ours
+ * (prime-rl's mismatch_kl, miles's ref_log_probs...), as it sent it.
+ */
 function valueOf(seg, i, by) {
+  if (by.startsWith("series:")) return num(seg.series?.[by.slice(7)]?.[i]);
   if (by === "ratio") {
     const r = num(seg.ratio?.[i]);
     return r === null ? null : r - 1;
@@ -234,6 +239,9 @@ export class Heatmap {
     const tip = this.tooltip;
     const rows = [];
     for (const f of FIELDS) rows.push([f.replace("_", " "), fmt(seg[f]?.[i])]);
+    for (const [name, values] of Object.entries(seg.series || {})) {
+      rows.push([name, fmt(values?.[i])]);
+    }
     rows.push(["piece", seg.tokens[i] ?? "—"]);
     rows.push(["token id", String(seg.token_ids?.[i] ?? "—")]);
     if ((seg.special || []).includes(i)) rows.push(["special", "yes"]);

@@ -276,6 +276,9 @@ def miles_dump(dump_dir):
                 "rollout_log_probs": [-0.5, -0.5],
                 "entropy": [1.0, 2.0],
                 "advantages": [0.5, 0.5],
+                "ref_log_probs": [-0.375, -0.625],
+                "ref_entropy": [0.75, 1.25],
+                "returns": [1.0, 1.0],
             }
         ],
     )
@@ -333,6 +336,12 @@ def test_miles_dumps_join_samples_and_train_shards(dash, tmp_path):
     assert action["old_logprob"] == [-0.5, -0.5]
     assert action["ratio"] == pytest.approx([math.exp(0.25), math.exp(-0.25)])
     assert action["entropy"] == [1.0, 2.0] and action["advantage"] == [0.5, 0.5]
+    assert action["series"] == {  # the arrays that have no column of ours
+        "ref_log_probs": [-0.375, -0.625],
+        "returns": [1.0, 1.0],
+        "ref_entropy": [0.75, 1.25],
+    }
+    assert "series" not in prompt
     assert first["metrics"] == {"off_policy/staleness": 0.0}  # the newest version
     # No train row: the sampler's log-probs only; GRPO advantage over the group.
     second = trajs[4, 0, 1]

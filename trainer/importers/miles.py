@@ -19,7 +19,9 @@ at 31f1ca9).
   (miles/utils/train_dump_utils.py), ``{"rollout_id", "rank", "rollout_data",
   "cp_rank", "cp_size"}`` where ``rollout_data`` holds per-row ``sample_indices``
   and response-aligned tensors ``log_probs`` (the trainer's), ``rollout_log_probs``,
-  ``entropy`` (``--use-rollout-entropy``), ``advantages``. Joined by
+  ``entropy`` (``--use-rollout-entropy``), ``advantages``, and where the run has
+  them ``ref_log_probs`` (a KL term), ``ref_entropy`` and ``returns`` (kept as the
+  action segment's ``series`` under those names). Joined by
   ``sample_indices`` as miles's own ``DumpReader.load_joined`` does; a context-
   parallel shard (``cp_size > 1``) holds a slice, so its arrays are left out.
 
@@ -66,7 +68,11 @@ from trainer.importers.torch_dumps import load_plain
 
 ROLLOUT = re.compile(r"^(\d+)\.pt$")
 TRAIN = re.compile(r"^(\d+)_(\d+)\.pt$")
-TOKEN_FIELDS = ("log_probs", "rollout_log_probs", "entropy", "advantages")
+# Response-aligned per-token tensors of a train dump (dump_reader.py TrainRow): ours
+# by meaning, and the others, kept under miles's names as the segment's series.
+OURS = ("log_probs", "rollout_log_probs", "entropy", "advantages")
+SERIES = ("ref_log_probs", "returns", "ref_entropy")
+TOKEN_FIELDS = (*OURS, *SERIES)
 
 
 def _floats(value: Any) -> list[float] | None:
@@ -125,7 +131,9 @@ def sample_row(
         "entropy": train.get("entropy"),
         "advantage": train.get("advantages"),
     }
+    arrays |= {k: train.get(k) for k in SERIES}
     arrays = {k: v if v and len(v) == n else None for k, v in arrays.items()}
+    series = {k: arrays.pop(k) for k in SERIES}
     prompt = chat_text(sample.get("prompt"))
     reward, components = ctx["rewards"][place]
     stale = _staleness(ctx["newest"], sample)
@@ -140,7 +148,11 @@ def sample_row(
         segments=[
             token_segment("prompt", prompt, prompt_ids, {}, mask="prompt"),
             token_segment(
-                "action", str(sample.get("response") or ""), response_ids, arrays
+                "action",
+                str(sample.get("response") or ""),
+                response_ids,
+                arrays,
+                series=series,
             ),
         ],
         reward=reward,
