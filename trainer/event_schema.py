@@ -82,6 +82,9 @@ class StepEvent(_Event):
 
 class Segment(_Event):
     turn: Annotated[StrictInt, Field(ge=0, lt=2**31)] | None = 0
+    # Which branch of a branched conversation the segment belongs to (its tree in
+    # the trajectory's facts["branches"]); absent for one conversation.
+    branch: Annotated[StrictInt, Field(ge=0, lt=2**31)] | None = None
     kind: Annotated[str, Field(min_length=1, max_length=32)]
     text: Text = ""
     token_ids: Annotated[list[StrictInt], Field(max_length=MAX_TOKENS)] = []

@@ -39,6 +39,9 @@ Event shapes (``type`` is always present; every ``step`` is the 1-based training
   (positions of special tokens), "turns": [[int, role]] (where a chat message opens),
   "logprob": [float|None], "old_logprob": [...],
   "ratio": [...], "entropy": [...], "advantage": [...], "mask": str|None}``;
+  ``"branch": int`` (optional): the branch of a branched conversation (a message
+  graph with several leaves, as prime-rl's traces) the segment belongs to, each
+  branch after the first holding only what it adds, the tree in ``facts["branches"]``;
   ``"series": {name: [float|None]}`` (optional, at most 16): per-token arrays another
   trainer keeps beyond these, aligned to the tokens, under its own names (an
   imported prime-rl run's ``mismatch_kl``, ``log_importance_ratio``, ``is_masked``;

@@ -1,7 +1,7 @@
 """Compact storage of a trajectory's per-token arrays.
 
 A trajectory's segments are stored as JSON metadata (turn, kind, text, tokens, mask,
-``n`` tokens) plus one ``bytes`` blob: for each segment in order, ``n`` little-endian
+``n`` tokens, the ``branch`` of a branched conversation) plus one ``bytes`` blob: for each segment in order, ``n`` little-endian
 ``int32`` token ids, then ``n`` ``float32`` values for each of :data:`FLOAT_FIELDS`,
 then for each of the segment's own ``series`` (the per-token arrays another trainer
 keeps beyond ours, named in the metadata, in order: prime-rl's ``mismatch_kl``,
@@ -124,6 +124,9 @@ def pack_segment_list(
             "n": n,
             **_readable(seg, n),
         }
+        branch = seg.get("branch")
+        if type(branch) is int and 0 <= branch < 2**31:
+            meta["branch"] = branch
         if not with_arrays:
             out.append((meta, b""))
             continue

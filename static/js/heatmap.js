@@ -123,6 +123,8 @@ function valueOf(seg, i, by) {
 const MASKED_WHY = {
   is_ratio: "sampler/learner ratio out of bounds (masked IS)",
   low_entropy: "below the top-entropy quantile",
+  not_sampled: "template scaffold, not sampled by the model",
+  trust_region: "probability moved past prime-rl's DPPO trust region",
 };
 
 /** position -> reason of the segment's single masked tokens. */

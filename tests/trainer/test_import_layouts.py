@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
 from tests.fixtures import layouts
 from trainer.cli import main
+from trainer.event_schema import check_event
 
 
 def run_import(dash, source, path, *extra):
@@ -208,6 +210,20 @@ def test_prime_rl_episodes_token_exports_and_both_writers_metrics(dash, tmp_path
     assert action["ratio"] == [1.25, 0.75]
     assert action["entropy"] == [1.5, 0.5]
     assert action["advantage"] == [0.5, 0.5]
+    # The export's arrays that have no column of ours, by prime-rl's names (flags
+    # as 1/0; the weight streams it left None are not kept).
+    assert action["series"] == {
+        "mismatch_kl": [0.03, 0.02],
+        "log_importance_ratio": [0.25, -0.25],
+        "prob_delta": [0.1, -0.2],
+        "is_masked": [0.0, 1.0],
+        "is_masked_high": [0.0, 1.0],
+        "is_masked_low": [0.0, 0.0],
+    }
+    assert action["masked"] == [[1, "trust_region"]]  # DPPO left it out
+    assert "mismatch_kl" not in prompt["series"]  # None on the prompt's tokens
+    for event in events:
+        check_event(event)  # as the server checks what it is sent
     assert won["metrics"] == {"off_policy/staleness": 0.0}  # (1 - 1) - 0
     unexported = trajs[1, 1, 0]["segments"][1]
     assert unexported["logprob"] == [] and unexported["old_logprob"] == [-0.5, -0.5]
@@ -232,6 +248,85 @@ def test_the_same_sample_at_two_steps_keeps_each_steps_trainer_arrays(dash, tmp_
     trajs = trajectories(dash.events())
     assert trajs[1, 0, 0]["segments"][1]["logprob"] == [-0.25, -0.75]
     assert trajs[2, 0, 0]["segments"][1]["logprob"] == [-9.0, -9.0]
+
+
+def test_a_branched_prime_rl_trace_is_one_trajectory_read_branch_by_branch(
+    dash, tmp_path
+):
+    layouts.prime_branched_run(tmp_path, 1)
+    assert run_import(dash, "prime-rl", tmp_path, "--name", "p") == 0
+    events = dash.events()
+    (only,) = trajectories(events).values()
+    segs = only["segments"]
+    got = [(s["kind"], s["turn"], s["branch"], s["text"]) for s in segs]
+    assert got == [
+        ("prompt", 0, 0, "Add 2 and 3"),
+        ("action", 0, 0, "call add"),
+        ("tool", 0, 0, "5"),
+        ("action", 1, 0, "5"),
+        ("action", 2, 1, "five"),  # the second branch: only what it adds
+    ]
+    assert only["num_turns"] == 3 and only["length"] == 5
+    assert only["facts"]["branches"] == [
+        {
+            "branch": 0,
+            "agent": "agent",
+            "forks_from": None,
+            "after_messages": 0,
+            "messages": 4,
+            "trainer_arrays": True,
+        },
+        {
+            "branch": 1,
+            "agent": "agent",
+            "forks_from": 0,
+            "after_messages": 3,
+            "messages": 4,
+            "trainer_arrays": True,
+        },
+    ]
+    call, answer, other = segs[1], segs[3], segs[4]
+    assert call["old_logprob"] == [None, -0.25, -0.5]  # over the sampled tokens
+    assert call["logprob"] == [None, -0.3, -0.6]  # the first branch's sample
+    assert call["masked"] == [[0, "not_sampled"]]  # the scaffold token
+    assert answer["logprob"] == [-0.2] and other["logprob"] == [-1.5, -2.5]
+    assert other["series"] == {"mismatch_kl": [0.01, 0.01]}
+    assert segs[2]["mask"] == "tool" and segs[0]["mask"] == "prompt"
+    for event in events:
+        check_event(event)
+
+
+def test_a_prime_rl_trace_whose_parents_loop_names_its_file_and_node(
+    dash, tmp_path, capsys
+):
+    episode = layouts.prime_branched_episode()
+    episode["traces"][0]["nodes"][0]["parent"] = 4
+    path = layouts.prime_episodes(tmp_path, 1, [episode])
+    assert run_import(dash, "prime-rl", tmp_path) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: line 1: traces.0.nodes.3: its parents go round in a loop" in err
+
+
+@pytest.mark.parametrize(
+    "parents, expected",
+    [
+        ([None, 0, 1, 1], [[0, 1, 2], [0, 1, 3]]),  # a fork: one branch a leaf
+        ([None, None, None], [[0, 1, 2]]),  # no parent at all: one flat list
+        ([None, 0, None, 2], [[0, 1], [2, 3]]),  # two roots (a fresh context)
+        ([None, 2, 1], "nodes.1: on no path from a root"),  # a loop off the root
+        ([None, 7], "nodes.1.parent: 7 is not a node of its trace"),
+    ],
+)
+def test_a_traces_branches_are_its_root_to_leaf_paths(parents, expected):
+    from trainer.importers.primerl_traces import paths
+    from trainer.importers.tailing import BadImportFile
+
+    nodes = [{} if p is None else {"parent": p} for p in parents]
+    if isinstance(expected, str):
+        with pytest.raises(BadImportFile, match=re.escape(expected)):
+            paths(nodes)
+    else:
+        assert paths(nodes) == expected
 
 
 def test_a_local_prime_rl_run_brings_its_three_configs(dash, tmp_path):

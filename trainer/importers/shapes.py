@@ -92,7 +92,8 @@ def token_segment(
 ) -> dict[str, Any]:
     """A segment with per-token arrays (names of :data:`ARRAYS`) aligned to
     ``token_ids``; an array the source lacks (``None``) stays empty. ``series``:
-    the trainer's other per-token arrays by its names (``None`` ones left out)."""
+    the trainer's other per-token arrays by its names (those without a value for
+    any of these tokens left out)."""
     seg = text_segment(kind, text)
     seg["token_ids"] = [int(t) for t in token_ids]
     for name, values in arrays.items():
@@ -103,7 +104,7 @@ def token_segment(
     extra = {
         name: _aligned(name, values, len(token_ids))
         for name, values in (series or {}).items()
-        if values is not None
+        if values is not None and any(v is not None for v in values)
     }
     if extra:
         seg["series"] = extra
