@@ -157,6 +157,17 @@ function binClass(v, scale) {
   return b === 0 ? "hb-0" : b > 0 ? `hb-p${b}` : `hb-n${-b}`;
 }
 
+/**
+ * A segment whose tokens are ids only (an import without a tokenizer): each token
+ * shown as "#id", so its numbers can still be coloured and read on hover.
+ */
+function withPieces(seg) {
+  const ids = seg.token_ids || [];
+  if ((seg.tokens || []).length || !ids.length) return seg;
+  const labels = ids.map((id) => `#${id}`);
+  return { ...seg, tokens: labels, token_text: labels.map((l, i) => (i ? " " : "") + l), idsOnly: true };
+}
+
 export class Heatmap {
   /**
    * @param {{segments: object[]}} data  the trajectory's segments with token arrays
@@ -164,12 +175,17 @@ export class Heatmap {
    * @param {HTMLElement} tooltip  the one shared tooltip element
    */
   constructor(data, containerFor, tooltip) {
-    this.segments = data.segments || [];
+    this.segments = (data.segments || []).map(withPieces);
     this.containerFor = containerFor;
     this.tooltip = tooltip;
     this.spans = []; // per segment: its token spans (recoloured in place)
     this.by = "advantage";
     this.scale = 1;
+  }
+
+  /** Whether some segment shows token ids for want of a tokenizer. */
+  get idsOnly() {
+    return this.segments.some((s) => s.idsOnly);
   }
 
   get tokenCount() {

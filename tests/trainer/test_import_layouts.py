@@ -329,6 +329,33 @@ def test_a_traces_branches_are_its_root_to_leaf_paths(parents, expected):
         assert paths(nodes) == expected
 
 
+def test_a_tokenizer_reads_an_imports_token_ids_as_text(dash, tmp_path):
+    from transformers import AutoTokenizer
+
+    from tests.trainer.chatmodel import build_chat_model
+
+    model = build_chat_model(tmp_path / "model")
+    layouts.prime_branched_run(tmp_path / "run", step=1)
+    args = ("--name", "p", "--tokenizer", str(model))
+    assert run_import(dash, "prime-rl", tmp_path / "run", *args) == 0
+    (only,) = trajectories(dash.events()).values()
+    segs = only["segments"]
+    ids = [t for s in segs for t in s["token_ids"]]
+    for seg in segs:
+        assert len(seg["tokens"]) == len(seg["token_ids"]) == len(seg["token_text"])
+    decoded = AutoTokenizer.from_pretrained(model).decode(ids)
+    assert "".join(t for s in segs for t in s["token_text"]) == decoded
+
+
+def test_a_tokenizer_that_is_not_here_is_a_clear_error(dash, tmp_path, capsys):
+    layouts.prime_run(tmp_path)
+    missing = tmp_path / "no-such-model"
+    assert run_import(dash, "prime-rl", tmp_path, "--tokenizer", str(missing)) == 2
+    err = capsys.readouterr().err
+    assert f"--tokenizer {missing}: no tokenizer there" in err
+    assert "never downloads" in err
+
+
 def test_a_local_prime_rl_run_brings_its_three_configs(dash, tmp_path):
     # Only the SLURM launcher writes configs/rl.json; a local run writes one per process.
     layouts.prime_run(tmp_path)
