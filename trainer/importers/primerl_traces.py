@@ -26,10 +26,10 @@ A segment per node: ``prompt`` before the episode's first sampled answer, ``acti
 for a sampled assistant message (each opens a turn), ``tool`` for any other message
 after it (an observation, or the context a later branch or agent starts from); over
 the sampled tokens the sampler's ``old_logprob`` and ``advantage``; with the export,
-the trainer's ``logprob``, ``entropy``, ``ratio`` and ``advantage``, its other arrays
-(``mismatch_kl``, ``log_importance_ratio``, ``prob_delta``, ``is_masked``,
-``is_masked_high``, ``is_masked_low``, the loss weight streams; those it wrote at all)
-as ``series``, and ``masked`` naming the tokens of a trained message left out of the
+the trainer's ``logprob``, ``entropy``, ``ratio`` and ``advantage``, its other
+per-token columns (``mismatch_kl``, ``log_importance_ratio``, ``prob_delta``,
+``is_masked``, ``is_masked_high``, ``is_masked_low``, the loss weight streams: those
+with a value on the segment's tokens) as ``series``, and ``masked`` naming the tokens of a trained message left out of the
 loss (``not_sampled``: template scaffold; ``trust_region``: ``is_masked``, prime-rl's
 DPPO mask). A node's ``reference_logprobs`` is a series too.
 """
@@ -43,23 +43,17 @@ from trainer.importers.shapes import token_segment
 from trainer.importers.tailing import BadImportFile
 
 # The token export's columns (src/prime_rl/trainer/rl/token_export.py
-# _export_columns): ours by meaning, the others kept under prime-rl's names.
+# _export_columns): ours by meaning; every other per-token column is kept under
+# prime-rl's name, but for the join key, positions, the loss mask (the segments'
+# masks say it) and the sampler's log-probs (the nodes' own, ``old_logprob``).
 EXPORT_OURS = {
     "trainer_logprobs": "logprob",
     "entropy": "entropy",
     "importance_ratio": "ratio",
     "advantages": "advantage",
 }
-EXPORT_SERIES = (
-    "mismatch_kl",
-    "log_importance_ratio",
-    "prob_delta",
-    "is_masked",
-    "is_masked_high",
-    "is_masked_low",
-    "rl_weights",
-    "ce_weights",
-    "ref_kl_weights",
+NOT_SERIES = frozenset(
+    {"token_ids", "position_ids", "loss_mask", "inference_logprobs", *EXPORT_OURS}
 )
 
 
@@ -215,8 +209,8 @@ def _segment(
     if export is not None:
         for theirs, ours in EXPORT_OURS.items():
             arrays[ours] = _column(export, theirs, part, len(ids))
-        for name in EXPORT_SERIES:
-            if any(v is not None for v in export.get(name) or []):
+        for name in export:
+            if name not in NOT_SERIES and _per_token(export[name], export):
                 series[name] = _column(export, name, part, len(ids))
         flags = _column(export, "is_masked", part, len(ids)) or []
         masked += [[k, "trust_region"] for k, f in enumerate(flags) if f and mask[k]]
@@ -227,6 +221,15 @@ def _segment(
     if masked:
         seg["masked"] = sorted(masked)
     return seg
+
+
+def _per_token(values: Any, export: dict[str, Any]) -> bool:
+    """A column of a number (or flag, or None) per token of the record."""
+    return (
+        isinstance(values, list)
+        and len(values) == len(export.get("token_ids") or [])
+        and all(v is None or isinstance(v, (int, float)) for v in values)
+    )
 
 
 def _column(export: dict[str, Any], name: str, part: slice, n: int) -> list | None:
