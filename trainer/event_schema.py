@@ -14,6 +14,7 @@ tokens) and refuse what could only exhaust a server.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Annotated, Any, Literal
 
@@ -35,6 +36,9 @@ MAX_SEGMENTS = 1024
 MAX_TEXT = 4_000_000
 MAX_ITEMS = 100_000
 MAX_ALERT_TRAJECTORIES = 1024
+# A segment's extra per-token arrays (``series``): how many, and what a name may be.
+MAX_SERIES = 16
+SERIES_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_./-]{0,63}$")
 
 Step = Annotated[StrictInt, Field(ge=0, lt=2**31)]
 Index = Annotated[StrictInt, Field(ge=0, lt=2**31)]
@@ -78,6 +82,9 @@ class StepEvent(_Event):
 
 class Segment(_Event):
     turn: Annotated[StrictInt, Field(ge=0, lt=2**31)] | None = 0
+    # Which branch of a branched conversation the segment belongs to (its tree in
+    # the trajectory's facts["branches"]); absent for one conversation.
+    branch: Annotated[StrictInt, Field(ge=0, lt=2**31)] | None = None
     kind: Annotated[str, Field(min_length=1, max_length=32)]
     text: Text = ""
     token_ids: Annotated[list[StrictInt], Field(max_length=MAX_TOKENS)] = []
@@ -98,6 +105,12 @@ class Segment(_Event):
     ratio: Floats = []
     entropy: Floats = []
     advantage: Floats = []
+    # Per-token arrays another trainer keeps beyond ours, under its names (prime-rl's
+    # mismatch_kl, miles's ref_log_probs...), each aligned to the tokens.
+    series: Annotated[
+        dict[Annotated[str, Field(pattern=SERIES_NAME.pattern)], Floats],
+        Field(max_length=MAX_SERIES),
+    ] = {}
     mask: Annotated[str, Field(max_length=64)] | None = None
     # [position, reason] of single tokens of a trained segment that the update left
     # out of the loss (masked importance sampling: is_ratio; top_entropy_quantile:

@@ -39,6 +39,13 @@ Event shapes (``type`` is always present; every ``step`` is the 1-based training
   (positions of special tokens), "turns": [[int, role]] (where a chat message opens),
   "logprob": [float|None], "old_logprob": [...],
   "ratio": [...], "entropy": [...], "advantage": [...], "mask": str|None}``;
+  ``"branch": int`` (optional): the branch of a branched conversation (a message
+  graph with several leaves, as prime-rl's traces) the segment belongs to, each
+  branch after the first holding only what it adds, the tree in ``facts["branches"]``;
+  ``"series": {name: [float|None]}`` (optional, at most 16): per-token arrays another
+  trainer keeps beyond these, aligned to the tokens, under its own names (an
+  imported prime-rl run's ``mismatch_kl``, ``log_importance_ratio``, ``is_masked``;
+  miles's ``ref_log_probs``, ``returns``; flags as 1/0);
   ``mask`` is the loss-mask reason (None: trained on); ``"masked": [[int, str]]``
   (optional) names single tokens of a trained segment the update left out, by
   position in the segment and reason (``is_ratio``: masked importance sampling,

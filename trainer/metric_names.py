@@ -94,8 +94,14 @@ TRL = {
 
 # prime-rl (PrimeIntellect-ai/prime-rl): the trainer logs src/prime_rl/trainer/rl/
 # train.py's tensor stats (``entropy/all/mean``, ``mismatch_kl/all/{mean,max}``,
-# ``loss/mean``), ``optim/grad_norm`` and ``perf/throughput``; the orchestrator
-# (src/prime_rl/orchestrator/orchestrator.py) ``off_policy/{mean,max}`` (steps between
+# ``loss/mean``), ``optim/grad_norm`` and ``perf/throughput``. ``loss/mean`` is the
+# whole objective, our ``loss``, not ``policy_loss``: loss.py ``compute_loss`` returns
+# rl + ce + ref_kl components, and the rl one (``default_loss_fn``, DPPO) already
+# adds ``kl_tau * log_ratio**2`` to the policy-gradient term. Its scale differs from
+# ours: it is the mean over micro-batches (of every rank) of each one's share (each
+# divided by the global token count), the step's loss over the micro-batch count.
+# The orchestrator (src/prime_rl/orchestrator/orchestrator.py) logs
+# ``off_policy/{mean,max}`` (steps between
 # the policy a batch trains and the one that generated it) and the rollout stats of
 # orchestrator/metrics.py, ``train/agg/effective/<agent>/reward/mean`` with ``agent``
 # the default single agent's name.
@@ -104,7 +110,7 @@ PRIME_RL = {
     "train/agg/effective/num_turns/mean": "num_turns",
     "train/agg/effective/num_output_tokens/mean": "completions/mean_length",
     "entropy/all/mean": "entropy",
-    "loss/mean": "policy_loss",
+    "loss/mean": "loss",
     "optim/grad_norm": "grad_norm",
     "perf/throughput": "perf/tokens_per_s",
     "mismatch_kl/all/mean": "mismatch/kl",

@@ -1,10 +1,14 @@
 """Compact storage of a trajectory's per-token arrays.
 
 A trajectory's segments are stored as JSON metadata (turn, kind, text, tokens, mask,
-``n`` tokens) plus one ``bytes`` blob: for each segment in order, ``n`` little-endian
-``int32`` token ids, then ``n`` ``float32`` values for each of :data:`FLOAT_FIELDS`.
-That is 24 bytes a token instead of ~100 as JSON text; float32 keeps NaN (the logprob
-of prompt tokens) and loses nothing a chart can show.
+``n`` tokens, the ``branch`` of a branched conversation) plus one ``bytes`` blob: for each segment in order, ``n`` little-endian
+``int32`` token ids, then ``n`` ``float32`` values for each of :data:`FLOAT_FIELDS`,
+then for each of the segment's own ``series`` (the per-token arrays another trainer
+keeps beyond ours, named in the metadata, in order: prime-rl's ``mismatch_kl``,
+miles's ``ref_log_probs``...) ``n`` more. That is 24 bytes a token (4 more a series)
+instead of ~100 as JSON text; float32 keeps NaN (the logprob of prompt tokens) and
+loses nothing a chart can show. A segment stored before series existed has none, so
+its bytes read as they always did.
 """
 
 from __future__ import annotations
@@ -15,12 +19,38 @@ from typing import Any
 import numpy as np
 
 from dashboard import jsonsafe
+from trainer.event_schema import MAX_SERIES, SERIES_NAME
 
 FLOAT_FIELDS = ("logprob", "old_logprob", "ratio", "entropy", "advantage")
 _I32 = np.dtype("<i4")
 _F32 = np.dtype("<f4")
 _MAX_TOKEN_STR = 200
-BYTES_PER_TOKEN = 4 * (1 + len(FLOAT_FIELDS))
+
+
+def series_of(seg: dict[str, Any]) -> dict[str, Any]:
+    """A sent segment's extra per-token arrays: ``{name: values}``, the names
+    :data:`~trainer.event_schema.SERIES_NAME` allows, the first
+    :data:`~trainer.event_schema.MAX_SERIES`."""
+    series = seg.get("series")
+    if not isinstance(series, dict):
+        return {}
+    named = (
+        (k, v)
+        for k, v in series.items()
+        if isinstance(k, str) and SERIES_NAME.fullmatch(k) and isinstance(v, list)
+    )
+    return dict(list(named)[:MAX_SERIES])
+
+
+def series_names(meta: dict[str, Any]) -> list[str]:
+    names = meta.get("series")
+    return [str(n) for n in names] if isinstance(names, list) else []
+
+
+def part_size(meta: dict[str, Any]) -> int:
+    """Bytes one segment's arrays take in the blob."""
+    columns = 1 + len(FLOAT_FIELDS) + len(series_names(meta))
+    return 4 * columns * int(meta.get("n", 0))
 
 
 def _floats(values: Any, n: int) -> np.ndarray:
@@ -94,11 +124,18 @@ def pack_segment_list(
             "n": n,
             **_readable(seg, n),
         }
+        branch = seg.get("branch")
+        if type(branch) is int and 0 <= branch < 2**31:
+            meta["branch"] = branch
         if not with_arrays:
             out.append((meta, b""))
             continue
+        series = series_of(seg)
+        if series:
+            meta["series"] = list(series)
         chunks = [_ids(ids, n).tobytes()]
         chunks.extend(_floats(seg.get(name), n).tobytes() for name in FLOAT_FIELDS)
+        chunks.extend(_floats(values, n).tobytes() for values in series.values())
         out.append((meta, b"".join(chunks)))
     return out
 
@@ -149,16 +186,19 @@ def unpack_segments(
     meta: Sequence[dict[str, Any]], blob: bytes | memoryview
 ) -> list[dict[str, Any]]:
     """The inverse of :func:`pack_segments`, JSON-ready (non-finite floats as strings,
-    floats rounded to 6 significant digits). Without arrays (not recorded, or pruned)
-    each array is None."""
+    floats rounded to 6 significant digits); a segment's extra arrays under
+    ``series`` (``{name: values}``, only where it has some). Without arrays (not
+    recorded, or pruned) each array is None."""
     buf = bytes(blob or b"")
     offset = 0
     out = []
-    if len(buf) < BYTES_PER_TOKEN * sum(int(s.get("n", 0)) for s in meta):
+    if len(buf) < sum(part_size(s) for s in meta):
         for seg in meta:
             item = {k: v for k, v in seg.items() if k != "n"}
             item["token_ids"] = None
             item.update(dict.fromkeys(FLOAT_FIELDS))
+            if series_names(seg):
+                item["series"] = dict.fromkeys(series_names(seg))
             out.append(item)
         return out
     for seg in meta:
@@ -166,10 +206,14 @@ def unpack_segments(
         item = {k: v for k, v in seg.items() if k != "n"}
         item["token_ids"] = np.frombuffer(buf, _I32, n, offset).tolist()
         offset += 4 * n
-        for name in FLOAT_FIELDS:
+        columns = [(item, name) for name in FLOAT_FIELDS]
+        if series_names(seg):
+            item["series"] = {}
+            columns += [(item["series"], name) for name in series_names(seg)]
+        for into, name in columns:
             arr = np.frombuffer(buf, _F32, n, offset).astype(np.float64)
             offset += 4 * n
-            item[name] = [jsonsafe.num(float(f"{v:.6g}")) for v in arr.tolist()]
+            into[name] = [jsonsafe.num(float(f"{v:.6g}")) for v in arr.tolist()]
         out.append(item)
     return out
 
@@ -191,7 +235,7 @@ def head_of_part(
     for name in ("turns", "masked"):
         if isinstance(meta.get(name), list):
             cut[name] = [t for t in meta[name] if t[0] < keep]
-    if len(blob) < BYTES_PER_TOKEN * n:  # no arrays stored
+    if len(blob) < part_size(meta):  # no arrays stored
         return cut, blob
-    columns = 1 + len(FLOAT_FIELDS)
+    columns = 1 + len(FLOAT_FIELDS) + len(series_names(meta))
     return cut, b"".join(blob[4 * n * c : 4 * (n * c + keep)] for c in range(columns))

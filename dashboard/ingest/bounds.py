@@ -122,7 +122,15 @@ def segment_tokens(seg: Any) -> int:
         return 0
     n = seg.get("n")
     declared = n if type(n) is int and n > 0 else 0
-    return max([declared, *(len(seg[k]) for k in PER_TOKEN if _is_list(seg.get(k)))])
+    lengths = [len(seg[k]) for k in PER_TOKEN if _is_list(seg.get(k))]
+    lengths += [len(v) for v in _series(seg).values() if _is_list(v)]
+    return max([declared, *lengths])
+
+
+def _series(seg: dict[str, Any]) -> dict[Any, Any]:
+    """A segment's extra per-token arrays (``series``), as sent."""
+    series = seg.get("series")
+    return series if isinstance(series, dict) else {}
 
 
 def _at(position: Any) -> int:
@@ -147,6 +155,9 @@ def _trajectory(ev: dict[str, Any]) -> Iterator[Excess]:
         for name in (*PER_TOKEN, *POSITIONS):
             if _is_list(seg.get(name)):
                 yield from _over(f"segments.{k}.{name}", len(seg[name]), ARRAY)
+        for name, values in _series(seg).items():
+            if _is_list(values):
+                yield from _over(f"segments.{k}.series.{name}", len(values), ARRAY)
         yield from _text(seg.get("text"), f"segments.{k}.text")
         total += segment_tokens(seg)
     yield from _over("segments", total, TOKENS)
@@ -214,6 +225,11 @@ def _cut_trajectory(ev: dict[str, Any]) -> dict[str, Any]:
         for name in PER_TOKEN:
             if _is_list(seg.get(name)):
                 cut[name] = list(seg[name][:keep])
+        if _series(seg):
+            cut["series"] = {
+                name: list(v[:keep]) if _is_list(v) else v
+                for name, v in _series(seg).items()
+            }
         for name in POSITIONS:
             if _is_list(seg.get(name)):
                 cut[name] = [p for p in seg[name][: ARRAY.value] if _at(p) < keep]

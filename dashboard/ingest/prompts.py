@@ -82,14 +82,13 @@ def _stored(
 
 def split(meta: list[dict[str, Any]], blob: bytes) -> list[Part]:
     """Packed (meta, blob) back into per-segment parts."""
-    size = arrays.BYTES_PER_TOKEN
-    if len(blob) < size * sum(int(m.get("n", 0)) for m in meta):
+    sizes = [arrays.part_size(m) for m in meta]
+    if len(blob) < sum(sizes):
         return [(m, b"") for m in meta]
     out, offset = [], 0
-    for m in meta:
-        n = int(m.get("n", 0)) * size
-        out.append((m, blob[offset : offset + n]))
-        offset += n
+    for m, size in zip(meta, sizes, strict=True):
+        out.append((m, blob[offset : offset + size]))
+        offset += size
     return out
 
 

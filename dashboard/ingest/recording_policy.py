@@ -60,7 +60,7 @@ def _without_arrays(segments: Any) -> list[dict[str, Any]]:
                 len(ids) if isinstance(ids, list) else 0,
                 len(tokens) if isinstance(tokens, list) else 0,
             )
-            keep = ("turn", "kind", "role", "text", "mask")
+            keep = ("turn", "kind", "role", "text", "mask", "branch")
             out.append({**{k: seg.get(k) for k in keep}, "n": n})
     return out
 

@@ -16,6 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
+from dashboard.ingest import arrays
 from dashboard.models import CriticalPath, Trajectory
 from dashboard.pages import charts, trajview
 from dashboard.pages import groups as groups_mod
@@ -101,9 +102,19 @@ def _heatmap_data(page: trajs.SegmentPage) -> dict[str, Any]:
                 "ratio": s.get("ratio"),
                 "entropy": s.get("entropy"),
                 "advantage": s.get("advantage"),
+                "series": s.get("series") or {},
             }
         )
     return {"segments": segments}
+
+
+def _series_names(page: trajs.SegmentPage) -> list[str]:
+    """The extra per-token arrays (``series``) any segment of the trajectory has, in
+    order of first appearance: the heatmap can be coloured by each."""
+    names: dict[str, None] = {}
+    for meta in page.metas:
+        names.update(dict.fromkeys(arrays.series_names(meta)))
+    return list(names)
 
 
 def _page_links(request: HttpRequest, page: trajs.SegmentPage) -> dict[str, Any]:
@@ -157,6 +168,7 @@ def trajectory(
             "prev_url": link(siblings[pos - 1]) if pos > 0 else "",
             "next_url": link(siblings[pos + 1]) if pos < len(siblings) - 1 else "",
             "heatmap": _heatmap_data(page),
+            "series": _series_names(page),
             "answers": trajview.answers(t.facts),
             "page": _page_links(request, page),
             "page_chars": settings.TRAJECTORY_PAGE_CHARS,

@@ -41,6 +41,8 @@ class Segment:
     paged: bool = True  # in the page shown (else a preview: another page has it)
     # Single tokens the update left out, per reason: "2 is_ratio, 1 low_entropy".
     masked: str = ""
+    branch: int | None = None  # of a branched conversation (prime-rl's traces)
+    fork: str = ""  # on a branch's first segment: where it leaves the others
 
     @property
     def label(self) -> str:
@@ -135,6 +137,8 @@ def _segments(t: Trajectory, page: SegmentPage | None) -> list[Segment]:
             k, s.get("turn"), str(s.get("kind") or ""), text, s.get("mask"), n
         )
         seg.masked = _masked_counts(s.get("masked"))
+        branch = s.get("branch")
+        seg.branch = branch if type(branch) is int else None
         shown = paged.get(k) if paged is not None else s
         if shown is None:
             seg.text, seg.paged = text[:PREVIEW_CHARS], False
@@ -148,6 +152,27 @@ def _segments(t: Trajectory, page: SegmentPage | None) -> list[Segment]:
     return out
 
 
+def _forks(segments: list[Segment], facts: Any) -> None:
+    """On the first segment of each branch, where it leaves the branches before it
+    (``facts["branches"]``: ``forks_from``, ``after_messages``)."""
+    told = facts.get("branches") if isinstance(facts, dict) else None
+    tree = {b.get("branch"): b for b in told or [] if isinstance(b, dict)}
+    seen: set[int] = set()
+    for seg in segments:
+        if seg.branch is None or seg.branch in seen:
+            continue
+        seen.add(seg.branch)
+        b = tree.get(seg.branch) or {}
+        after, parent = b.get("after_messages"), b.get("forks_from")
+        if type(parent) is int and type(after) is int:
+            seg.fork = (
+                f"branch {seg.branch} starts here: it shares the first {after} "
+                f"messages of branch {parent}, then goes its own way"
+            )
+        elif seg.branch:
+            seg.fork = f"branch {seg.branch} starts here, from a root of its own"
+
+
 def build(
     t: Trajectory,
     judgements: list[Judgement],
@@ -158,6 +183,7 @@ def build(
     ``page``: the segments shown in full (:func:`dashboard.reads.trajectories.
     segment_page`); the others show a preview of their text."""
     segments = _segments(t, page)
+    _forks(segments, t.facts)
     rewards = t.rewards if isinstance(t.rewards, dict) else {}
     per_step = (
         rewards.get("per_step") if isinstance(rewards.get("per_step"), dict) else {}

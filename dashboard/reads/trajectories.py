@@ -58,7 +58,7 @@ def trajectory_text(t: Trajectory, prompt_cache: dict | None = None) -> dict[str
     out["facts"] = t.facts
     out["steps"] = t.agent_steps
     out["segments"] = [
-        {k: v for k, v in seg.items() if k != "n"}
+        {k: v for k, v in seg.items() if k not in ("n", "series")}
         for seg in prompts.meta_of(t, prompt_cache)
     ]
     return out

@@ -25,9 +25,10 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from dashboard.models import EntryReceipt, MetricPoint, Run, Trajectory
+from dashboard.models import EntryReceipt, MetricPoint, Run, Trajectory, metric_keys
 from dashboard.runs import external
 from dashboard.runs.services import InvalidConfig, ServiceError, check_name, check_text
+from trainer.importers import completions
 from trainer.importers import trackio as convert
 
 MAX_ID = 64
@@ -210,15 +211,17 @@ def _log_events(run: Run, items: list[tuple[str, dict[str, Any]]]) -> list[dict]
     weights = (run.config or {}).get("reward_weights") if run.config else None
     if not (isinstance(weights, list) and all(convert.number(w) for w in weights)):
         weights = None
+    for where, entry in items:
+        if not isinstance(entry.get("metrics"), dict):
+            raise InvalidConfig(f"{where}.metrics: must be an object")
+    logged = _logged_rewards(run, [entry["metrics"] for _, entry in items])
     per_entry = []
     for where, entry in items:
-        metrics = entry.get("metrics")
-        if not isinstance(metrics, dict):
-            raise InvalidConfig(f"{where}.metrics: must be an object")
         step = _step(entry, run, where)
-        per_entry.append(
-            (where, convert.entry_events(metrics, step, run.framework, weights=weights))
+        evs = convert.entry_events(
+            entry["metrics"], step, run.framework, weights=weights, logged=logged
         )
+        per_entry.append((where, evs))
     unplaced = {
         ev["step"]
         for _, evs in per_entry
@@ -230,6 +233,16 @@ def _log_events(run: Run, items: list[tuple[str, dict[str, Any]]]) -> list[dict]
     for where, evs in per_entry:
         events.extend(_checked(convert.place(evs, taken), where))
     return events
+
+
+def _logged_rewards(run: Run, entries: list[dict[str, Any]]) -> set[str]:
+    """The reward functions' names TRL logged (``rewards/<name>/mean``), in this call
+    or stored before, read only when a completions table needs them."""
+    tables = any(convert.is_table(v) for metrics in entries for v in metrics.values())
+    if not tables:
+        return set()
+    names = [key for metrics in entries for key in metrics]
+    return completions.logged_rewards([*names, *metric_keys(run)])
 
 
 def do_bulk_log(user: Any, logs: Any) -> dict[str, int]:

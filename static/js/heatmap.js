@@ -101,8 +101,13 @@ function turnBlock(role) {
   return turn;
 }
 
-/** The value a token is coloured by, signed so that the colour scale is symmetric. */
+/**
+ * The value a token is coloured by, signed so that the colour scale is symmetric.
+ * ``series:<name>``: one of the per-token arrays another trainer keeps beyond ours
+ * (prime-rl's mismatch_kl, miles's ref_log_probs...), as it sent it.
+ */
 function valueOf(seg, i, by) {
+  if (by.startsWith("series:")) return num(seg.series?.[by.slice(7)]?.[i]);
   if (by === "ratio") {
     const r = num(seg.ratio?.[i]);
     return r === null ? null : r - 1;
@@ -118,6 +123,8 @@ function valueOf(seg, i, by) {
 const MASKED_WHY = {
   is_ratio: "sampler/learner ratio out of bounds (masked IS)",
   low_entropy: "below the top-entropy quantile",
+  not_sampled: "template scaffold, not sampled by the model",
+  trust_region: "probability moved past prime-rl's DPPO trust region",
 };
 
 /** position -> reason of the segment's single masked tokens. */
@@ -150,6 +157,17 @@ function binClass(v, scale) {
   return b === 0 ? "hb-0" : b > 0 ? `hb-p${b}` : `hb-n${-b}`;
 }
 
+/**
+ * A segment whose tokens are ids only (an import without a tokenizer): each token
+ * shown as "#id", so its numbers can still be coloured and read on hover.
+ */
+function withPieces(seg) {
+  const ids = seg.token_ids || [];
+  if ((seg.tokens || []).length || !ids.length) return seg;
+  const labels = ids.map((id) => `#${id}`);
+  return { ...seg, tokens: labels, token_text: labels.map((l, i) => (i ? " " : "") + l), idsOnly: true };
+}
+
 export class Heatmap {
   /**
    * @param {{segments: object[]}} data  the trajectory's segments with token arrays
@@ -157,12 +175,17 @@ export class Heatmap {
    * @param {HTMLElement} tooltip  the one shared tooltip element
    */
   constructor(data, containerFor, tooltip) {
-    this.segments = data.segments || [];
+    this.segments = (data.segments || []).map(withPieces);
     this.containerFor = containerFor;
     this.tooltip = tooltip;
     this.spans = []; // per segment: its token spans (recoloured in place)
     this.by = "advantage";
     this.scale = 1;
+  }
+
+  /** Whether some segment shows token ids for want of a tokenizer. */
+  get idsOnly() {
+    return this.segments.some((s) => s.idsOnly);
   }
 
   get tokenCount() {
@@ -234,6 +257,9 @@ export class Heatmap {
     const tip = this.tooltip;
     const rows = [];
     for (const f of FIELDS) rows.push([f.replace("_", " "), fmt(seg[f]?.[i])]);
+    for (const [name, values] of Object.entries(seg.series || {})) {
+      rows.push([name, fmt(values?.[i])]);
+    }
     rows.push(["piece", seg.tokens[i] ?? "—"]);
     rows.push(["token id", String(seg.token_ids?.[i] ?? "—")]);
     if ((seg.special || []).includes(i)) rows.push(["special", "yes"]);

@@ -191,6 +191,36 @@ def test_trls_values_land_at_its_global_step_under_our_names(call, owner):
     assert trajs[0].rewards["components"] == {"says": 1.0, "short": 1.0}
 
 
+def test_trls_log_extra_columns_are_facts_as_in_its_parquet_and_wandb_tables(call):
+    # TRL writes the reward functions' columns, then log_extra's (numbers too): the
+    # rewards are those it logged as train/rewards/<name>/mean, in this call or in
+    # one stored before (the rule of trainer.importers.completions).
+    config = {"num_generations": 2, "report_to": ["trackio"]}
+    rows = [
+        {"prompt": "q", "completion": "a", "says": 1.0, "n_calls": 3, "advantage": 0.5},
+        {
+            "prompt": "q",
+            "completion": "b",
+            "says": 0.0,
+            "n_calls": 7,
+            "advantage": -0.5,
+        },
+    ]
+    metrics = {"train/rewards/says/mean": 0.5, "train/global_step": 1}
+    logs = [
+        entry(metrics, 0, config=config),
+        entry({"completions": trl_table(1, rows)}, 1),
+    ]
+    assert call("bulk_log", {"logs": logs}).json()["error"] is None
+    later = [entry({"completions": trl_table(2, rows)}, 2)]
+    assert call("bulk_log", {"logs": later}).json()["error"] is None
+    run = Run.objects.get(external_id=RUN_ID)
+    for step in (1, 2):
+        first = Trajectory.objects.get(run=run, step=step, group=0, index=0)
+        assert first.rewards["components"] == {"says": 1.0}
+        assert first.reward == 1.0 and first.facts["n_calls"] == 3
+
+
 def test_traces_of_one_step_sent_apart_are_siblings_by_prompt(call):
     def trace(answer, reward):
         return {

@@ -55,6 +55,26 @@ def test_every_event_of_a_real_run_passes_the_schema(env, tmp_path):
             },
             "segments.0.token_ids.1",
         ),
+        (
+            {
+                "type": "trajectory",
+                "step": 1,
+                "group": 0,
+                "index": 0,
+                "segments": [{"kind": "action", "series": {"kl": [0.5, True]}}],
+            },
+            "segments.0.series.kl.1",  # a flag is sent as 1 or 0
+        ),
+        (
+            {
+                "type": "trajectory",
+                "step": 1,
+                "group": 0,
+                "index": 0,
+                "segments": [{"kind": "action", "series": {"<b>": [0.5]}}],
+            },
+            "segments.0.series.<b>",
+        ),
         ({"type": "judgement", "step": 1, "group": 0, "index": 0}, "judge"),
         ({"type": "run_finished", "status": "exploded"}, "status"),
         ({"type": "rollout"}, "type"),

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
 from tests.fixtures import layouts
 from trainer.cli import main
+from trainer.event_schema import check_event
 
 
 def run_import(dash, source, path, *extra):
@@ -155,12 +157,15 @@ def test_trls_log_extra_columns_are_facts_not_rewards(dash, tmp_path):
 
 
 def test_without_metrics_the_reward_weights_say_how_many_columns_are_rewards():
-    from trainer.importers.trl_output import reward_columns
+    from trainer.importers.completions import reward_columns
 
     row = {"step": 1, "prompt": "q", "completion": "a", "r1": 1.0, "r2": 0.0}
     row |= {"extra": 5.0, "advantage": 0.0}
-    assert reward_columns([row], {"reward_weights": [1.0, 1.0]}) == ["r1", "r2"]
-    assert reward_columns([row], {}) == ["r1", "r2", "extra"]  # nothing says
+    columns = list(row)
+    assert reward_columns(columns, [row], weights=[1.0, 1.0]) == ["r1", "r2"]
+    assert reward_columns(columns, [row]) == ["r1", "r2", "extra"]  # nothing says
+    logged = reward_columns(columns, [row], weights=[1.0, 1.0], logged=["r2"])
+    assert logged == ["r2"]  # what the run logged as rewards/<name>/mean wins
 
 
 def test_a_completions_file_without_prompts_is_a_clear_error(dash, tmp_path, capsys):
@@ -205,6 +210,20 @@ def test_prime_rl_episodes_token_exports_and_both_writers_metrics(dash, tmp_path
     assert action["ratio"] == [1.25, 0.75]
     assert action["entropy"] == [1.5, 0.5]
     assert action["advantage"] == [0.5, 0.5]
+    # The export's arrays that have no column of ours, by prime-rl's names (flags
+    # as 1/0; the weight streams it left None are not kept).
+    assert action["series"] == {
+        "mismatch_kl": [0.03, 0.02],
+        "log_importance_ratio": [0.25, -0.25],
+        "prob_delta": [0.1, -0.2],
+        "is_masked": [0.0, 1.0],
+        "is_masked_high": [0.0, 1.0],
+        "is_masked_low": [0.0, 0.0],
+    }
+    assert action["masked"] == [[1, "trust_region"]]  # DPPO left it out
+    assert "mismatch_kl" not in prompt["series"]  # None on the prompt's tokens
+    for event in events:
+        check_event(event)  # as the server checks what it is sent
     assert won["metrics"] == {"off_policy/staleness": 0.0}  # (1 - 1) - 0
     unexported = trajs[1, 1, 0]["segments"][1]
     assert unexported["logprob"] == [] and unexported["old_logprob"] == [-0.5, -0.5]
@@ -229,6 +248,112 @@ def test_the_same_sample_at_two_steps_keeps_each_steps_trainer_arrays(dash, tmp_
     trajs = trajectories(dash.events())
     assert trajs[1, 0, 0]["segments"][1]["logprob"] == [-0.25, -0.75]
     assert trajs[2, 0, 0]["segments"][1]["logprob"] == [-9.0, -9.0]
+
+
+def test_a_branched_prime_rl_trace_is_one_trajectory_read_branch_by_branch(
+    dash, tmp_path
+):
+    layouts.prime_branched_run(tmp_path, 1)
+    assert run_import(dash, "prime-rl", tmp_path, "--name", "p") == 0
+    events = dash.events()
+    (only,) = trajectories(events).values()
+    segs = only["segments"]
+    got = [(s["kind"], s["turn"], s["branch"], s["text"]) for s in segs]
+    assert got == [
+        ("prompt", 0, 0, "Add 2 and 3"),
+        ("action", 0, 0, "call add"),
+        ("tool", 0, 0, "5"),
+        ("action", 1, 0, "5"),
+        ("action", 2, 1, "five"),  # the second branch: only what it adds
+    ]
+    assert only["num_turns"] == 3 and only["length"] == 5
+    assert only["facts"]["branches"] == [
+        {
+            "branch": 0,
+            "agent": "agent",
+            "forks_from": None,
+            "after_messages": 0,
+            "messages": 4,
+            "trainer_arrays": True,
+        },
+        {
+            "branch": 1,
+            "agent": "agent",
+            "forks_from": 0,
+            "after_messages": 3,
+            "messages": 4,
+            "trainer_arrays": True,
+        },
+    ]
+    call, answer, other = segs[1], segs[3], segs[4]
+    assert call["old_logprob"] == [None, -0.25, -0.5]  # over the sampled tokens
+    assert call["logprob"] == [None, -0.3, -0.6]  # the first branch's sample
+    assert call["masked"] == [[0, "not_sampled"]]  # the scaffold token
+    assert answer["logprob"] == [-0.2] and other["logprob"] == [-1.5, -2.5]
+    assert other["series"] == {"mismatch_kl": [0.01, 0.01]}
+    assert segs[2]["mask"] == "tool" and segs[0]["mask"] == "prompt"
+    for event in events:
+        check_event(event)
+
+
+def test_a_prime_rl_trace_whose_parents_loop_names_its_file_and_node(
+    dash, tmp_path, capsys
+):
+    episode = layouts.prime_branched_episode()
+    episode["traces"][0]["nodes"][0]["parent"] = 4
+    path = layouts.prime_episodes(tmp_path, 1, [episode])
+    assert run_import(dash, "prime-rl", tmp_path) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: line 1: traces.0.nodes.3: its parents go round in a loop" in err
+
+
+@pytest.mark.parametrize(
+    "parents, expected",
+    [
+        ([None, 0, 1, 1], [[0, 1, 2], [0, 1, 3]]),  # a fork: one branch a leaf
+        ([None, None, None], [[0, 1, 2]]),  # no parent at all: one flat list
+        ([None, 0, None, 2], [[0, 1], [2, 3]]),  # two roots (a fresh context)
+        ([None, 2, 1], "nodes.1: on no path from a root"),  # a loop off the root
+        ([None, 7], "nodes.1.parent: 7 is not a node of its trace"),
+    ],
+)
+def test_a_traces_branches_are_its_root_to_leaf_paths(parents, expected):
+    from trainer.importers.primerl_traces import paths
+    from trainer.importers.tailing import BadImportFile
+
+    nodes = [{} if p is None else {"parent": p} for p in parents]
+    if isinstance(expected, str):
+        with pytest.raises(BadImportFile, match=re.escape(expected)):
+            paths(nodes)
+    else:
+        assert paths(nodes) == expected
+
+
+def test_a_tokenizer_reads_an_imports_token_ids_as_text(dash, tmp_path):
+    from transformers import AutoTokenizer
+
+    from tests.trainer.chatmodel import build_chat_model
+
+    model = build_chat_model(tmp_path / "model")
+    layouts.prime_branched_run(tmp_path / "run", step=1)
+    args = ("--name", "p", "--tokenizer", str(model))
+    assert run_import(dash, "prime-rl", tmp_path / "run", *args) == 0
+    (only,) = trajectories(dash.events()).values()
+    segs = only["segments"]
+    ids = [t for s in segs for t in s["token_ids"]]
+    for seg in segs:
+        assert len(seg["tokens"]) == len(seg["token_ids"]) == len(seg["token_text"])
+    decoded = AutoTokenizer.from_pretrained(model).decode(ids)
+    assert "".join(t for s in segs for t in s["token_text"]) == decoded
+
+
+def test_a_tokenizer_that_is_not_here_is_a_clear_error(dash, tmp_path, capsys):
+    layouts.prime_run(tmp_path)
+    missing = tmp_path / "no-such-model"
+    assert run_import(dash, "prime-rl", tmp_path, "--tokenizer", str(missing)) == 2
+    err = capsys.readouterr().err
+    assert f"--tokenizer {missing}: no tokenizer there" in err
+    assert "never downloads" in err
 
 
 def test_a_local_prime_rl_run_brings_its_three_configs(dash, tmp_path):
@@ -273,6 +398,9 @@ def miles_dump(dump_dir):
                 "rollout_log_probs": [-0.5, -0.5],
                 "entropy": [1.0, 2.0],
                 "advantages": [0.5, 0.5],
+                "ref_log_probs": [-0.375, -0.625],
+                "ref_entropy": [0.75, 1.25],
+                "returns": [1.0, 1.0],
             }
         ],
     )
@@ -330,7 +458,13 @@ def test_miles_dumps_join_samples_and_train_shards(dash, tmp_path):
     assert action["old_logprob"] == [-0.5, -0.5]
     assert action["ratio"] == pytest.approx([math.exp(0.25), math.exp(-0.25)])
     assert action["entropy"] == [1.0, 2.0] and action["advantage"] == [0.5, 0.5]
-    assert first["metrics"] == {"off_policy/staleness": 1.0}  # rollout 4 - version 3
+    assert action["series"] == {  # the arrays that have no column of ours
+        "ref_log_probs": [-0.375, -0.625],
+        "returns": [1.0, 1.0],
+        "ref_entropy": [0.75, 1.25],
+    }
+    assert "series" not in prompt
+    assert first["metrics"] == {"off_policy/staleness": 0.0}  # the newest version
     # No train row: the sampler's log-probs only; GRPO advantage over the group.
     second = trajs[4, 0, 1]
     assert second["segments"][1]["logprob"] == []
@@ -342,9 +476,66 @@ def test_miles_dumps_join_samples_and_train_shards(dash, tmp_path):
     assert sorted(m) == [4]
     assert m[4]["reward"] == 0.5 and m[4]["policy_loss"] == 0.1
     assert m[4]["mismatch/logprob_abs_diff_mean"] == 0.02
-    # Staleness 4 - 3 for the first sample, 4 - 1 for the others (version "1").
-    assert m[4]["off_policy/staleness"] == (1 + 3 + 3 + 3) / 4
-    assert m[4]["off_policy/staleness_max"] == 3.0
+    # Staleness 3 - 3 for the first sample, 3 - 1 for the others (version "1").
+    assert m[4]["off_policy/staleness"] == (0 + 2 + 2 + 2) / 4
+    assert m[4]["off_policy/staleness_max"] == 2.0
+
+
+@pytest.mark.parametrize(
+    "rollout_id, versions, expected",
+    [
+        # On-policy (train.py): rollout 0 is sampled with version 1, the weights
+        # pushed before it; rollout_id - oldest would say -1.
+        (0, [["1"], ["1"]], [0.0, 0.0]),
+        # A turn sampled before a push, the next after it: one version behind.
+        (5, [["6"], ["5", "6"]], [0.0, 1.0]),
+        # A resumed run: the counter starts at 1 again while rollout ids go on.
+        (12, [["1"], ["1"]], [0.0, 0.0]),
+        (3, [["x"], ["2"]], [None, 0.0]),  # a version that is not a number
+    ],
+)
+def test_miles_staleness_is_behind_the_newest_weights_of_its_rollout(
+    dash, tmp_path, rollout_id, versions, expected
+):
+    prompt = [1, 2, 3]
+    samples = [
+        layouts.miles_sample(i, 0, prompt, [4 + i], weight_versions=v)
+        for i, v in enumerate(versions)
+    ]
+    layouts.miles_rollout(tmp_path, rollout_id, samples)
+    assert run_import(dash, "miles", tmp_path, "--name", "m") == 0
+    trajs = trajectories(dash.events())
+    got = [
+        trajs[rollout_id, 0, i]["metrics"].get("off_policy/staleness")
+        for i in range(len(versions))
+    ]
+    assert got == expected
+
+
+def test_a_miles_dump_with_moe_routing_replay_imports(dash, tmp_path):
+    # --use-routing-replay keeps each sample's routed experts as a numpy array
+    # [len(tokens) - 1, layers, top_k] in rollout_data/<id>.pt.
+    import numpy as np
+
+    experts = np.zeros((4, 2, 2), dtype=np.int32)
+    samples = [layouts.miles_sample(0, 0, [1, 2, 3], [4, 5], routed_experts=experts)]
+    layouts.miles_rollout(tmp_path, 1, samples)
+    assert run_import(dash, "miles", tmp_path, "--name", "m") == 0
+    (only,) = trajectories(dash.events()).values()
+    assert only["segments"][1]["token_ids"] == [4, 5]
+
+
+def test_a_miles_dump_holding_other_objects_is_refused_naming_it(
+    dash, tmp_path, capsys
+):
+    import decimal
+
+    sample = layouts.miles_sample(0, 0, [1, 2, 3], [4])
+    sample["metadata"] = {"cost": decimal.Decimal("0.25")}
+    path = layouts.miles_rollout(tmp_path, 1, [sample])
+    assert run_import(dash, "miles", tmp_path) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: holds a pickled decimal.Decimal, which only running code" in err
 
 
 # -- Tinker ------------------------------------------------------------------------

@@ -102,6 +102,16 @@ def test_a_trl_table_of_chat_prompts_and_text_extras():
     assert second.reward == 2.0 and second.advantage == 0.5
 
 
+def test_a_trl_tables_log_extra_numbers_are_facts_when_the_history_names_rewards():
+    table = {
+        "columns": ["step", "prompt", "completion", "acc", "n_calls", "advantage"],
+        "data": [[2, "q", "a", 1.0, 4, 0.5], [2, "q", "b", float("nan"), 6, -0.5]],
+    }
+    first, second = wandb_tables.samples(table, step=0, logged={"acc"})
+    assert first.components == {"acc": 1.0} and first.facts == {"n_calls": 4}
+    assert math.isnan(second.reward)  # no reward function scored it (TRL: NaN)
+
+
 def test_other_tables_are_not_trajectories():
     assert wandb_tables.samples({"columns": ["a"], "data": [[1]]}, step=1) == []
 

@@ -130,3 +130,10 @@ def test_each_trainers_staleness_and_mismatch_names_land_in_a_charted_family(
     assert out == {theirs: 0.25, ours: 0.25}
     prefixes = [prefix for _, _, prefix in metric_names.FAMILIES]
     assert any(ours.startswith(p) for p in prefixes)
+
+
+def test_prime_rls_loss_is_the_whole_objective_not_the_policy_loss():
+    # prime-rl's loss/mean is compute_loss's sum of its rl (policy gradient plus the
+    # kl_tau term), ce and ref_kl components: our "loss", never "policy_loss".
+    out = metric_names.map_metrics("prime-rl", {"loss/mean": 0.5})
+    assert out == {"loss/mean": 0.5, "loss": 0.5}

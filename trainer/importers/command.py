@@ -8,7 +8,8 @@
                              [--name N] [--state FILE] [--follow] [--poll-s S]
                              [--idle-exit S]
     python -m trainer import --from trl|tensorboard|prime-rl|miles|tinker DIR
-                             --report-to URL [--name N] [--follow] ...
+                             --report-to URL [--name N] [--follow]
+                             [--tokenizer NAME_OR_DIR] ...
 
 ``DIR`` is TRL's ``output_dir`` (completions parquet and TensorBoard scalars), any
 directory of TensorBoard event files, prime-rl's run directory, miles's
@@ -17,7 +18,9 @@ described in its reader's module). The token comes from ``DASHBOARD_TOKEN`` (exi
 without it). ``--follow`` keeps reading a live run's files (new metric lines, new
 step files) until Ctrl-C or until nothing new arrived for ``--idle-exit`` seconds; an
 import that ends by itself (not by Ctrl-C) marks the run finished
-(``run_finished``, ``succeeded``). W&B run directories are
+(``run_finished``, ``succeeded``). ``--tokenizer`` (a local tokenizer directory or a
+cached model name) gives the token ids of prime-rl's and miles's trajectories their
+text on the trajectory page (:mod:`trainer.importers.pieces`). W&B run directories are
 :mod:`trainer.importers.wandb_import`'s (each run once; finished by W&B's own exit
 record); reading them needs ``pip install -r requirements-wandb.txt``.
 """
@@ -81,6 +84,12 @@ def add_import_parser(sub: Any) -> None:
         "--spool", default=None, help="spool directory (default: a temp dir)"
     )
     imp.add_argument("--close-timeout", type=float, default=120.0)
+    imp.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="NAME_OR_DIR",
+        help="read token ids as text (local files only: never downloaded)",
+    )
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -100,6 +109,10 @@ def run_import(args: argparse.Namespace) -> int:
             sink, finished = _import_verl(args, path, token)
         elif args.source != "events":
             reader = make_reader(args.source, path)
+            if args.tokenizer:
+                from trainer.importers.pieces import WithPieces, load_tokenizer
+
+                reader = WithPieces(reader, load_tokenizer(args.tokenizer))
             config = _config(args.source, reader)
             sink, finished = _import_reader(args, reader, config, token)
         else:

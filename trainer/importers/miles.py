@@ -19,17 +19,32 @@ at 31f1ca9).
   (miles/utils/train_dump_utils.py), ``{"rollout_id", "rank", "rollout_data",
   "cp_rank", "cp_size"}`` where ``rollout_data`` holds per-row ``sample_indices``
   and response-aligned tensors ``log_probs`` (the trainer's), ``rollout_log_probs``,
-  ``entropy`` (``--use-rollout-entropy``), ``advantages``. Joined by
+  ``entropy`` (``--use-rollout-entropy``), ``advantages``, and where the run has
+  them ``ref_log_probs`` (a KL term), ``ref_entropy`` and ``returns`` (kept as the
+  action segment's ``series`` under those names). Joined by
   ``sample_indices`` as miles's own ``DumpReader.load_joined`` does; a context-
   parallel shard (``cp_size > 1``) holds a slice, so its arrays are left out.
 
-Files are loaded with ``torch.load(weights_only=True)``: plain containers and
-tensors only, never arbitrary pickled code (a dump holding numpy arrays, such as
-routed experts, is refused with its name). A trajectory is one sample: a ``prompt``
+Files are loaded by :func:`trainer.importers.torch_dumps.load_plain`: tensors, numpy
+arrays of numbers (MoE routing replay's ``rollout_routed_experts``, not imported) and
+plain containers, never arbitrary pickled code (a dump holding any other object is
+refused, naming the file and the object). A trajectory is one sample: a ``prompt``
 segment (the prompt tokens) and an ``action`` segment (the response tokens with
 ``logprob`` the trainer's, ``old_logprob`` the sampler's, ``ratio``, ``entropy``,
-``advantage``). Staleness per sample is miles's own: the rollout id minus the
-sample's oldest weight version.
+``advantage``).
+
+Staleness per sample (``off_policy/staleness``) is miles's data buffer's
+(miles/rollout/fully_async_data_buffer.py ``_staleness``): the engine's weight version
+when the batch was taken minus the sample's oldest (``Sample.oldest_weight_version``).
+The dump does not record the former, so it is the newest version any sample of the
+rollout carries: exact for ``train.py`` and ``train_async.py`` without
+``--fully-async`` (each rollout generated whole between two weight pushes), a lower
+bound with it (a batch may hold only older groups; the step's chart then shows miles's
+own ``rollout/fully_async/avg_staleness``). Not ``rollout_id - oldest`` (miles's
+dashboard, dump_reader.py): the version counter starts at 1 with the push before
+rollout 0 (train.py ``update_weights()`` then ``weight_version += 1``), so that reads
+-1 for every sample of an on-policy run, and it restarts at 1 when a run resumes
+while rollout ids go on.
 """
 
 from __future__ import annotations
@@ -49,22 +64,15 @@ from trainer.importers.shapes import (
     trajectory_event,
 )
 from trainer.importers.tailing import BadImportFile, JsonlTail, Settled
+from trainer.importers.torch_dumps import load_plain
 
 ROLLOUT = re.compile(r"^(\d+)\.pt$")
 TRAIN = re.compile(r"^(\d+)_(\d+)\.pt$")
-TOKEN_FIELDS = ("log_probs", "rollout_log_probs", "entropy", "advantages")
-
-
-def load_pt(path: Path) -> dict[str, Any]:
-    import torch
-
-    try:
-        value = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 (unpickling raises many kinds)
-        raise BadImportFile(f"{path}: not a plain torch.save dump: {exc}") from None
-    if not isinstance(value, dict):
-        raise BadImportFile(f"{path}: not a dict")
-    return value
+# Response-aligned per-token tensors of a train dump (dump_reader.py TrainRow): ours
+# by meaning, and the others, kept under miles's names as the segment's series.
+OURS = ("log_probs", "rollout_log_probs", "entropy", "advantages")
+SERIES = ("ref_log_probs", "returns", "ref_entropy")
+TOKEN_FIELDS = (*OURS, *SERIES)
 
 
 def _floats(value: Any) -> list[float] | None:
@@ -89,9 +97,17 @@ def train_rows(packs: list[dict[str, Any]]) -> dict[int, dict[str, list[float]]]
     return out
 
 
-def _staleness(rollout_id: int, versions: list[Any]) -> float | None:
-    numeric = [int(v) for v in versions or [] if str(v).isdigit()]
-    return float(rollout_id - min(numeric)) if numeric else None
+def _versions(sample: dict[str, Any]) -> list[int]:
+    """The weight versions of a sample's turns that are numbers (miles's own
+    reading: ``Sample.oldest_weight_version``)."""
+    return [int(v) for v in sample.get("weight_versions") or [] if str(v).isdigit()]
+
+
+def _staleness(newest: int | None, sample: dict[str, Any]) -> float | None:
+    versions = _versions(sample)
+    if newest is None or not versions:
+        return None
+    return float(newest - min(versions))
 
 
 def _ratio(train: list[float] | None, sampler: list[float] | None) -> list | None:
@@ -115,10 +131,12 @@ def sample_row(
         "entropy": train.get("entropy"),
         "advantage": train.get("advantages"),
     }
+    arrays |= {k: train.get(k) for k in SERIES}
     arrays = {k: v if v and len(v) == n else None for k, v in arrays.items()}
+    series = {k: arrays.pop(k) for k in SERIES}
     prompt = chat_text(sample.get("prompt"))
     reward, components = ctx["rewards"][place]
-    stale = _staleness(rollout_id, sample.get("weight_versions") or [])
+    stale = _staleness(ctx["newest"], sample)
     adv = arrays["advantage"]
     mask = sample.get("loss_mask") or [1] * n
     trained = [a for a, m in zip(adv or [], mask, strict=False) if m]
@@ -130,7 +148,11 @@ def sample_row(
         segments=[
             token_segment("prompt", prompt, prompt_ids, {}, mask="prompt"),
             token_segment(
-                "action", str(sample.get("response") or ""), response_ids, arrays
+                "action",
+                str(sample.get("response") or ""),
+                response_ids,
+                arrays,
+                series=series,
             ),
         ],
         reward=reward,
@@ -192,7 +214,9 @@ def rollout_events(
         for p, s in zip(places, samples, strict=True)
     }
     computed = grpo_advantages([rewards[p][0] for p in places], [g for g, _ in places])
+    newest = max((v for s in samples for v in _versions(s)), default=None)
     ctx = {
+        "newest": newest,
         "train": train,
         "rewards": rewards,
         "advantages": dict(zip(places, computed, strict=True)),
@@ -299,8 +323,8 @@ class MilesReader:
             ready = [self._files.ready(p, settle=settle) for p in [path, *mine]]
             if waiting and not (mine and all(ready)):
                 continue
-            pack = load_pt(path)
-            train = train_rows([load_pt(p) for p in mine])
+            pack = load_plain(path)
+            train = train_rows([load_plain(p) for p in mine])
             self._files.take(path)
             events = rollout_events(rid, pack, train, self.args)
             values = [

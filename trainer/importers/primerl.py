@@ -15,25 +15,28 @@ trainer and the orchestrator):
   ``group`` (``id``), ``run`` (``work``: ``step``, ``policy``: ``start``, ``end``),
   ``ok``, ``errors`` and ``traces``; a trace (verifiers/v1/trace.py) has ``agent``
   (``name``, ``trainable``), ``rewards`` ({name: {score, weight}}), ``metrics``,
-  ``calls`` and ``nodes``: each node a ``message`` (role, content) with its
-  ``token_ids``, per-token ``mask`` (sampled tokens), and over the sampled tokens
-  only ``logprobs`` (the sampler's) and ``advantages``. The ``all`` subset (every
+  ``calls`` and ``nodes``, a message graph: each node a ``message`` (role,
+  content), its ``parent`` node, its ``token_ids``, per-token ``mask`` (sampled
+  tokens), and over the sampled tokens only ``logprobs`` (the sampler's),
+  ``advantages`` and ``reference_logprobs``. The ``all`` subset (every
   completed episode, failures included) is not imported: ``effective`` is what
   trained.
 * ``token_exports/step_N/rank_R.jsonl`` (``trainer.enable_token_export``,
-  src/prime_rl/trainer/rl/token_export.py): per trained sequence, aligned per-token
-  ``token_ids``, ``loss_mask``, ``advantages``, ``inference_logprobs``,
-  ``trainer_logprobs``, ``entropy``, ``mismatch_kl``, ``importance_ratio``...; a
-  ``STABLE`` file marks the step complete. A sequence is joined to its episode by
-  its token ids.
+  src/prime_rl/trainer/rl/token_export.py): per trained sequence (one branch of a
+  trace), aligned per-token ``token_ids``, ``loss_mask``, ``advantages``,
+  ``inference_logprobs``, ``trainer_logprobs``, ``entropy``, ``mismatch_kl``,
+  ``log_importance_ratio``, ``importance_ratio``, ``prob_delta``, ``is_masked*``
+  and the loss weight streams; a ``STABLE`` file marks the step complete. A
+  sequence is joined to its branch by its token ids.
 
 The issue that asked for this named ``monitors/file/metrics.jsonl`` and
 ``traces/stream.jsonl``: neither path exists in prime-rl (its FileMonitor writes the
 two above, and no ``stream.jsonl`` appears in its history we could read).
 
-A trajectory is one episode: its traces' nodes as segments (system/user ``prompt``,
-sampled assistant ``action``, tool ``tool``), reward the sum of its trainable traces'
-weighted rewards (components ``<reward name>``, ``<agent>/<reward name>`` with
+A trajectory is one episode, its traces' message graphs read branch by branch as
+segments with every per-token array (:mod:`trainer.importers.primerl_traces`, which
+says why a branched episode stays one trajectory), reward the sum of its trainable
+traces' weighted rewards (components ``<reward name>``, ``<agent>/<reward name>`` with
 several agents), advantage prime-rl's own scalar (the mean non-zero token
 advantage, orchestrator/algo/routing.py ``scalar_advantage``) and, as the metric
 ``off_policy/staleness``, prime-rl's ``episode_staleness``: ``(N - 1) -
@@ -47,12 +50,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trainer.importers.shapes import (
-    TrajectoryRow,
-    step_events,
-    token_segment,
-    trajectory_event,
-)
+from trainer.importers.primerl_traces import episode_segments
+from trainer.importers.shapes import TrajectoryRow, step_events, trajectory_event
 from trainer.importers.tailing import (
     BadImportFile,
     JsonlTail,
@@ -61,59 +60,6 @@ from trainer.importers.tailing import (
 )
 
 STEP_DIR = re.compile(r"step_(\d+)$")
-KINDS = {"system": "prompt", "user": "prompt", "assistant": "action", "tool": "tool"}
-
-
-def message_text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "\n".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict)
-        )
-    text = str(content or message.get("reasoning_content") or "")
-    for call in message.get("tool_calls") or []:
-        if isinstance(call, dict):
-            text += f"\n<tool_call>{call.get('name', '')} {call.get('arguments', '')}"
-    return text
-
-
-def spread(mask: list[bool], values: list[float] | None) -> list[float | None] | None:
-    """A node's compact per-sampled-token values on every token (None elsewhere)."""
-    if values is None:
-        return None
-    it = iter(values)
-    return [next(it, None) if sampled else None for sampled in mask]
-
-
-def node_segments(
-    nodes: list[dict[str, Any]], turn: int, export: dict[str, Any] | None
-) -> list[dict[str, Any]]:
-    """One segment per node; the trainer's arrays from ``export`` (aligned to the
-    concatenated ``token_ids``) are sliced per node."""
-    out, at = [], 0
-    for node in nodes:
-        message = node.get("message") or {}
-        ids = [int(t) for t in node.get("token_ids") or []]
-        mask = [bool(m) for m in node.get("mask") or []] or [False] * len(ids)
-        kind = KINDS.get(str(message.get("role")), "prompt")
-        if kind == "action" and not node.get("sampled", True):
-            kind = "prompt"  # an assistant message the model never generated
-        arrays: dict[str, Any] = {
-            "old_logprob": spread(mask, node.get("logprobs")),
-            "advantage": spread(mask, node.get("advantages")),
-        }
-        if export is not None:
-            part = slice(at, at + len(ids))
-            arrays["logprob"] = export["trainer_logprobs"][part]
-            arrays["entropy"] = export["entropy"][part]
-            arrays["ratio"] = export["importance_ratio"][part]
-            arrays["advantage"] = export["advantages"][part]
-        at += len(ids)
-        reason = None if any(mask) else ("prompt" if kind == "prompt" else kind)
-        seg = token_segment(kind, message_text(message), ids, arrays, mask=reason)
-        seg["turn"] = turn
-        out.append(seg)
-    return out
 
 
 def scalar_advantage(nodes: list[dict[str, Any]]) -> float:
@@ -143,39 +89,38 @@ def episode_row(
     traces = [t for t in episode.get("traces") or [] if isinstance(t, dict)]
     trainable = [t for t in traces if (t.get("agent") or {}).get("trainable", True)]
     several = len(traces) > 1
-    segments, components, sampled = [], {}, 0
-    for turn, trace in enumerate(traces):
-        nodes = [n for n in trace.get("nodes") or [] if isinstance(n, dict)]
-        ids = tuple(t for n in nodes for t in n.get("token_ids") or [])
-        segments += node_segments(nodes, turn, exports.get(ids))
-        sampled += sum(1 for n in nodes for m in n.get("mask") or [] if m)
-        if trace in trainable:
-            agent = str((trace.get("agent") or {}).get("name", "agent"))
-            components.update(_reward(trace, f"{agent}/" if several else ""))
+    components = {}
+    for trace in trainable:
+        agent = str((trace.get("agent") or {}).get("name", "agent"))
+        components.update(_reward(trace, f"{agent}/" if several else ""))
+    walk = episode_segments(traces, exports)
     first = next(iter(trainable), {})
     nodes = [n for n in first.get("nodes") or [] if isinstance(n, dict)]
-    prompt = next((s["text"] for s in segments if s["kind"] == "prompt"), "")
+    prompt = next((s["text"] for s in walk.segments if s["kind"] == "prompt"), "")
     stale = staleness(episode, step)
     task = episode.get("task") or {}
+    facts = {
+        "source": "prime-rl",
+        "episode_id": episode.get("id"),
+        "env": (episode.get("env") or {}).get("id"),
+        "group_id": (episode.get("group") or {}).get("id"),
+        "ok": episode.get("ok"),
+    }
+    if walk.branched:
+        facts["branches"] = walk.branches
     return TrajectoryRow(
         step=step,
         group=place[0],
         index=place[1],
         prompt=prompt,
-        segments=segments,
+        segments=walk.segments,
         reward=sum(components.values()),
         advantage=scalar_advantage(nodes),
         components=components,
         task_id=str(task.get("key") or task.get("hash") or "")[:200] or None,
-        length=sampled,
-        num_turns=sum(1 for s in segments if s["kind"] == "action"),
-        facts={
-            "source": "prime-rl",
-            "episode_id": episode.get("id"),
-            "env": (episode.get("env") or {}).get("id"),
-            "group_id": (episode.get("group") or {}).get("id"),
-            "ok": episode.get("ok"),
-        },
+        length=walk.sampled,
+        num_turns=walk.turns,
+        facts=facts,
         metrics={} if stale is None else {"off_policy/staleness": stale},
     )
 
@@ -277,7 +222,12 @@ class PrimeRlReader:
                 continue
             self._files.take(file)
             exports = self._exports.pop(step, {})  # read once, then let go
-            for place, episode in zip(places(episodes), episodes, strict=True):
-                row = episode_row(step, place, episode, exports)
+            for line, (place, episode) in enumerate(
+                zip(places(episodes), episodes, strict=True), 1
+            ):
+                try:
+                    row = episode_row(step, place, episode, exports)
+                except BadImportFile as exc:
+                    raise BadImportFile(f"{file}: line {line}: {exc}") from None
                 out.append(trajectory_event(row))
         return out

@@ -17,6 +17,11 @@ dumps) builds its segments with :func:`token_segment`, the arrays aligned to
   ``ratio - log(ratio) - 1`` of it);
 * ``entropy`` and ``advantage``: as in our own runs.
 
+Per-token arrays a trainer keeps beyond these (prime-rl's ``mismatch_kl``,
+``log_importance_ratio``, ``is_masked*``; miles's ``ref_log_probs``, ``returns``,
+``ref_entropy``) go under the segment's ``series``, by the trainer's own names
+(flags as 1/0), so the trajectory page can colour tokens by them.
+
 ``None`` marks a value the source does not have for that token.
 """
 
@@ -83,23 +88,36 @@ def token_segment(
     arrays: Mapping[str, Sequence[float | None] | None],
     *,
     mask: str | None = None,
+    series: Mapping[str, Sequence[float | bool | None] | None] | None = None,
 ) -> dict[str, Any]:
     """A segment with per-token arrays (names of :data:`ARRAYS`) aligned to
-    ``token_ids``; an array the source lacks (``None``) stays empty."""
+    ``token_ids``; an array the source lacks (``None``) stays empty. ``series``:
+    the trainer's other per-token arrays by its names (those without a value for
+    any of these tokens left out)."""
     seg = text_segment(kind, text)
     seg["token_ids"] = [int(t) for t in token_ids]
     for name, values in arrays.items():
         if name not in ARRAYS or name in ("token_ids", "tokens"):
             raise ValueError(f"arrays: {name!r} is not a per-token float array")
         if values is not None:
-            if len(values) != len(token_ids):
-                raise ValueError(
-                    f"arrays: {name} has {len(values)} values for "
-                    f"{len(token_ids)} tokens"
-                )
-            seg[name] = [_num(v) for v in values]
+            seg[name] = _aligned(name, values, len(token_ids))
+    extra = {
+        name: _aligned(name, values, len(token_ids))
+        for name, values in (series or {}).items()
+        if values is not None and any(v is not None for v in values)
+    }
+    if extra:
+        seg["series"] = extra
     seg["mask"] = mask
     return seg
+
+
+def _aligned(
+    name: str, values: Sequence[float | bool | None], n: int
+) -> list[float | None]:
+    if len(values) != n:
+        raise ValueError(f"arrays: {name} has {len(values)} values for {n} tokens")
+    return [_num(v) for v in values]
 
 
 def _num(value: float | None) -> float | None:

@@ -26,9 +26,10 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from trainer.importers.completions import reward_columns, row_reward
 from trainer.importers.shapes import (
     chat_text,
     group_by_prompt,
@@ -136,12 +137,15 @@ def table_events(
     rows: list[dict[str, Any]],
     *,
     weights: Sequence[float] | None = None,
+    logged: Iterable[str] = (),
 ) -> list[dict[str, Any]]:
-    """A completions table -> trajectory events: number columns are the reward
-    components, the reward their sum (times ``weights``, the config's
-    ``reward_weights``, when they match), ``advantage`` TRL's (else GRPO's within the
-    group); siblings are rows with an identical prompt (:func:`place` numbers the
-    groups). A ``step`` column all rows agree on (TRL's global step) is the step."""
+    """A completions table -> trajectory events: the reward functions' columns and the
+    reward as every reader of TRL's table decides them (:mod:`trainer.importers.
+    completions`: ``logged``, the reward names of the run's ``rewards/<name>/mean``
+    metrics, else ``weights``, the config's ``reward_weights``); ``advantage`` TRL's
+    (else GRPO's within the group); siblings are rows with an identical prompt
+    (:func:`place` numbers the groups). A ``step`` column all rows agree on (TRL's
+    global step) is the step. Other columns (``log_extra``'s) are facts."""
     steps = {r.get("step") for r in rows}
     if len(steps) == 1:
         (only,) = steps
@@ -149,29 +153,23 @@ def table_events(
             step = only
     prompts = [chat_text(r.get("prompt", "")) for r in rows]
     places = group_by_prompt(prompts)
-    names = [
-        k for k, v in rows[0].items() if k not in BASE_COLUMNS and number(v) is not None
-    ]
-    scale = (
-        list(weights) if weights and len(weights) == len(names) else [1.0] * len(names)
+    names = reward_columns(
+        list(rows[0]), rows, weights=weights, logged=logged, number=number
     )
-    parts = [{n: number(r.get(n)) for n in names} for r in rows]
-    totals = [
-        sum(
-            w * v
-            for w, v in zip(scale, p.values(), strict=True)
-            if v is not None and not math.isnan(v)
-        )
-        for p in parts
-    ]
-    computed = grpo_advantages(totals, [g for g, _ in places])
+    scored = [row_reward(r, names, weights, number) for r in rows]
+    computed = grpo_advantages([total for _, total in scored], [g for g, _ in places])
     events = []
     for row in range(len(rows)):
         given = number(rows[row].get("advantage"))
-        facts = {"source": "trackio"}
+        facts: dict[str, Any] = {"source": "trackio"}
         for key, value in rows[row].items():
-            if key not in BASE_COLUMNS and isinstance(value, str):
+            if key in BASE_COLUMNS or key in names:
+                continue
+            if isinstance(value, str):
                 facts[key] = value[:MAX_FACT_TEXT]
+            elif number(value) is not None:
+                facts[key] = value
+        components, total = scored[row]
         events.append(
             text_trajectory(
                 step=step,
@@ -179,8 +177,8 @@ def table_events(
                 index=0,
                 prompt=prompts[row],
                 completion=chat_text(rows[row].get("completion", "")),
-                reward=totals[row],
-                components={n: v for n, v in parts[row].items() if v is not None},
+                reward=total,
+                components=components,
                 advantage=computed[row] if given is None else given,
                 facts=facts,
             )
@@ -344,10 +342,12 @@ def entry_events(
     framework: str,
     *,
     weights: Sequence[float] | None = None,
+    logged: Iterable[str] = (),
 ) -> list[dict[str, Any]]:
     """One ``bulk_log`` entry -> its ``step`` event (if it has numbers) and the
-    trajectories of its completions tables and traces, at the entry's step (those of
-    traces still to :func:`place`)."""
+    trajectories of its completions tables (``weights``, ``logged``: see
+    :func:`table_events`) and traces, at the entry's step (those of traces still to
+    :func:`place`)."""
     step = step_of(metrics, step, framework)
     events: list[dict[str, Any]] = []
     values = step_metrics(metrics, framework)
@@ -357,7 +357,8 @@ def entry_events(
         if not isinstance(value, (dict, list)):
             continue
         if is_table(value) and is_completions(value.get("_value")):
-            events.extend(table_events(step, value["_value"], weights=weights))
+            rows = value["_value"]
+            events.extend(table_events(step, rows, weights=weights, logged=logged))
         else:
             events.extend(trace_events(step, traces_in(value)))
     return events

@@ -15,10 +15,10 @@ logged value as a scalar ``train/<name>`` at ``global_step``, and the
 ``trainer.integrations.trl.DashboardCallback`` drops it (read here for ``num_generations`` and
 ``reward_weights``, and sent as the run's config).
 
-A numeric column other than ``step`` and ``advantage`` is taken as a reward function
-(``rewards.components``); the total is their sum weighted by ``reward_weights`` when
-the arguments were found (NaN, a function that did not score the row, is skipped, as
-TRL does). Text columns go to ``facts``.
+Which number columns are reward functions (``rewards.components``) and what a row's
+reward is: :mod:`trainer.importers.completions`, the rule every reader of TRL's table
+shares (the reward names TRL logged to TensorBoard, else ``reward_weights``); the other
+columns go to ``facts``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from trainer.importers.completions import logged_rewards, reward_columns, row_reward
 from trainer.importers.shapes import chat_text, group_by_prompt, text_trajectory
 from trainer.importers.tailing import BadImportFile, Settled
 from trainer.importers.tensorboard import TensorBoardReader
@@ -55,24 +56,6 @@ def read_parquet(path: Path) -> list[dict[str, Any]]:
         raise BadImportFile(f"{path}: not a readable parquet file: {exc}") from None
 
 
-def reward_columns(
-    rows: list[dict[str, Any]], args: dict[str, Any], logged: set[str] = frozenset()
-) -> list[str]:
-    """The reward functions' columns of a completions table. TRL writes them, then
-    the ``log_extra`` columns (numbers too), then ``advantage``: the rewards are the
-    names logged as ``rewards/<name>/mean`` where known, else the first as many
-    numeric columns as ``reward_weights`` has weights, else every numeric one."""
-    numeric = (
-        [k for k in rows[0] if k not in BASE and _number(rows[0][k])] if rows else []
-    )
-    if logged and any(n in logged for n in numeric):
-        return [n for n in numeric if n in logged]
-    weights = args.get("reward_weights")
-    if isinstance(weights, list) and 0 < len(weights) <= len(numeric):
-        return numeric[: len(weights)]
-    return numeric
-
-
 def completion_events(
     step: int,
     rows: list[dict[str, Any]],
@@ -89,22 +72,17 @@ def completion_events(
         places = [(i // size, i % size) for i in range(len(rows))]
     else:
         places = group_by_prompt(prompts)
-    names = reward_columns(rows, args, logged)
     weights = args.get("reward_weights")
-    if not (isinstance(weights, list) and len(weights) == len(names)):
-        weights = [1.0] * len(names)
+    names = reward_columns(
+        list(rows[0]) if rows else [], rows, weights=weights, logged=logged
+    )
     events = []
     for row, record in enumerate(rows):
-        parts = {n: float(record[n]) if _number(record[n]) else math.nan for n in names}
-        total = sum(
-            float(w) * v
-            for w, v in zip(weights, parts.values(), strict=True)
-            if not math.isnan(v)
-        )
+        parts, total = row_reward(record, names, weights)
         facts = {
             k: v
             for k, v in record.items()
-            if k not in BASE and k not in parts and isinstance(v, (str, int, float))
+            if k not in BASE and k not in names and isinstance(v, (str, int, float))
         }
         advantage = record.get("advantage")
         events.append(
@@ -163,9 +141,7 @@ class TrlReader:
     def poll(self, *, settle: bool = False) -> list[dict[str, Any]]:
         events = self.tensorboard.poll(settle=settle)
         for event in events:
-            for key in event.get("metrics") or {}:
-                if key.startswith("rewards/") and key.endswith("/mean"):
-                    self._rewards.add(key[len("rewards/") : -len("/mean")])
+            self._rewards |= logged_rewards(event.get("metrics") or {})
         directory = self.output_dir / "completions"
         files = {}
         for path in directory.glob("completions_*.parquet"):

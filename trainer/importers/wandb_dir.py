@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import metric_names
-from trainer.importers import wandb_tables
+from trainer.importers import completions, wandb_tables
 from trainer.importers.wandb_log import RecordLog
 
 INSTALL = "pip install -r requirements-wandb.txt"
@@ -262,7 +262,8 @@ class WandbReader:
             return []
         table = json.loads(path.read_text(encoding="utf-8"))
         weights = self.config.get("reward_weights")
-        found = wandb_tables.samples(table, step=step, weights=weights)
+        logged = completions.logged_rewards(self._history_keys)
+        found = wandb_tables.samples(table, step=step, weights=weights, logged=logged)
         if wandb_tables.is_cumulative(table):
             found = [s for s in found if (key, s.step) not in self._tables_sent]
             self._tables_sent.update((key, s.step) for s in found)

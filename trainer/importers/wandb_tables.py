@@ -8,9 +8,10 @@ shapes are trajectories:
 * **TRL's completions table** (``GRPOTrainer.log``, TRL 1.16): one row per
   completion, columns ``step`` (the global step), ``prompt``, ``completion``, one
   column per reward function, any extra columns its reward functions logged,
-  ``advantage`` and, for images, ``image``. Numeric columns besides ``step`` and
-  ``advantage`` are the reward components; the reward is their sum weighted by the
-  run config's ``reward_weights`` (TRL's default: all 1), NaN ignored as TRL does.
+  ``advantage`` and, for images, ``image``. Which number columns are the reward
+  components, and the reward (their sum weighted by the run config's
+  ``reward_weights``, NaN ignored as TRL does): :mod:`trainer.importers.completions`,
+  the rule every reader of TRL's table shares.
 * **verl's validation generations** (``ValidationGenerationsLogger``, key
   ``val/generations``): one row per validation, columns ``step``, then ``input_i``,
   ``output_i``, ``score_i`` for each sample. Each logged table repeats the rows of the
@@ -25,9 +26,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.importers.completions import reward_columns, row_reward
 from trainer.importers.shapes import (
     chat_text,
     group_by_prompt,
@@ -65,9 +68,16 @@ def as_step(value: Any) -> int | None:
     return step if 0 <= step < 2**31 else None
 
 
-def samples(table: dict[str, Any], *, step: int, weights: Any = None) -> list[Sample]:
+def samples(
+    table: dict[str, Any],
+    *,
+    step: int,
+    weights: Any = None,
+    logged: Iterable[str] = (),
+) -> list[Sample]:
     """The completions of a table's JSON (``[]`` for a table that holds none);
-    ``step`` is the history row's, used where the table has no ``step`` column."""
+    ``step`` is the history row's, used where the table has no ``step`` column;
+    ``logged`` the reward names the run's history holds (``rewards/<name>/mean``)."""
     columns = [str(c) for c in table.get("columns") or []]
     rows = [
         dict(zip(columns, row, strict=False))
@@ -75,7 +85,8 @@ def samples(table: dict[str, Any], *, step: int, weights: Any = None) -> list[Sa
         if isinstance(row, list)
     ]
     if all(c in columns for c in TRL_TEXT):
-        return [_trl_sample(row, columns, step, weights) for row in rows]
+        names = reward_columns(columns, rows, weights=weights, logged=logged)
+        return [_trl_sample(row, columns, names, step, weights) for row in rows]
     if any(_WIDE.match(c) for c in columns):
         return [s for row in rows for s in _wide_samples(row, columns, step)]
     return []
@@ -90,39 +101,24 @@ def is_cumulative(table: dict[str, Any]) -> bool:
 
 
 def _trl_sample(
-    row: dict[str, Any], columns: list[str], step: int, weights: Any
+    row: dict[str, Any], columns: list[str], names: list[str], step: int, weights: Any
 ) -> Sample:
-    names = [c for c in columns if c not in TRL_SKIP and is_number(row.get(c))]
-    if isinstance(weights, list) and 0 < len(weights) < len(names):
-        names = names[: len(weights)]  # TRL's log_extra columns follow the rewards
-    components = {c: float(row[c]) for c in names}
-    scale = _weights(weights, names)
-    values = [components[c] * scale[c] for c in names]
-    finite = [v for v in values if not math.isnan(v)]
+    components, reward = row_reward(row, names, weights)
     facts = {
         c: row[c]
         for c in columns
-        if c not in TRL_SKIP and c not in components and _plain(row.get(c))
+        if c not in TRL_SKIP and c not in names and _plain(row.get(c))
     }
     advantage, at = row.get("advantage"), as_step(row.get("step"))
     return Sample(
         step=step if at is None else at,
         prompt=chat_text(row.get("prompt", "")),
         completion=chat_text(row.get("completion", "")),
-        reward=sum(finite) if finite else math.nan,
+        reward=reward,
         components=components,
         advantage=float(advantage) if is_number(advantage) else None,
         facts=facts,
     )
-
-
-def _weights(weights: Any, names: list[str]) -> dict[str, float]:
-    """TRL's ``reward_weights``, one per reward function in the table's column order,
-    when the config has as many as the table has reward columns; else 1 each."""
-    ok = isinstance(weights, list) and all(is_number(w) for w in weights)
-    if ok and len(weights) == len(names):
-        return {c: float(w) for c, w in zip(names, weights, strict=True)}
-    return {c: 1.0 for c in names}
 
 
 def _wide_samples(row: dict[str, Any], columns: list[str], step: int) -> list[Sample]:
