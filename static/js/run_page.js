@@ -218,9 +218,31 @@ function warmText(warm) {
   return data.warmstart_steps ? `warm start: starting (${data.warmstart_steps} steps before step 1)` : "";
 }
 
+// Empty charts say why while the run waits (queued, warming up) instead of "No data
+// yet." for minutes; a chart whose emptiness has its own reason (no KL term) keeps it.
+function waitingChartText(status, warm) {
+  if (status === "queued") return "Queued: charts begin at step 1, once the run starts.";
+  if (status === "running" && !data.last_step) {
+    return warm && warm.of
+      ? `Warm start ${warm.done} of ${warm.of}: charts begin at step 1.`
+      : "Starting: charts begin at step 1.";
+  }
+  return null;
+}
+
+function updateChartPlaceholders(status, warm) {
+  const text = waitingChartText(status, warm);
+  for (const p of document.querySelectorAll("[data-chart] [data-nodata]")) {
+    if (p.dataset.initial === undefined) p.dataset.initial = p.textContent;
+    if (p.dataset.initial !== "No data yet.") continue;
+    p.textContent = text || p.dataset.initial;
+  }
+}
+
 function updateState(status, lastStep, warm) {
   if (warm) data.warmup = warm;
   if (typeof lastStep === "number") data.last_step = lastStep;
+  updateChartPlaceholders(status, data.warmup);
   if (status === "queued") return; // the poll below says where it stands
   if (status === "running" && !data.last_step) showState("Before step 1:", warmText(data.warmup));
   else showState("", "");
@@ -236,6 +258,7 @@ async function pollWaiting() {
   } catch { /* the next poll tries again */ }
   if (data.status === "queued") setTimeout(pollWaiting, 3000);
 }
+updateChartPlaceholders(data.status, data.warmup);
 setTimeout(pollWaiting, 3000);
 
 // --- histogram ---------------------------------------------------------------------------

@@ -30,6 +30,10 @@ print(json.dumps([str(demo.pk), str(mine.pk)]))
 """
 
 
+def _chart_placeholder(page, chart: str) -> str:
+    return page.inner_text(f"[data-chart='{chart}'] [data-nodata]")
+
+
 def _state(page) -> str:
     return page.evaluate(
         "() => { const b = document.querySelector('[data-run-state]');"
@@ -48,6 +52,10 @@ def test_a_queued_run_says_where_it_stands_then_shows_its_warm_start(
     assert "(step 412 of 1500), a demo that pauses for your run" in text
     # The name is the user's text: shown as typed, never as markup.
     assert page.locator("h1 b").count() == 0 and "<b>" in page.inner_text("h1")
+    # The empty charts say why they are empty instead of "No data yet.".
+    assert _chart_placeholder(page, "reward") == (
+        "Queued: charts begin at step 1, once the run starts."
+    )
     ui.shot(page, shots, "queue_queued_run")
     # The run ahead moves on: the page follows without a reload.
     live.script(
@@ -74,6 +82,11 @@ def test_a_queued_run_says_where_it_stands_then_shows_its_warm_start(
         ".includes('warm start: 120 of 300 steps')",
     )
     assert "Before step 1:" in _state(page)
+    assert _chart_placeholder(page, "reward") == (
+        "Warm start 120 of 300: charts begin at step 1."
+    )
+    # A chart empty for a reason of its own keeps it (this run has no KL term).
+    assert "No KL penalty" in _chart_placeholder(page, "kl")
     ui.shot(page, shots, "queue_warm_start_seeded")
     runs = page.goto(f"{live.url}/runs/")
     assert runs.ok
