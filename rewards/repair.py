@@ -23,7 +23,8 @@ Pure: no Django. The thresholds' values come from the run's
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -252,3 +253,79 @@ def suggest(
 def thresholds(detector: str, cfg: DetectorConfig) -> list[tuple[Watched, float]]:
     """The statistics ``detector`` watches, each with its threshold under ``cfg``."""
     return [(w, cfg.threshold(w.threshold)) for w in WATCHED.get(detector, ())]
+
+
+# Generic components that read only an episode's facts (env-specific ones always do):
+# the ones a run may add. The judge needs judgements, ``process`` a fact key to choose,
+# ``overlong_penalty`` the run's own length budget.
+_ADDABLE_GENERIC = ("outcome", "format")
+MAX_WEIGHT = 1000.0  # the reward schema's bound on a component weight
+
+
+def addable(env: str, present: Iterable[str]) -> list[str]:
+    """Registered components a run on ``env`` may add to its reward (not in
+    ``present``), in registration order; each has default parameters."""
+    from pydantic import ValidationError
+
+    from rewards.components import COMPONENTS
+
+    have = set(present)
+    out = []
+    for name in COMPONENTS.in_order():
+        spec = COMPONENTS.get(name)
+        fits = name in _ADDABLE_GENERIC if spec.envs is None else env in spec.envs
+        if not fits or name in have:
+            continue
+        try:
+            spec.params()
+        except ValidationError:
+            continue
+        out.append(name)
+    return out
+
+
+def check_weights(
+    weights: Any, known: Sequence[str], can_add: Sequence[str] = ()
+) -> tuple[dict[str, float], list[str]]:
+    """``({component: weight}, errors)``: each error names ``weights.<key>``. Keys are
+    the reward's components (``known``) or ones it may add (``can_add``)."""
+    if weights is None:
+        return {}, []
+    if not isinstance(weights, dict):
+        return {}, ["weights: must be an object {component: weight}"]
+    errors, out = [], {}
+    for key, value in weights.items():
+        shown = str(key) if len(str(key)) <= 64 else str(key)[:64] + "…"
+        if key not in known and key not in can_add:
+            extra = f"; it may add: {', '.join(can_add)}" if can_add else ""
+            errors.append(
+                f"weights.{shown}: unknown component (this run has: "
+                f"{', '.join(known) or 'none'}{extra})"
+            )
+        elif (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or abs(value) > MAX_WEIGHT
+        ):
+            errors.append(f"weights.{shown}: must be a number from -1000 to 1000")
+        else:
+            out[key] = float(value)
+    return out, errors
+
+
+def reweighted(reward: Mapping[str, Any], weights: Mapping[str, float]) -> dict:
+    """A reward config dump (``RewardConfig.model_dump(mode="json")``) with these
+    base weights; a weight for a component it does not have adds that component
+    (default parameters, constant weight). Schedules are kept."""
+    data = {**reward, "components": [dict(c) for c in reward["components"]]}
+    have = set()
+    for comp in data["components"]:
+        key = comp.get("label") or comp["name"]
+        have.add(key)
+        if key in weights:
+            comp["weight"] = weights[key]
+    for key, weight in weights.items():
+        if key not in have:
+            data["components"].append({"name": key, "weight": weight})
+    return data
