@@ -453,6 +453,8 @@ class AccountSettings(models.Model):
         related_name="account_settings",
     )
     webhook_url = models.CharField(max_length=500, blank=True, default="")
+    # The last POST to it: {"at", "ok", "status" or "error", "detector", "run"}.
+    last_delivery = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

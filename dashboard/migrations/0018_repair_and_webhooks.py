@@ -27,6 +27,7 @@ class Migration(migrations.Migration):
                     "webhook_url",
                     models.CharField(blank=True, default="", max_length=500),
                 ),
+                ("last_delivery", models.JSONField(blank=True, default=dict)),
                 ("updated_at", models.DateTimeField(auto_now=True)),
             ],
         ),
