@@ -316,8 +316,8 @@ def check_weights(
 
 def reweighted(reward: Mapping[str, Any], weights: Mapping[str, float]) -> dict:
     """A reward config dump (``RewardConfig.model_dump(mode="json")``) with these
-    base weights; a weight for a component it does not have adds that component
-    (default parameters, constant weight). Schedules are kept."""
+    base weights; a weight (not 0) for a component it does not have adds that
+    component (default parameters, constant weight). Schedules are kept."""
     data = {**reward, "components": [dict(c) for c in reward["components"]]}
     have = set()
     for comp in data["components"]:
@@ -326,6 +326,6 @@ def reweighted(reward: Mapping[str, Any], weights: Mapping[str, float]) -> dict:
         if key in weights:
             comp["weight"] = weights[key]
     for key, weight in weights.items():
-        if key not in have:
+        if key not in have and weight != 0:  # a component at weight 0 pays nothing
             data["components"].append({"name": key, "weight": weight})
     return data

@@ -189,3 +189,34 @@ def _headline(
         f"{zone[0]}), its last window was not."
     )
     return {"state": "held", "text": text}
+
+
+def evidence_rows(evidence: Any) -> list[tuple[str, str]]:
+    """An alert's evidence as (name, value) lines for people: numbers to 4
+    significant digits, lists of numbers joined, the rest as text."""
+    if not isinstance(evidence, dict):
+        return []
+
+    def show(v: Any) -> str:
+        if isinstance(v, bool) or v is None:
+            return "—" if v is None else str(v).lower()
+        if isinstance(v, int | float):
+            return f"{v:.4g}"
+        if isinstance(v, list):
+            return ", ".join(show(x) for x in v[:20]) + (" …" if len(v) > 20 else "")
+        return str(v)[:200]
+
+    return [(str(k), show(v)) for k, v in evidence.items()]
+
+
+def with_repairs(run: Run, alerts: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each alert dict of ``run`` with ``evidence_rows`` and ``repair`` (its
+    suggestion or None); returns the suggestion of every detector kind, for the
+    page's script (alerts that arrive live)."""
+    from rewards.detectors import DETECTORS
+
+    every = suggestions(run, list(DETECTORS.in_order()))
+    for a in alerts:
+        a["evidence_rows"] = evidence_rows(a.get("evidence"))
+        a["repair"] = every.get(a["detector"])
+    return every

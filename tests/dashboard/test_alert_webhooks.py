@@ -173,7 +173,9 @@ def test_a_receiver_answering_500_is_logged(owner, api, receiver, caplog):
     receiver.status = 500
     run_id = external_run(api)
     with caplog.at_level("WARNING", logger="dashboard.ingest.webhooks"):
-        assert api(f"/api/runs/{run_id}/events", events(), ndjson=True).status_code == 200
+        assert (
+            api(f"/api/runs/{run_id}/events", events(), ndjson=True).status_code == 200
+        )
         assert webhooks.drain(15)
     assert len(receiver.bodies) == 1
     assert any("answered 500" in m for m in caplog.messages)
@@ -186,7 +188,9 @@ def test_a_slow_receiver_times_out(owner, api, receiver, settings, caplog):
     receiver.hold = threading.Event()
     run_id = external_run(api)
     with caplog.at_level("WARNING", logger="dashboard.ingest.webhooks"):
-        assert api(f"/api/runs/{run_id}/events", events(), ndjson=True).status_code == 200
+        assert (
+            api(f"/api/runs/{run_id}/events", events(), ndjson=True).status_code == 200
+        )
         assert webhooks.drain(15)  # gave up after its timeout, not the receiver's 10 s
     assert any("timed out" in m for m in caplog.messages), caplog.messages
     receiver.hold.set()

@@ -270,6 +270,19 @@ def scripted_live(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def repair_live(tmp_path_factory):
+    """Runs are played by ``tests.fixtures.hacked.repaired_trainer``: a repair clone
+    trains as the repaired policy would, through the platform's sink."""
+    s = Server(
+        tmp_path_factory.mktemp("repair"),
+        trainer="tests.fixtures.hacked.repaired_trainer",
+    ).start()
+    _users(s)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
 def browser():
     from playwright.sync_api import sync_playwright
 
