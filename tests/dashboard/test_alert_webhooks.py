@@ -206,8 +206,9 @@ def test_only_the_owners_webhook_hears_of_the_run(owner, other, api, receiver):
 
 def test_our_trainers_sink_notifies_too(owner, receiver, settings):
     """A run on our workers writes its alerts through the same path (the sink)."""
-    from dashboard.ingest import writer
     from django.db import transaction
+
+    from dashboard.ingest import writer
 
     use_webhook(owner, receiver.url)
     run = Run.objects.create(name="ours", owner=owner, config={}, status="running")
