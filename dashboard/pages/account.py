@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.dateparse import parse_datetime
 
 from dashboard.errors import ServiceError
 from dashboard.pages.csp import csp
@@ -25,6 +26,7 @@ def account_settings(request: HttpRequest) -> HttpResponse:
         "error": "",
         "timeout": settings.ALERT_WEBHOOK_TIMEOUT_S,
         "dashboard_url": settings.DASHBOARD_URL,
+        "delivered_at": parse_datetime(str(row.last_delivery.get("at") or "")),
     }
     if request.method == "POST":
         url = request.POST.get("webhook_url", "")

@@ -124,16 +124,6 @@ function init(section) {
     return true;
   }
 
-  const params = new URLSearchParams(window.location.search);
-  if (params.get("repair")) openRepair(params.get("repair"), Number(params.get("step")));
-  for (const link of document.querySelectorAll("[data-repair-open]")) {
-    link.addEventListener("click", (e) => {
-      if (!openRepair(link.dataset.detector, Number(link.dataset.step))) return;
-      e.preventDefault();
-      history.replaceState(null, "", `?repair=${encodeURIComponent(link.dataset.detector)}&step=${Number(link.dataset.step)}#whatif`);
-    });
-  }
-
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     error.hidden = true;
@@ -168,6 +158,17 @@ function init(section) {
       cloneBtn.disabled = false;
     }
   });
+
+  // After the listeners: opening a repair submits the form.
+  const params = new URLSearchParams(window.location.search);
+  if (params.get("repair")) openRepair(params.get("repair"), Number(params.get("step")));
+  for (const link of document.querySelectorAll("[data-repair-open]")) {
+    link.addEventListener("click", (e) => {
+      if (!openRepair(link.dataset.detector, Number(link.dataset.step))) return;
+      e.preventDefault();
+      history.replaceState(null, "", `?repair=${encodeURIComponent(link.dataset.detector)}&step=${Number(link.dataset.step)}#whatif`);
+    });
+  }
 }
 
 for (const section of document.querySelectorAll("#whatif")) init(section);

@@ -69,7 +69,7 @@ def test_the_last_delivery_is_shown(owner):
     )  # fmt: skip
     html = client_for(owner).get("/settings/").content.decode()
     assert "length_drift at step 7" in html
-    assert "failed: &lt;urlopen error refused&gt;" in html
+    assert "failed: &lt;urlopen error refused&gt;" in html and " ago)" in html
 
 
 def test_settings_need_a_login():

@@ -61,6 +61,10 @@ def test_the_repair_loop_for_spurious_parallelism(repair_live, page, shots, ui):
     assert not summary.startswith("0 of")  # paying for finished subtasks changes things
     assert whatif.locator("[data-whatif-examples] tbody tr").count() > 0
     assert "?repair=spurious_parallelism" in page.url
+    # The address opens the same repair (a bookmark, a link from the webhook).
+    page.reload()
+    ui.until(page, "!document.querySelector('[data-whatif-result]').hidden")
+    assert field.input_value() == "1" and "?repair=" in page.url
     ui.shot(page, shots, "repair_2_whatif")
 
     # Launch the clone: the parent's config with r_finish = 1.
