@@ -54,7 +54,10 @@ def test_a_repair_clones_page_carries_the_comparison(hacked, owner, enqueued):
         owner, hacked, {"r_finish": 1.0}, detector="spurious_parallelism"
     )
     html = client_for(owner).get(f"/runs/{clone.pk}/").content.decode()
-    assert 'id="repair"' in html and f'data-repair-url="/api/runs/{clone.pk}/repair"' in html
+    assert (
+        'id="repair"' in html
+        and f'data-repair-url="/api/runs/{clone.pk}/repair"' in html
+    )
     assert "js/repair.js" in html
     assert "<code>r_finish</code> = <strong>1.0</strong>" in html
     assert f'href="/runs/{hacked.pk}/#alert-spurious_parallelism-' in html
