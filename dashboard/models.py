@@ -125,6 +125,9 @@ class Run(models.Model):
     demo = models.BooleanField(default=False)
     # The last warm-start progress event: {"step", "of", "loss"}; empty: none yet.
     warmup = models.JSONField(default=dict, blank=True)
+    # A clone launched to repair a hack of its parent (the repair loop):
+    # {"detector", "alert_step", "weights": {component: weight}}; empty: none.
+    repair = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -434,6 +437,28 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class AccountSettings(models.Model):
+    """A user's own settings (``/settings/``): where their runs' alerts are posted.
+
+    ``webhook_url``: http(s) only, checked by ``dashboard.site.account``; empty: no
+    notification. Every alert stored for one of the user's runs is POSTed there,
+    off the request path (``dashboard.ingest.webhooks``)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="account_settings",
+    )
+    webhook_url = models.CharField(max_length=500, blank=True, default="")
+    # The last POST to it: {"at", "ok", "status" or "error", "detector", "run"}.
+    last_delivery = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"settings of {self.user_id}"
 
 
 class Dataset(models.Model):

@@ -266,6 +266,12 @@ RUN_MAX_STEP_MEMORY_MB = env_int("RUN_MAX_STEP_MEMORY_MB", 0, min_value=0)
 # Off under pytest unless a test turns it on: most tests launch with no worker at all.
 WORKER_ANNOUNCE_SECONDS = env_int("WORKER_ANNOUNCE_SECONDS", 15, min_value=1)
 RUN_REFUSE_UNSERVED = env_bool("RUN_REFUSE_UNSERVED", not TESTING)
+# Alert webhooks (/settings/, dashboard.ingest.webhooks): a POST waits this long at
+# most; DASHBOARD_URL is the address the notification's links start with.
+ALERT_WEBHOOK_TIMEOUT_S = env_int(
+    "ALERT_WEBHOOK_TIMEOUT_S", 5, min_value=1, max_value=60
+)
+DASHBOARD_URL = (env_str("DASHBOARD_URL", "") or "http://127.0.0.1:8000").rstrip("/")
 # An external run (reporting over HTTP) that sends nothing for this long shows as lost.
 EXTERNAL_RUN_TIMEOUT = env_int("EXTERNAL_RUN_TIMEOUT", 600, min_value=5)
 # POST /api/runs/{id}/events: body as sent (maybe gzip), once decompressed, and lines.

@@ -70,19 +70,25 @@ def trajectory_event(
         "length": ro.action_tokens,
         "truncated": ro.truncated,
         "facts": dict(ep.facts) if ep is not None else {},
-        "steps": [
-            {
-                "index": s.index,
-                "tool": s.tool,
-                "ok": s.ok,
-                "action": s.action,
-                "observation": s.observation,
-                "facts": dict(s.facts),
-            }
-            for s in (ep.steps if ep is not None else ())
-        ],
+        "steps": agent_steps(ep),
         "segments": segments,
     }
+
+
+def agent_steps(ep: Any) -> list[dict[str, Any]]:
+    """An episode's agent steps as a trajectory event carries them (none without
+    an episode)."""
+    return [
+        {
+            "index": s.index,
+            "tool": s.tool,
+            "ok": s.ok,
+            "action": s.action,
+            "observation": s.observation,
+            "facts": dict(s.facts),
+        }
+        for s in (ep.steps if ep is not None else ())
+    ]
 
 
 def _text_segment(seg: Segment, text: str) -> dict[str, Any]:

@@ -11,6 +11,12 @@ there and is reported as such (kept at its stored 0), never guessed. Components 
 run's config does not name (and any part of the total no component explains) are kept as
 stored and named in ``fixed``.
 
+A component the run did not have (the repair loop's ``r_finish`` on a run that paid
+only for spawning) has no stored value to rescale: the caller computes its raw,
+unweighted per-step values from the stored episode (``StoredRollout.added``) and the
+new weighting adds ``w_new(step) * raw`` to the new totals; the old totals are the
+stored ones, without it.
+
 Advantages are recomputed with :mod:`trainer.algorithms` exactly as the trainer does
 (``group_advantages`` for outcome credit, ``process_advantages`` for process credit,
 ``zero_variance_groups`` for the group filter), once with the run's own weights and once
@@ -51,6 +57,8 @@ class StoredRollout:
 
     ``components``/``per_step``: the stored (weighted) values per component key.
     ``tokens_per_step``: trained (action) tokens of each agent step.
+    ``added``: raw (unweighted) per-step values of components the run's reward did
+    not have, computed from the stored episode.
     """
 
     step: int
@@ -63,6 +71,7 @@ class StoredRollout:
     dropped: bool = False
     truncated: bool = False
     task_id: str = ""
+    added: Mapping[str, Sequence[float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,11 @@ class Weighting:
 
     def with_weights(self, new: Mapping[str, float]) -> Weighting:
         return Weighting({**self.weights, **new}, self.schedules)
+
+    def added_at(self, old: Weighting, step: int) -> dict[str, float]:
+        """Weights at ``step`` of the components this weighting has and ``old``
+        does not (added ones: constant schedule unless given one)."""
+        return {k: self.at(k, step) for k in self.weights if k not in old.weights}
 
 
 @dataclass
@@ -172,6 +186,8 @@ class StoredMatrix:
     step_totals: np.ndarray
     n_steps: list[int]
     residual: bool
+    added_keys: list[str] = field(default_factory=list)
+    added: np.ndarray | None = None  # (N, A, T) raw per-step values of added_keys
 
 
 def stored_matrix(rows: Sequence[StoredRollout]) -> StoredMatrix:
@@ -220,7 +236,24 @@ def stored_matrix(rows: Sequence[StoredRollout]) -> StoredMatrix:
         step_totals,
         n_steps,
         residual,
+        *_added_matrix(rows, n_steps, T),
     )
+
+
+def _added_matrix(
+    rows: Sequence[StoredRollout], n_steps: Sequence[int], T: int
+) -> tuple[list[str], np.ndarray | None]:
+    """The added components' keys and their raw values (N, A, T), a value past a
+    rollout's steps landing on its last one."""
+    keys = list(dict.fromkeys(k for ro in rows for k in ro.added))
+    if not keys:
+        return [], None
+    out = np.zeros((len(rows), len(keys), T))
+    for i, ro in enumerate(rows):
+        for a, key in enumerate(keys):
+            for t, v in enumerate(ro.added.get(key, ())):
+                out[i, a, min(t, n_steps[i] - 1)] += v
+    return keys, out
 
 
 def reweigh_matrix(
@@ -228,10 +261,13 @@ def reweigh_matrix(
     factors: Mapping[str, float | None],
     missing: dict[str, set[int]],
     fixed: set[str],
+    added: Mapping[str, float] | None = None,
 ) -> list[Reweighed]:
     """:func:`reweigh` of every rollout of ``m`` at once. Written as the stored values
     plus each component's change (``stored * (factor - 1)``), so that with every
-    factor 1 the totals are exactly the stored ones, whatever the summation order."""
+    factor 1 the totals are exactly the stored ones, whatever the summation order.
+    ``added``: weights at this step of components the run did not have, paid on
+    their raw values (``m.added``)."""
     delta = np.zeros(len(m.keys))
     for k, key in enumerate(m.keys):
         delta[k] = _factor(key, factors, m.step, missing, fixed) - 1.0
@@ -242,6 +278,11 @@ def reweigh_matrix(
         steps = (m.step_totals + np.einsum("nkt,k->nt", m.per, delta)).tolist()
     else:
         totals, steps = m.totals.tolist(), m.step_totals.tolist()
+    w = np.array([(added or {}).get(k, 0.0) for k in m.added_keys])
+    if m.added is not None and w.any():
+        extra = np.einsum("nat,a->nt", m.added, w)
+        totals = (np.asarray(totals) + extra.sum(axis=1)).tolist()
+        steps = (np.asarray(steps) + extra).tolist()
     return [
         Reweighed(t, s[:n]) for t, s, n in zip(totals, steps, m.n_steps, strict=True)
     ]

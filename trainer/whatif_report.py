@@ -82,7 +82,7 @@ def compare(
         factors = step_factors(old, new, step)
         stored = stored_matrix(whole)
         before = reweigh_matrix(stored, same, {}, set())
-        after = reweigh_matrix(stored, factors, missing, fixed)
+        after = reweigh_matrix(stored, factors, missing, fixed, new.added_at(old, step))
         counts = _step_counts(whole, before, after, algo, G, found)
         counts["step"] = step
         for g in range(len(whole) // G):
@@ -236,10 +236,12 @@ def _finish(s: dict[str, Any], advantages: bool) -> None:
 
 
 def weights_report(old: Weighting, new_weights: Mapping[str, float]) -> dict[str, Any]:
-    """The base weights old and new, and each component's schedule kind."""
+    """The base weights old and new, each component's schedule kind, and the
+    components added (weights for components the run did not have)."""
     return {
         "old": dict(old.weights),
         "new": {**old.weights, **new_weights},
+        "added": sorted(k for k in new_weights if k not in old.weights),
         "scheduled": sorted(
             k for k, s in old.schedules.items() if s.kind != "constant"
         ),

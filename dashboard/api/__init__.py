@@ -152,8 +152,9 @@ def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 # runs (launch, list, clone, cancel, the config schema), what a run produced. External
 # first: Django matches paths in order, and /runs/external must not be read as
 # /runs/{run_id}.
-from dashboard.api import data, external_runs, runs  # noqa: E402
+from dashboard.api import data, external_runs, repair, runs  # noqa: E402
 
 api.add_router("", external_runs.router)
 api.add_router("", runs.router)
 api.add_router("", data.router)
+api.add_router("", repair.router)

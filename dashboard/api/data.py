@@ -140,9 +140,17 @@ def critical_paths(request: HttpRequest, run_id: str, q: Query[StepRange]):
 
 @router.get("/runs/{run_id}/alerts", tags=["data"])
 def alerts(request: HttpRequest, run_id: str, q: Query[StepRange]):
+    """The run's alerts with their evidence, and per detector that fired the reward
+    weight that removes its incentive (``suggestions``: the repair loop)."""
+    from dashboard.reads.repair import suggestions
+
     run = services.get_run_for_user(request.user, run_id)
     qs = _in_range(Alert, run, q).order_by("step", "detector")
-    return {"alerts": alert_dicts(run, list(qs[q.offset : q.offset + q.limit]))}
+    found = alert_dicts(run, list(qs[q.offset : q.offset + q.limit]))
+    return {
+        "alerts": found,
+        "suggestions": suggestions(run, [a["detector"] for a in found]),
+    }
 
 
 @router.post("/runs/{run_id}/whatif", response={200: Any, 400: ErrorOut}, tags=["data"])

@@ -91,6 +91,19 @@ class CloneIn(Schema):
     name: str | None = None
 
 
+class RepairIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+    weights: Any = Field(
+        None,
+        description="{component: base weight}; a component the run lacks is added.",
+    )
+    detector: Any = Field(None, description="The detector whose alert this repairs.")
+    alert_step: Any = Field(
+        None, description="That alert's step; null: the detector's first alert."
+    )
+    name: Any = Field(None, description="The clone's name.")
+
+
 class ExternalIn(Schema):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(description="The run's name in the dashboard.")

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import connection
 
 from dashboard import jsonsafe
-from dashboard.ingest import bounds, conflicts, fields, prompts, rollups
+from dashboard.ingest import bounds, conflicts, fields, prompts, rollups, webhooks
 from dashboard.ingest.recording_policy import recorded
 from dashboard.ingest.rollups import BUCKET_AGGREGATES, COLUMNS, MERGE, POINTS, UNNEST
 from dashboard.ingest.rows import Batch
@@ -121,7 +121,10 @@ def write(run_id: Any, batch: Batch, outcome: conflicts.Outcome | None = None) -
         (Alert, batch.alerts),
         (Checkpoint, batch.checkpoints),
     ):
-        _insert(model, conflicts.fresh(run_id, model, rows, outcome).values())
+        fresh = list(conflicts.fresh(run_id, model, rows, outcome).values())
+        _insert(model, fresh)
+        if model is Alert:  # their owner's webhook, once committed
+            webhooks.notify_on_commit(run_id, fresh)
 
 
 def insert_metrics(

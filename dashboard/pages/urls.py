@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboard.pages import datasets, history, launch, tokens, trajectories, views
+from dashboard.pages import (
+    account,
+    datasets,
+    history,
+    launch,
+    tokens,
+    trajectories,
+    views,
+)
 
 app_name = "pages"
 
@@ -56,6 +64,7 @@ urlpatterns = [
         datasets.dataset_delete,
         name="dataset_delete",
     ),
+    path("settings/", account.account_settings, name="account"),
     path("settings/tokens/", tokens.token_list, name="tokens"),
     path(
         "settings/tokens/<int:token_id>/revoke/",

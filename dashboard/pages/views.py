@@ -22,7 +22,7 @@ from dashboard.models import ACTIVE_STATUSES, Alert, Run, RunStatus
 from dashboard.pages import catalog, charts, configdiff
 from dashboard.pages.csp import csp
 from dashboard.pages.forms import normalise
-from dashboard.reads import metrics, whatif
+from dashboard.reads import metrics, repair, whatif
 from dashboard.reads import runs as run_reads
 from dashboard.reads import trajectories as trajs
 from dashboard.runs import kept_model, services
@@ -156,6 +156,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
     stats = run_reads.run_stats(run)
     alerts = run_reads.alert_dicts(run, run_reads.alerts(run))
+    repairs = repair.with_repairs(run, alerts)  # the repair loop (issue 25)
     traj_steps = trajs.trajectory_steps(run)
     keys = metrics.metric_keys(run)
     page_data = {
@@ -206,8 +207,10 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "attempts": list(run.attempts.all()),
             "clones": list(services.visible_runs(request.user).filter(parent=run)[:20]),
             "kept": kept_model.kept_model(run),  # the model it keeps (issue 22)
-            # what-if panel (issue 12)
+            # what-if panel (issue 12), opened from an alert with its fix (issue 25)
             "whatif_components": whatif.component_weights(run),
+            "repairs": repairs,
+            "repairing": run.repair if run.repair.get("detector") else None,
             "active": run.status in ACTIVE_STATUSES,
             "is_swarm": run_info(run)["env"] == "swarm",
             # recording policy and retention (issue 15)

@@ -15,6 +15,7 @@ import gc
 import json
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from django.db import connection
@@ -22,9 +23,10 @@ from django.urls import reverse
 
 from dashboard.errors import InvalidConfig, ServiceError
 from dashboard.models import Run, Trajectory
+from dashboard.reads.whatif_added import raw_values
+from rewards import repair
 
 MAX_STEPS = 100_000
-MAX_WEIGHT = 1000.0  # the reward schema's bound on a component weight
 
 
 def run_setup(run: Run) -> tuple[Any, Any, Any, int]:
@@ -47,27 +49,12 @@ def run_setup(run: Run) -> tuple[Any, Any, Any, int]:
     return cfg, algo, rcfg, cfg.rollout.group_size
 
 
-def check_weights(weights: Any, known: Sequence[str]) -> dict[str, float]:
-    if weights is None:
-        return {}
-    if not isinstance(weights, dict):
-        raise InvalidConfig("weights: must be an object {component: weight}")
-    errors, out = [], {}
-    for key, value in weights.items():
-        if key not in known:
-            errors.append(
-                f"weights.{key}: unknown component (this run has: "
-                f"{', '.join(known) or 'none'})"
-            )
-        elif (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or abs(value) > MAX_WEIGHT
-        ):
-            errors.append(f"weights.{key}: must be a number from -1000 to 1000")
-        else:
-            out[key] = float(value)
+def check_weights(
+    weights: Any, known: Sequence[str], can_add: Sequence[str] = ()
+) -> dict[str, float]:
+    """``{component: weight}`` (see :func:`rewards.repair.check_weights`), or
+    InvalidConfig naming each bad ``weights.<key>``."""
+    out, errors = repair.check_weights(weights, known, can_add)
     if errors:
         raise InvalidConfig(errors)
     return out
@@ -205,9 +192,17 @@ def whatif(
 
     cfg, algo, rcfg, group_size = run_setup(run)
     old = weighting_from_components(rcfg.components)
-    new_weights = check_weights(weights, list(old.weights))
+    can_add = repair.addable(cfg.env.name, [c.name for c in rcfg.components])
+    new_weights = check_weights(weights, list(old.weights), can_add)
+    added = [k for k in new_weights if k not in old.weights]
     with _collector_paused():
-        rows = load_rollouts(run, check_steps(steps))
+        chosen = check_steps(steps)
+        rows = load_rollouts(run, chosen)
+        if added:
+            raw = raw_values(run, cfg.env.name, added, chosen)
+            rows = [
+                replace(r, added=raw.get((r.step, r.group, r.index), {})) for r in rows
+            ]
         report = compare(
             rows,
             old,
@@ -247,23 +242,26 @@ def _collector_paused() -> Iterator[None]:
 
 def clone_overrides(rcfg: Any, weights: dict[str, float]) -> dict[str, Any]:
     """Overrides for ``POST /api/runs/{id}/clone``: the run's full reward config (the
-    environment's default made explicit) with the new base weights."""
-    data = rcfg.model_dump(mode="json")
-    for comp in data["components"]:
-        key = comp.get("label") or comp["name"]
-        if key in weights:
-            comp["weight"] = weights[key]
-    return {"reward": data}
+    environment's default made explicit) with the new base weights
+    (:func:`rewards.repair.reweighted`: a new component is added)."""
+    return {"reward": repair.reweighted(rcfg.model_dump(mode="json"), weights)}
 
 
 def component_weights(run: Run) -> list[dict[str, Any]]:
-    """The run's components with base weight and schedule kind, for the panel; empty
-    when the run's config is not a trainer config."""
+    """The run's components with base weight and schedule kind, then those it could
+    add (``added``: weight 0, not in the run), for the panel; empty when the run's
+    config is not a trainer config."""
     try:
-        _, _, rcfg, _ = run_setup(run)
+        cfg, _, rcfg, _ = run_setup(run)
     except ServiceError:
         return []
-    return [
-        {"key": c.key, "weight": c.weight, "schedule": c.schedule.kind}
+    own = [
+        {"key": c.key, "name": c.name, "weight": c.weight,
+         "schedule": c.schedule.kind, "added": False}
         for c in rcfg.components
+    ]  # fmt: skip
+    more = repair.addable(cfg.env.name, [c.name for c in rcfg.components])
+    return own + [
+        {"key": n, "name": n, "weight": 0.0, "schedule": "constant", "added": True}
+        for n in more
     ]

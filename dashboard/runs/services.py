@@ -254,9 +254,11 @@ def do_launch_run(
     name: str | None = None,
     parent: Run | None = None,
     demo: bool = False,
+    repair: dict[str, Any] | None = None,
 ) -> Run:
     """Validate, create a queued run, enqueue it after the commit. ``demo``: a demo
-    run, which yields to users' runs on the embedded executor."""
+    run, which yields to users' runs on the embedded executor. ``repair``: what the
+    clone repairs in ``parent`` (``dashboard.runs.repair``)."""
     cfg = check_config(config, user)
     name = check_name(name) or cfg.name
     with transaction.atomic():
@@ -266,6 +268,7 @@ def do_launch_run(
             name=name,
             config=cfg.model_dump(mode="json"),
             parent=parent,
+            repair=repair or {},
             queue=devices.queue_for(cfg),
             enqueued_at=timezone.now(),
             demo=demo,

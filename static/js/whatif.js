@@ -1,10 +1,12 @@
 // What-if reweighting panel: posts the weights to /api/runs/{id}/whatif, draws the
 // changes per step on a MetricChart and lists examples linking to the trajectories;
-// "launch a clone" posts the report's clone overrides to /api/runs/{id}/clone.
+// "launch a clone" posts the changed weights to /api/runs/{id}/repairs (with the
+// alert it repairs when the panel was opened from one: ?repair=<detector>&step=<n>,
+// the suggested weight from #repair-suggestions set in its field).
 // Everything from the server reaches the DOM through textContent (util.el).
 
 import { MetricChart } from "./chart.js";
-import { csrfToken, el, fmt } from "./util.js";
+import { csrfToken, el, fmt, readJSONScript } from "./util.js";
 
 const SERIES = ["sign_flips", "best_changes", "rank_changes", "token_flip_share"];
 const KIND_LABEL = {
@@ -26,9 +28,24 @@ async function postJSON(url, body) {
   return data;
 }
 
+// Every component's weight; one the run does not have only when it is not 0.
 function weights(form) {
   const out = {};
-  for (const input of form.querySelectorAll("[data-weight]")) out[input.dataset.weight] = Number(input.value);
+  for (const input of form.querySelectorAll("[data-weight]")) {
+    const w = Number(input.value);
+    if (input.hasAttribute("data-added") && w === 0) continue;
+    out[input.dataset.weight] = w;
+  }
+  return out;
+}
+
+// The weights that differ from the run's: what the clone changes.
+function changed(form) {
+  const out = {};
+  for (const input of form.querySelectorAll("[data-weight]")) {
+    const w = Number(input.value);
+    if (w !== Number(input.dataset.original)) out[input.dataset.weight] = w;
+  }
   return out;
 }
 
@@ -81,8 +98,31 @@ function init(section) {
   const error = section.querySelector("[data-whatif-error]");
   const result = section.querySelector("[data-whatif-result]");
   const cloneBtn = section.querySelector("[data-whatif-clone]");
+  const suggestions = readJSONScript("repair-suggestions") || {};
   let chart = null;
   let last = null;
+  let repairing = null; // {detector, step}
+
+  // Opened from an alert: its suggested weight in its field, the why above.
+  function openRepair(detector, step) {
+    const s = suggestions[detector];
+    if (!s) return false;
+    const input = form.querySelector(`[data-weight="${CSS.escape(s.component)}"]`);
+    if (!input) return false;
+    for (const i of form.querySelectorAll("[data-suggested]")) i.removeAttribute("data-suggested");
+    input.value = String(s.weight);
+    input.setAttribute("data-suggested", "");
+    repairing = { detector, step };
+    const box = section.querySelector("[data-whatif-repair]");
+    box.querySelector("[data-repair-detector]").textContent = detector;
+    box.querySelector("[data-repair-step]").textContent = String(step);
+    box.querySelector("[data-repair-why]").textContent = `${s.component} = ${s.weight}: ${s.why}`;
+    box.hidden = false;
+    cloneBtn.disabled = true; // recompute first: see what the weight does
+    section.scrollIntoView({ block: "start" });
+    form.requestSubmit();
+    return true;
+  }
 
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
@@ -106,14 +146,29 @@ function init(section) {
   cloneBtn.addEventListener("click", async () => {
     if (!last) return;
     error.hidden = true;
+    const body = { weights: changed(form) };
+    if (repairing) Object.assign(body, { detector: repairing.detector, alert_step: repairing.step });
+    cloneBtn.disabled = true;
     try {
-      const run = await postJSON(section.dataset.cloneUrl, { overrides: last.clone_overrides });
-      window.location.assign(`/runs/${run.id}/`);
+      const run = await postJSON(section.dataset.repairsUrl, body);
+      window.location.assign(`/runs/${run.id}/#repair`);
     } catch (err) {
       error.textContent = String(err.message || err);
       error.hidden = false;
+      cloneBtn.disabled = false;
     }
   });
+
+  // After the listeners: opening a repair submits the form.
+  const params = new URLSearchParams(window.location.search);
+  if (params.get("repair")) openRepair(params.get("repair"), Number(params.get("step")));
+  for (const link of document.querySelectorAll("[data-repair-open]")) {
+    link.addEventListener("click", (e) => {
+      if (!openRepair(link.dataset.detector, Number(link.dataset.step))) return;
+      e.preventDefault();
+      history.replaceState(null, "", `?repair=${encodeURIComponent(link.dataset.detector)}&step=${Number(link.dataset.step)}#whatif`);
+    });
+  }
 }
 
 for (const section of document.querySelectorAll("#whatif")) init(section);

@@ -256,15 +256,29 @@ def roots_live(tmp_path_factory):
     s.stop()
 
 
+def _played_by(tmp_path_factory, name: str, trainer: str) -> Server:
+    """A started server whose runs ``trainer`` (a ``RUN_TRAINER`` stand-in) plays."""
+    s = Server(tmp_path_factory.mktemp(name), trainer=trainer).start()
+    _users(s)
+    return s
+
+
 @pytest.fixture(scope="session")
 def scripted_live(tmp_path_factory):
     """Runs are played by ``tests.fixtures.scripted.scripted_trainer``: every step's text
     is a script-injection payload, streamed over the websocket."""
-    s = Server(
-        tmp_path_factory.mktemp("scripted"),
-        trainer="tests.fixtures.scripted.scripted_trainer",
-    ).start()
-    _users(s)
+    s = _played_by(
+        tmp_path_factory, "scripted", "tests.fixtures.scripted.scripted_trainer"
+    )
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def repair_live(tmp_path_factory):
+    """Runs are played by ``tests.fixtures.hacked.repaired_trainer``: a repair clone
+    trains as the repaired policy would, through the platform's sink."""
+    s = _played_by(tmp_path_factory, "repair", "tests.fixtures.hacked.repaired_trainer")
     yield s
     s.stop()
 

@@ -1,0 +1,103 @@
+"""Launching a repair: a clone of a hacked run with the reward weights that remove the
+hack's incentive (the repair loop: alert -> evidence -> what-if -> clone).
+
+``check_*`` validates, :func:`do_launch_repair` launches through
+``services.launch_run`` with the parent linked and ``Run.repair`` recording what it
+repairs (the detector, the alert's step, the weights), which the clone's page reads
+to compare the hack's statistic in both runs (``dashboard.reads.repair``). Only the
+run's owner may launch one: staff, who may read every run, get 403.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboard.errors import Forbidden, InvalidConfig
+from dashboard.models import Alert, Run
+from dashboard.runs import services
+
+
+def check_owner(user: Any, run: Run) -> None:
+    if run.owner_id != getattr(user, "pk", None):
+        raise Forbidden("run: only its owner may launch a clone of it with new weights")
+
+
+def reward_of(run: Run) -> tuple[str, Any]:
+    """(environment, reward config) of one of our runs, or InvalidConfig."""
+    from pydantic import ValidationError
+
+    from trainer.config import TrainConfig
+    from trainer.runner import reward_config_for
+
+    if run.external:
+        raise InvalidConfig(
+            "run: an external run trains elsewhere; change the weights in its trainer"
+        )
+    try:
+        cfg = TrainConfig.model_validate(run.config)
+        return cfg.env.name, reward_config_for(cfg)
+    except (ValidationError, ValueError, TypeError) as exc:
+        raise InvalidConfig(
+            f"run: its config is not a trainer config ({str(exc).splitlines()[0]})"
+        ) from None
+
+
+def check_alert(run: Run, detector: Any, step: Any) -> dict[str, Any]:
+    """What the clone repairs: ``{"detector", "alert_step"}`` of an alert stored for
+    ``run`` (both None: a clone that repairs no alert in particular)."""
+    from rewards.detectors import DETECTORS
+
+    if detector is None and step is None:
+        return {}
+    if not isinstance(detector, str) or detector not in DETECTORS.in_order():
+        raise InvalidConfig(
+            f"detector: must be one of {', '.join(DETECTORS.in_order())}"
+        )
+    if step is None:
+        alert = Alert.objects.filter(run=run, detector=detector).order_by("step")
+        found = alert.first()
+        if found is None:
+            raise InvalidConfig(f"detector: this run has no {detector} alert")
+        return {"detector": detector, "alert_step": found.step}
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**31:
+        raise InvalidConfig("alert_step: must be a step number")
+    if not Alert.objects.filter(run=run, detector=detector, step=step).exists():
+        raise InvalidConfig(
+            f"alert_step: this run has no {detector} alert at step {step}"
+        )
+    return {"detector": detector, "alert_step": step}
+
+
+def do_launch_repair(
+    user: Any,
+    source: Run,
+    weights: Any,
+    *,
+    detector: Any = None,
+    alert_step: Any = None,
+    name: Any = None,
+) -> Run:
+    """A new run: ``source``'s config with these reward weights (a weight for a
+    component it lacks adds it), linked to ``source`` as its parent."""
+    from rewards import repair
+
+    check_owner(user, source)
+    env, rcfg = reward_of(source)
+    known = [c.key for c in rcfg.components]
+    can_add = repair.addable(env, [c.name for c in rcfg.components])
+    if not isinstance(weights, dict) or not weights:
+        raise InvalidConfig("weights: name at least one component and its weight")
+    checked, errors = repair.check_weights(weights, known, can_add)
+    if errors:
+        raise InvalidConfig(errors)
+    what = check_alert(source, detector, alert_step)
+    reward = repair.reweighted(rcfg.model_dump(mode="json"), checked)
+    config = services.merge_overrides(source.config, {"reward": reward})
+    label = what.get("detector", "reweighted").replace("_", " ")
+    return services.launch_run(
+        user,
+        config,
+        name=services.check_name(name) or f"{source.name} (repair: {label})"[:200],
+        parent=source,
+        repair={**what, "weights": checked},
+    )

@@ -1,0 +1,67 @@
+"""The repair loop on the run page: an alert shows its evidence and the fix that
+removes its incentive (escaped), the what-if offers the component the run lacks, and
+a repair clone's page carries the comparison panel."""
+
+from __future__ import annotations
+
+import pytest
+
+from dashboard.models import Alert, Run
+from tests.dashboard.dashtest import client_for
+from tests.fixtures.hacked import seed_spurious
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def hacked(owner):
+    return seed_spurious(owner, steps=16, onset=6)
+
+
+def test_an_alert_shows_its_evidence_and_fix(hacked, owner):
+    alert = hacked.alert_set.get()
+    html = client_for(owner).get(f"/runs/{hacked.pk}/").content.decode()
+    assert f'id="alert-spurious_parallelism-{alert.step}"' in html
+    assert "data-evidence-table" in html and "<code>finish_rate_late</code>" in html
+    assert "Remove the incentive:</strong> set <code>r_finish</code>" in html
+    assert f'href="?repair=spurious_parallelism&amp;step={alert.step}#whatif"' in html
+    # The what-if offers r_finish (a swarm component this run lacks) at 0.
+    assert 'data-weight="r_finish" data-original="0" data-added' in html
+    assert '"spurious_parallelism": {"detector": "spurious_parallelism"' in html
+    assert 'id="repair"' not in html  # no repair panel on a run that repairs nothing
+
+
+def test_evidence_from_a_run_is_escaped(hacked, owner):
+    Alert.objects.filter(run=hacked).update(
+        evidence={"<img src=x onerror=alert(1)>": "<script>alert(2)</script>"}
+    )
+    html = client_for(owner).get(f"/runs/{hacked.pk}/").content.decode()
+    assert "<img src=x" not in html and "<script>alert(2)" not in html
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in html
+
+
+def test_a_detector_without_a_fix_says_so(hacked, owner):
+    Alert.objects.create(run=hacked, step=3, detector="entropy_collapse",
+                         message="entropy collapse", evidence={})  # fmt: skip
+    html = client_for(owner).get(f"/runs/{hacked.pk}/").content.decode()
+    assert "data-repair-none" in html and "raise the temperature" in html
+
+
+def test_a_repair_clones_page_carries_the_comparison(hacked, owner, enqueued):
+    from dashboard.runs.repair import do_launch_repair
+
+    clone = do_launch_repair(
+        owner, hacked, {"r_finish": 1.0}, detector="spurious_parallelism"
+    )
+    html = client_for(owner).get(f"/runs/{clone.pk}/").content.decode()
+    assert (
+        'id="repair"' in html
+        and f'data-repair-url="/api/runs/{clone.pk}/repair"' in html
+    )
+    assert "js/repair.js" in html
+    assert "<code>r_finish</code> = <strong>1.0</strong>" in html
+    assert f'href="/runs/{hacked.pk}/#alert-spurious_parallelism-' in html
+    # The parent lists it among its clones.
+    parent = client_for(owner).get(f"/runs/{hacked.pk}/").content.decode()
+    assert f'href="/runs/{clone.pk}/"' in parent
+    assert Run.objects.get(pk=clone.pk).repair["detector"] == "spurious_parallelism"
