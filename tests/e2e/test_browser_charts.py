@@ -1,7 +1,8 @@
 """Chart rough edges only a browser shows (issue 11, item 12): a throughput axis at
 10,000 fits, near-equal ticks are told apart, all-zero clip ratios sit on 0..1 (not
-0..100), the KL chart of a run without a KL penalty says none will come, and config
-paths in a diff break at dots, not inside names."""
+0..100), ratios equal to 1 up to float noise get an axis (they once hung uPlot's tick
+loop: "Invalid array length"), the KL chart of a run without a KL penalty says none
+will come, and config paths in a diff break at dots, not inside names."""
 
 from __future__ import annotations
 
@@ -24,7 +25,12 @@ def events():
             'reward': 0.01 * s, 'perf/tokens_per_s': 9000.0 + 50 * s,
             'entropy': 3.97801 + 0.000002 * s,
             'clip_ratio/low_mean': 0.0, 'clip_ratio/high_mean': 0.0,
-            'clip_ratio/region_mean': 0.0}}
+            'clip_ratio/region_mean': 0.0,
+            # Sampler and learner agree to float noise: ratios 1 +- 5e-7 once
+            # hung uPlot's tick loop (its smallest step added nothing to 1.0).
+            'rollout/logprob_diff': 2.6490953233506945e-9,
+            'rollout/ratio_mean': 0.9999999973509053,
+            'rollout/ratio_min': 0.9999995231629555, 'rollout/ratio_max': 1.0}}
 run.last_step = write_events(run, events())
 run.save()
 cfg2 = dict(cfg, reward=dict(cfg['reward'], judge_aggregate='min'))
