@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboard"
 
-SHARED = {"models", "jsonsafe", "errors"}  # root modules any room may import
+# root modules any room may import (site_models: the site's tables, re-exported by models)
+SHARED = {"models", "site_models", "jsonsafe", "errors"}
 ALLOWED = {
     "site": set(),
     "live": set(),
@@ -41,6 +42,7 @@ ROOT_MODULES = {
     "models",
     "routing",
     "settings",
+    "site_models",
     "urls",
 }
 
