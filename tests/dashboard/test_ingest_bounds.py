@@ -15,7 +15,7 @@ from django.test import Client
 
 from dashboard.ingest import bounds, writer
 from dashboard.models import Judgement, MetricPoint, Run, Trajectory
-from dashboard.runs import external, lease, services
+from dashboard.runs import event_body, external, lease, services
 from dashboard.runs.sinks import RunSink
 from dashboard.site import tokens
 
@@ -157,7 +157,7 @@ def test_a_body_with_more_json_values_than_the_limit_is_a_413_before_parsing(
 ):
     settings.EVENTS_MAX_VALUES = 5000
     parsed = []
-    monkeypatch.setattr(external, "_event", lambda line: parsed.append(line))
+    monkeypatch.setattr(event_body, "_event", lambda line: parsed.append(line))
     body = lines(traj(segments=[{"kind": "action", "token_ids": [0] * 6000}]))
     r = post(api, gzip.compress(body), HTTP_CONTENT_ENCODING="gzip")
     assert r.status_code == 413, r.content

@@ -1,0 +1,180 @@
+"""An events request's body, read within its limits: decompressed (gzip, deflate)
+while its size, lines and JSON values are counted, then parsed line by line and
+checked against the event schema, every bad line named (``line 3: metrics.reward:
+Input should be a valid number``). Nothing here writes; :mod:`dashboard.runs.external`
+stores what this returns.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+
+from dashboard.ingest import bounds
+from dashboard.runs.services import InvalidConfig, ServiceError
+
+MAX_ERRORS = 20
+
+
+class PayloadTooLarge(ServiceError):
+    status = 413
+
+
+# --- parsing a batch ----------------------------------------------------------------
+_WBITS = {"gzip": 31, "deflate": 15}  # 31: a gzip header and trailer; 15: zlib's
+_INFLATE_IN, _INFLATE_OUT = 1 << 14, 1 << 18  # small tails to copy, few calls
+
+
+def decode_body(body: bytes, encoding: str | None) -> bytes | bytearray:
+    """The request body, decompressed (gzip or deflate), within the size limits: the
+    decompressed size is counted while it is produced, and the body refused as soon as
+    it passes ``EVENTS_MAX_DECODED_BYTES``, never after."""
+    if len(body) > settings.EVENTS_MAX_BODY_BYTES:
+        raise PayloadTooLarge(
+            f"body: {len(body)} bytes, more than {settings.EVENTS_MAX_BODY_BYTES}; "
+            "send smaller batches"
+        )
+    encoding = (encoding or "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in _WBITS:
+        raise InvalidConfig(f"Content-Encoding: {encoding!r} is not gzip or deflate")
+    try:
+        return _inflate(body, _WBITS[encoding], settings.EVENTS_MAX_DECODED_BYTES)
+    except zlib.error as exc:
+        raise InvalidConfig(f"body: not valid {encoding} data ({exc})") from None
+
+
+def _inflate(data: bytes, wbits: int, limit: int) -> bytearray:
+    """``data`` decompressed (every member of a multi-member gzip), at most ``limit``
+    bytes: input goes in ``_INFLATE_IN`` bytes at a time, output comes out at most
+    ``_INFLATE_OUT`` bytes at a time and is counted as it comes, its lines and values
+    too (:class:`Tally`: a bomb of newlines or zeros stops within its first chunks)."""
+    out, tally = bytearray(), Tally()
+    view = memoryview(data)
+    while True:
+        d, pending, pos = zlib.decompressobj(wbits), b"", 0
+        while not d.eof:
+            if not pending and pos < len(view):
+                pending, pos = view[pos : pos + _INFLATE_IN], pos + _INFLATE_IN
+            chunk = d.decompress(pending, _INFLATE_OUT)
+            pending = d.unconsumed_tail
+            out += chunk
+            if len(out) > limit:
+                raise PayloadTooLarge(
+                    f"body: more than {limit} bytes once decompressed (the limit, "
+                    "EVENTS_MAX_DECODED_BYTES); send smaller batches"
+                )
+            tally.add(chunk)
+            if not (chunk or pending) and pos >= len(view):
+                raise zlib.error("the compressed stream ends early")
+        rest = d.unused_data + view[pos:]
+        if wbits != 31 or not rest.strip(b"\x00"):  # gzip members may follow
+            return out
+        view = memoryview(rest)
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The lines of ``text`` one at a time (no list of every line at once)."""
+    pos = 0
+    while pos < len(text):
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        yield text[pos:end]
+        pos = end + 1
+
+
+class Tally:
+    """The lines and JSON values of a body, counted a chunk at a time, refused (413)
+    as soon as either passes its limit, before anything is parsed. Values (array
+    items, object members) are counted by the body's commas and opening brackets,
+    strings' included, which counts no fewer than there are: what bounds the objects
+    a body unfolds into (a 2-byte ``0,`` becomes an 8-byte pointer, a packed
+    24-byte token)."""
+
+    def __init__(self) -> None:
+        self.newlines = self.values = 0
+
+    def add(self, chunk: bytes | bytearray) -> None:
+        self.newlines += chunk.count(b"\n")
+        self.values += chunk.count(b",") + chunk.count(b"[") + chunk.count(b"{")
+        self._check(self.newlines)
+
+    def done(self, data: bytes | bytearray) -> None:
+        # A final newline ends the last line, it does not start another: 5,001 lines
+        # are refused with or without one.
+        self._check(self.newlines + (bool(data) and not data.endswith(b"\n")))
+
+    def _check(self, lines: int) -> None:
+        if lines > settings.EVENTS_MAX_LINES:
+            raise PayloadTooLarge(
+                f"body: more than {settings.EVENTS_MAX_LINES} lines (the limit, "
+                "EVENTS_MAX_LINES); send smaller batches"
+            )
+        if self.values > settings.EVENTS_MAX_VALUES:
+            raise PayloadTooLarge(
+                f"body: {self.values:,}+ JSON values (commas and brackets), more than "
+                f"the limit of {settings.EVENTS_MAX_VALUES:,} (EVENTS_MAX_VALUES); "
+                "send smaller batches"
+            )
+
+
+def check_size(data: bytes | bytearray) -> None:
+    """Refuse a body with more lines or JSON values than a request may carry."""
+    tally = Tally()
+    tally.add(data)
+    tally.done(data)
+
+
+class _OverLimit(Exception):
+    pass
+
+
+def _event(line: str) -> dict[str, Any]:
+    """One line as a checked event: sizes first (no oversized array is validated),
+    then the schema."""
+    from trainer.event_schema import check_event
+
+    event = json.loads(line)
+    if over := bounds.excesses(event):
+        raise _OverLimit(str(over[0]))
+    check_event(event)
+    return event
+
+
+def parse_events(data: bytes | bytearray) -> list[dict[str, Any]]:
+    """Every line of an NDJSON body as a checked event, or InvalidConfig listing the
+    bad lines (``line 3: metrics.reward: Input should be a valid number``); a line
+    past the limits of :mod:`dashboard.ingest.bounds` makes it a 413 naming them."""
+    from trainer.event_schema import EventError
+
+    check_size(data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidConfig(f"body: not UTF-8 (byte {exc.start})") from None
+    events, errors, too_large = [], [], False
+    for number, line in enumerate(_lines(text), start=1):
+        if not line.strip():
+            continue
+        try:
+            events.append(_event(line))
+        except json.JSONDecodeError as exc:
+            errors.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
+        except _OverLimit as exc:
+            too_large = True
+            errors.append(f"line {number}: {exc}")
+        except (EventError, RecursionError) as exc:
+            errors.append(f"line {number}: {exc}")
+        except ValueError as exc:  # an integer past Python's digit limit
+            errors.append(f"line {number}: not JSON ({exc})")
+        if len(errors) >= MAX_ERRORS:
+            errors.append("(further lines not checked)")
+            break
+    if errors:
+        raise (PayloadTooLarge if too_large else InvalidConfig)(errors)
+    return events
