@@ -8,11 +8,11 @@ runs in ``tests/trainer/test_gpu.py`` and ``bench/gpu_bench.py --engine compiled
 from __future__ import annotations
 
 import logging
-import random
 
 import pytest
 import torch
 from chatmodel import build_chat_model
+from engine_batches import ragged_batch
 
 from trainer.config import ModelConfig, TrainConfig
 from trainer.engines import build_engine
@@ -31,20 +31,8 @@ def policy() -> Policy:
     return Policy.build(ModelConfig(size="tiny", device="cpu"), WORDS, temperature=0.7)
 
 
-def _batch(policy: Policy, seed: int, shared: bool, rows: tuple[int, int] = (2, 12)):
-    rng = random.Random(seed)
-    vocab = len(policy.tokenizer)
-    B = rng.randrange(*rows)
-    contexts = [
-        [policy.bos_id or 0]
-        + [rng.randrange(4, vocab) for _ in range(rng.randrange(12))]
-        for _ in range(B)
-    ]
-    if shared:
-        contexts = [contexts[0]] * B
-    budgets = [rng.randrange(0, 41) for _ in range(B)]
-    budgets[0] = max(budgets[0], 5)
-    return contexts, budgets
+def _batch(policy: Policy, seed: int, shared: bool):
+    return ragged_batch(policy, seed, shared, rows=(2, 12))
 
 
 def _generate(engine, contexts, budgets, seed, **kw):

@@ -4,11 +4,10 @@ device once per chunk of steps; ``rollout.engine`` picks an engine by name."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 from chatmodel import build_chat_model
+from engine_batches import ragged_batch
 from option_registry import covers
 from torch.overrides import TorchFunctionMode
 
@@ -43,20 +42,7 @@ def chat_lora(tmp_path_factory) -> Policy:
 
 
 def _batch(policy: Policy, seed: int, shared: bool):
-    """Ragged contexts (or one shared by every row) and budgets spread over 0..40."""
-    rng = random.Random(seed)
-    vocab = len(policy.tokenizer)
-    B = rng.randrange(2, 10)
-    contexts = [
-        [policy.bos_id or 0]
-        + [rng.randrange(4, vocab) for _ in range(rng.randrange(12))]
-        for _ in range(B)
-    ]
-    if shared:
-        contexts = [contexts[0]] * B
-    budgets = [rng.randrange(0, 41) for _ in range(B)]
-    budgets[0] = max(budgets[0], 5)
-    return contexts, budgets
+    return ragged_batch(policy, seed, shared)
 
 
 def _both(policy, contexts, budgets, seed, every, **kw):
@@ -215,7 +201,9 @@ def test_rollout_engine_names_a_registered_engine():
     with pytest.raises(ValueError) as err:
         TrainConfig.model_validate({"rollout": {"engine": "vllm"}})
     assert "rollout.engine" in str(err.value)
-    assert "unknown rollout engine 'vllm' (known: compiled, eager, reference)" in str(err.value)
+    assert "unknown rollout engine 'vllm' (known: compiled, eager, reference)" in str(
+        err.value
+    )
 
 
 class _Counting(EagerEngine):
