@@ -250,7 +250,7 @@ def test_new_episodes_fill_free_slots(swarm):
 
 
 def test_environment_steps_run_off_the_decode_thread(swarm):
-    script, _ = _script(swarm[1], turns=[2, 2, 2], budgets=[2, 3, 4])
+    script, _ = _script(swarm[1], turns=[2, 2, 2], budgets=[2, 3, 4], workers=3)
     assert len(script.threads) == 6
     assert all(name.startswith("env-step") for name in script.threads)
     script, _ = _script(swarm[1], turns=[2, 2], budgets=[2, 3], workers=0)
@@ -277,11 +277,11 @@ def test_an_environment_not_marked_thread_safe_steps_on_the_decode_thread(swarm)
     try:
         cfg = _cfg()
         tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(0))
-        _play(policy, env, tasks, cfg, 0)
+        _play(policy, env, tasks, cfg, 0, workers=2)
         assert seen and all(n.startswith("env-step") for n in seen)
         seen.clear()
         env.steps_in_threads = False  # as a plugin's environment is by default
-        _play(policy, env, tasks, cfg, 0)
+        _play(policy, env, tasks, cfg, 0, workers=2)
         assert set(seen) == {threading.current_thread().name}
     finally:
         del env.start
@@ -307,7 +307,12 @@ def test_the_loop_rolls_out_continuously_and_reproducibly(reward_fn):
             {
                 "steps": 2,
                 "env": {"name": "calc"},
-                "rollout": {"tasks_per_step": 2, "group_size": 3, "engine": "continuous"},
+                "model": {"size": "tiny"},
+                "rollout": {
+                    "tasks_per_step": 2,
+                    "group_size": 3,
+                    "engine": "continuous",
+                },
             }
         )
         sink = ListSink()

@@ -27,9 +27,9 @@ generator per step; per episode, both are exact samples of the same policy, so t
 two are equal in distribution (and equal token for token at temperature 0).
 
 **Threads.** Only the work :meth:`EpisodeDriver.act` returns (the environment
-step) runs on the worker threads, one call per episode at a time; recording,
-tokenizing and the model stay on the decode thread. ``workers=0`` runs that work
-inline.
+step) runs on the worker threads (``workers``), one call per episode at a time;
+recording, tokenizing and the model stay on the decode thread. ``workers=0`` (the
+default) runs that work inline.
 
 This module knows tensors and the driver's three calls; nothing of environments.
 """
@@ -61,7 +61,9 @@ class EpisodeDriver(Protocol):
     def begin(self, e: int) -> Turn | None:
         """Episode e's context and first budget; None: it cannot act at all."""
 
-    def act(self, e: int, tokens: list[int], logprobs: list[float]) -> Callable[[], Any]:
+    def act(
+        self, e: int, tokens: list[int], logprobs: list[float]
+    ) -> Callable[[], Any]:
         """Episode e's action is sampled: record it, and return the work to run off
         the decode thread (the environment's step); its result goes to ``resume``."""
 
@@ -107,7 +109,11 @@ class ContinuousEngine(EagerEngine):
     is the eager engine's."""
 
     continuous = True
-    workers = 4  # threads stepping environments (0: on the decode thread)
+    # Threads stepping environments (0: on the decode thread). 0 by default: the
+    # built-in environments step in microseconds, and on a 2-core CPU the pool
+    # made the swarm shape slower (bench/rollout_bench.py); an environment whose
+    # tool calls wait (a sandbox, a network call) wants a few.
+    workers = 0
     slots: int | None = None  # episodes in the decode batch at most (None: all)
 
     @torch.no_grad()
