@@ -1,14 +1,15 @@
-"""Rollout throughput: the reference loop vs the eager engine, interleaved.
+"""Rollout throughput: the reference loop vs the eager and continuous engines, interleaved.
 
     python bench/rollout_bench.py [--shape single|swarm|dataset|all] [--repeats 5]
                                   [--size small] [--threads 2]
 
-Each repeat rolls out the same seeded batch twice, once through each engine
+Each repeat rolls out the same seeded batch once through each engine
 (``trainer.engines``: ``reference``, the KV-cache loop the eager engine replaced,
-and ``eager``), alternating which goes first (A B, B A, ...) so that the load of a
-shared machine hits both; the medians of rollout tokens/s (action tokens sampled
-over wall seconds of ``trainer.rollout.play``) and their ratio are printed, with the
-load average before and after.
+``eager``, and ``continuous``: whole episodes in one decode batch, each keeping
+its KV cache across turns), alternating the order (A B C, C B A, ...) so that the
+load of a shared machine hits all; the medians of rollout tokens/s (action tokens
+sampled over wall seconds of ``trainer.rollout.play``) and their ratios to the
+reference loop are printed, with the load average before and after.
 
 Shapes: ``single``: P = 4 prompts of ~256 tokens x G = 8 completions of up to 64
 tokens, one turn; ``swarm`` and ``dataset`` (a JSONL of word problems with the
@@ -16,8 +17,10 @@ calculator tool): multi-turn episodes of the environment. The model is the defau
 Llama of ``--size`` with random weights, whose end-of-action token would almost
 never come; a bias on the stop tokens' logits (the same for both engines) makes a
 completion stop with probability ~1/24 per token, so lengths spread over 1..64 as a
-trained policy's do. Both engines sample the same tokens (tests/trainer/
-test_engines.py), so they do the same work.
+trained policy's do. The reference and eager engines sample the same tokens
+(tests/trainer/test_engines.py), so they do the same work; the continuous engine
+draws from per-episode random streams, so its episodes are other samples of the
+same distribution (its token counts are printed beside theirs).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from trainer.envs.base import Environment, make_env  # noqa: E402
 from trainer.policy import Policy  # noqa: E402
 from trainer.rollout import play  # noqa: E402
 
-ENGINES = ("reference", "eager")
+ENGINES = ("reference", "eager", "continuous")
 STOP_EVERY = 24  # a completion stops with probability ~1/STOP_EVERY per token
 
 
@@ -132,9 +135,12 @@ def bench_shape(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
         "shape": shape,
         "rows": cfg.tasks_per_step * cfg.group_size,
         "tokens_per_rollout": tokens["eager"],
+        "continuous_tokens_per_rollout": tokens["continuous"],
         "same_tokens": tokens["eager"] == tokens["reference"],
         "tokens_per_s": {e: round(v, 1) for e, v in med.items()},
         "ratio": round(med["eager"] / med["reference"], 2),
+        "continuous_ratio": round(med["continuous"] / med["reference"], 2),
+        "continuous_vs_eager": round(med["continuous"] / med["eager"], 2),
     }
 
 

@@ -165,6 +165,8 @@ class RolloutConfig(_Strict):
         max_length=64,
         description="Rollout engine (trainer.engines): eager, compiled (a static "
         "KV cache and a torch.compile'd decode step on CUDA; uncompiled on the CPU), "
+        "continuous (episodes rejoin the decode batch as their tool calls return, "
+        "each keeping its KV cache across turns; per-episode random streams), "
         "reference (the plain loop, for comparison) or one a plugin registered.",
     )
 

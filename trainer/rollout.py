@@ -93,7 +93,11 @@ def play(
     generator: torch.Generator,
     first_group: int = 0,
 ) -> list[Rollout]:
-    """G rollouts of each task, batched across all sessions; returns B = len(tasks) * G."""
+    """G rollouts of each task, batched across all sessions; returns B = len(tasks) * G.
+
+    With an engine that plays whole episodes (``rollout.engine: continuous``,
+    :mod:`trainer.engines.continuous`) an episode rejoins the decode batch as soon as
+    its observation is back; otherwise every turn is one batched ``generate``."""
     sessions: list[EnvSession] = []
     rollouts: list[Rollout] = []
     contexts: list[list[int]] = []
@@ -105,12 +109,50 @@ def play(
             ro.segments.append(Segment(0, "prompt", ids, "prompt"))
             rollouts.append(ro)
             contexts.append(list(ids))
+    if getattr(policy.engine, "continuous", False):
+        driver = _Episodes(policy, cfg, sessions, rollouts, contexts)
+        driver.play(generator, workers=None if env.steps_in_threads else 0)
+    else:
+        _lock_step(policy, cfg, sessions, rollouts, contexts, generator)
+    for ro, sess in zip(rollouts, sessions, strict=True):
+        ro.episode = _with_action_tokens(sess.episode(truncated=ro.truncated), ro)
+    return rollouts
+
+
+def _budget(cfg: RolloutConfig, context: list[int]) -> int:
+    """Tokens the next action may take; <= 0: the context is full."""
+    return min(cfg.max_action_tokens, cfg.max_total_tokens - len(context))
+
+
+def _act(policy, ro: Rollout, ctx: list[int], turn: int, ids, lps) -> str:
+    """Record an action; the text the environment reads."""
+    ro.segments.append(Segment(turn, "action", ids, None, lps))
+    ctx.extend(ids)
+    return policy.renderer.action_text(ids)
+
+
+def _observe(policy, cfg, ro: Rollout, ctx, turn: int, ids, result) -> list[int] | None:
+    """Append the environment's answer to the action ``ids``; the observation's
+    tokens, or None when the episode is over (done, or truncated by the budget)."""
+    if result.done:
+        return None
+    closed = bool(ids) and ids[-1] in policy.stop_ids
+    obs = observation_ids(policy, result.observation, closed=closed)
+    if len(ctx) + len(obs) >= cfg.max_total_tokens:
+        ro.truncated = True
+        return None
+    kind = result.observation_kind
+    ro.segments.append(Segment(turn, kind, obs, kind))
+    ctx.extend(obs)
+    return obs
+
+
+def _lock_step(policy, cfg, sessions, rollouts, contexts, generator) -> None:
+    """Every turn, one batched ``generate`` over the active sessions, then every
+    environment's step."""
     active = list(range(len(sessions)))
     for turn in range(cfg.max_turns):
-        budgets = [
-            min(cfg.max_action_tokens, cfg.max_total_tokens - len(contexts[i]))
-            for i in active
-        ]
+        budgets = [_budget(cfg, contexts[i]) for i in active]
         # A session whose context is already full cannot act: it is truncated.
         for i, b in zip(list(active), budgets, strict=True):
             if b <= 0:
@@ -130,26 +172,68 @@ def play(
         )
         still: list[int] = []
         for i, ids, lps in zip(active, actions, sampler_lp, strict=True):
-            rollouts[i].segments.append(Segment(turn, "action", ids, None, lps))
-            contexts[i].extend(ids)
-            result = sessions[i].step(policy.renderer.action_text(ids))
-            if result.done:
-                continue
-            closed = bool(ids) and ids[-1] in policy.stop_ids
-            obs = observation_ids(policy, result.observation, closed=closed)
-            if len(contexts[i]) + len(obs) >= cfg.max_total_tokens:
-                rollouts[i].truncated = True
-                continue
-            kind = result.observation_kind
-            rollouts[i].segments.append(Segment(turn, kind, obs, kind))
-            contexts[i].extend(obs)
-            still.append(i)
+            ro, ctx = rollouts[i], contexts[i]
+            result = sessions[i].step(_act(policy, ro, ctx, turn, ids, lps))
+            if _observe(policy, cfg, ro, ctx, turn, ids, result) is not None:
+                still.append(i)
         active = still
     for i in active:  # out of turns without finishing
         rollouts[i].truncated = True
-    for ro, sess in zip(rollouts, sessions, strict=True):
-        ro.episode = _with_action_tokens(sess.episode(truncated=ro.truncated), ro)
-    return rollouts
+
+
+class _Episodes:
+    """The rollout's side of continuous batching
+    (:class:`trainer.engines.continuous.EpisodeDriver`): the same budgets,
+    segments and truncation as the lock-step loop, turn by turn per episode.
+    Only ``session.step`` runs on the engine's worker threads."""
+
+    def __init__(self, policy, cfg, sessions, rollouts, contexts) -> None:
+        self.policy, self.cfg = policy, cfg
+        self.sessions, self.rollouts, self.contexts = sessions, rollouts, contexts
+        self.turn = [0] * len(sessions)
+        self.actions: list[list[int]] = [[] for _ in sessions]
+
+    def play(self, generator: torch.Generator, workers: int | None) -> None:
+        from trainer.engines.continuous import episode_generators
+
+        engine = self.policy.engine
+        if engine.asleep:  # evaluation or a what-if between two rollouts
+            engine.wake()
+        engine.run_episodes(
+            self,
+            episode_generators(generator, len(self.sessions)),
+            temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p,
+            workers=workers,
+        )
+
+    def _next(self, e: int, tokens: list[int]):
+        budget = _budget(self.cfg, self.contexts[e])
+        if budget <= 0:  # the context is full: it cannot act
+            self.rollouts[e].truncated = True
+            return None
+        return tokens, budget
+
+    def begin(self, e: int):
+        return self._next(e, self.contexts[e])
+
+    def act(self, e: int, tokens: list[int], logprobs: list[float]):
+        ro, ctx = self.rollouts[e], self.contexts[e]
+        text = _act(self.policy, ro, ctx, self.turn[e], tokens, logprobs)
+        self.actions[e] = tokens
+        session = self.sessions[e]
+        return lambda: session.step(text)
+
+    def resume(self, e: int, result):
+        ro, ctx, turn = self.rollouts[e], self.contexts[e], self.turn[e]
+        obs = _observe(self.policy, self.cfg, ro, ctx, turn, self.actions[e], result)
+        if obs is None:
+            return None
+        self.turn[e] += 1
+        if self.turn[e] >= self.cfg.max_turns:  # out of turns without finishing
+            ro.truncated = True
+            return None
+        return self._next(e, obs)
 
 
 def mask_truncated(rollouts: list[Rollout]) -> None:

@@ -201,8 +201,9 @@ def test_rollout_engine_names_a_registered_engine():
     with pytest.raises(ValueError) as err:
         TrainConfig.model_validate({"rollout": {"engine": "vllm"}})
     assert "rollout.engine" in str(err.value)
-    assert "unknown rollout engine 'vllm' (known: compiled, eager, reference)" in str(
-        err.value
+    assert (
+        "unknown rollout engine 'vllm' (known: compiled, continuous, eager, reference)"
+        in str(err.value)
     )
 
 

@@ -93,6 +93,11 @@ class Environment(ABC):
     # The reward a run gets when its config names none (a RewardConfig dict); None:
     # the built-in default of rewards.presets.
     default_reward: ClassVar[Mapping[str, Any] | None] = None
+    # True: sessions share no mutable state, so the continuous rollout
+    # (``rollout.engine: continuous``) may run several sessions' ``step`` at once on
+    # worker threads (one call per session at a time). False (the default, e.g. a
+    # plugin's environment): every step runs on the decode thread.
+    steps_in_threads: bool = False
 
     def __init__(
         self, params: EnvParams | Mapping[str, Any] | None = None, *, seed: int = 0

@@ -98,6 +98,8 @@ class CalcParams(EnvParams):
 class CalcEnv(Environment):
     """Word problems with a calculator tool; success = the exact answer."""
 
+    steps_in_threads = True  # sessions share only read-only state
+
     name = "calc"
     label = "word problems with a calculator tool"
     Params = CalcParams

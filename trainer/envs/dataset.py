@@ -167,6 +167,7 @@ class DatasetEnv(Environment):
         for name in p.tools:
             runners[name] = TOOLS.get(name).build(p.model_dump())
         self.runners = runners
+        self.steps_in_threads = all(TOOLS.get(t).thread_safe for t in p.tools)
         self.system = p.system_prompt or default_system_prompt(p.tools)
 
     def split_rows(self, split: str) -> list[Row]:

@@ -107,6 +107,8 @@ class SearchParams(EnvParams):
 class SearchEnv(Environment):
     """Multi-hop retrieval with search / read / prune / answer."""
 
+    steps_in_threads = True  # sessions share only read-only state
+
     name = "search"
     label = "multi-hop retrieval (F-beta recall)"
     Params = SearchParams

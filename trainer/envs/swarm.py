@@ -111,6 +111,8 @@ class SwarmParams(EnvParams):
 class SwarmEnv(Environment):
     """Orchestrate frozen sub-agents over a dependency DAG of subtasks."""
 
+    steps_in_threads = True  # sessions share only read-only state
+
     name = "swarm"
     label = "orchestrator with parallel sub-agents (PARL)"
     Params = SwarmParams

@@ -41,6 +41,8 @@ class ToolSpec:
     main_arg: str
     description: str
     build: Callable[[Mapping[str, Any]], Callable[[Mapping[str, Any]], str]]
+    # True: a built tool may run on several threads at once (it mutates nothing).
+    thread_safe: bool = False
 
 
 TOOLS: Registry[ToolSpec] = Registry("tool")
@@ -165,6 +167,7 @@ TOOLS.register("calculator")(
         "expression",
         'calculator: {"expression": "7 + 5 * 2"} -> the exact result',
         _build_calculator,
+        thread_safe=True,  # a pure function of its arguments
     )
 )
 
@@ -226,6 +229,7 @@ TOOLS.register("search")(
         "query",
         'search: {"query": "words"} -> the best matching documents of the corpus',
         _build_search,
+        thread_safe=True,  # reads its index only
     )
 )
 

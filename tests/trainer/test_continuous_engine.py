@@ -1,0 +1,327 @@
+"""Continuous batching across turns (issue 24, item 3): episodes rejoin the decode
+batch as their environment steps return, keep their KV cache across turns, and
+sample from per-episode random streams, so each episode gets exactly what a
+sequential sampler (one episode at a time, the eager engine) gives it."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+
+import pytest
+import torch
+from option_registry import covers
+
+from trainer.config import ModelConfig, RolloutConfig, TrainConfig
+from trainer.engines.continuous import episode_generators
+from trainer.envs.base import make_env
+from trainer.events import ListSink
+from trainer.loop import train
+from trainer.policy import Policy
+from trainer.rollout import play
+from trainer.stopping import Stopped
+
+
+def _dataset_env(tmp_path):
+    rng = random.Random(0)
+    rows = []
+    for i in range(8):
+        a, b = rng.randint(10, 99), rng.randint(2, 9)
+        rows.append({"prompt": f"what is {a} * {b} ?", "answer": str(a * b), "id": i})
+    path = tmp_path / "mul.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return make_env("dataset", {"path": str(path), "tools": ["calculator"]})
+
+
+def _stopping(policy: Policy, *words: str) -> Policy:
+    """Random weights almost never write a stop token: lift its logits (and those
+    of ``words``) so that actions end after a few tokens, and episodes are ragged."""
+    lift = torch.zeros(policy.model.config.vocab_size)
+    lift[list(policy.stop_ids)] = 3.0
+    lift[[policy.encode(w)[0] for w in words]] = 3.0
+    policy.model.get_output_embeddings().register_forward_hook(
+        lambda mod, args, out: out + lift.to(out.dtype)
+    )
+    return policy
+
+
+@pytest.fixture(scope="module")
+def swarm():
+    env = make_env("swarm", seed=0)
+    torch.manual_seed(0)
+    policy = Policy.build(ModelConfig(size="tiny"), env.vocabulary(), temperature=0.9)
+    return env, _stopping(policy)
+
+
+def _cfg(**kw) -> RolloutConfig:
+    base = {
+        "tasks_per_step": 2,
+        "group_size": 3,
+        "max_turns": 4,
+        "max_action_tokens": 10,
+        "max_total_tokens": 400,
+    }
+    return RolloutConfig(**{**base, **kw})
+
+
+def _play(policy, env, tasks, cfg, seed, engine="continuous", **engine_kw):
+    eng = policy.use_engine(engine)
+    for k, v in engine_kw.items():
+        setattr(eng, k, v)
+    return play(policy, env, tasks, cfg, generator=torch.Generator().manual_seed(seed))
+
+
+def _sequential(policy, env, tasks, cfg, seed):
+    """Each episode alone, in order, through the eager engine, drawing from the
+    generator the continuous rollout gives that episode."""
+    gens = episode_generators(
+        torch.Generator().manual_seed(seed), len(tasks) * cfg.group_size
+    )
+    policy.use_engine("eager")
+    one = cfg.model_copy(update={"group_size": 1})
+    out = []
+    for task in tasks:
+        for _ in range(cfg.group_size):
+            out.append(play(policy, env, [task], one, generator=gens[len(out)])[0])
+    return out
+
+
+def _assert_same_episodes(a_list, b_list):
+    assert len(a_list) == len(b_list)
+    for a, b in zip(a_list, b_list, strict=True):
+        assert [(s.turn, s.kind, s.token_ids, s.mask) for s in a.segments] == [
+            (s.turn, s.kind, s.token_ids, s.mask) for s in b.segments
+        ]
+        assert a.truncated == b.truncated
+        assert a.episode.facts == b.episode.facts
+        for x, y in zip(a.segments, b.segments, strict=True):
+            if x.logprobs is not None:
+                # To float32 rounding: a row's numbers depend on its batch's size.
+                assert torch.allclose(
+                    torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5
+                )
+
+
+@pytest.mark.parametrize(
+    "kw", [{"temperature": 0.9, "top_p": 1.0}, {"temperature": 1.3, "top_p": 0.8}]
+)
+def test_each_episode_gets_what_a_sequential_sampler_gives_it(swarm, kw):
+    env, policy = swarm
+    cfg = _cfg(**kw)
+    for seed in range(2):
+        tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(seed))
+        got = _play(policy, env, tasks, cfg, seed)
+        assert sum(ro.num_turns for ro in got) > len(got)  # multi-turn episodes
+        _assert_same_episodes(got, _sequential(policy, env, tasks, cfg, seed))
+
+
+def test_dataset_with_the_calculator_matches_the_sequential_sampler(tmp_path):
+    env = _dataset_env(tmp_path)
+    torch.manual_seed(0)
+    policy = Policy.build(ModelConfig(size="tiny"), env.vocabulary())
+    policy = _stopping(policy, "calculator")  # actions that call the tool
+    cfg = _cfg(max_turns=3, max_action_tokens=8, max_total_tokens=40)
+    tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(3))
+    got = _play(policy, env, tasks, cfg, 7)
+    assert sum(ro.num_turns for ro in got) > len(got)  # tool calls answered
+    assert any(ro.truncated for ro in got)  # and the token budget reached
+    _assert_same_episodes(got, _sequential(policy, env, tasks, cfg, 7))
+
+
+@pytest.mark.parametrize("slots,workers", [(1, 0), (2, 4), (5, 1)])
+def test_an_episode_does_not_depend_on_what_else_is_in_the_batch(swarm, slots, workers):
+    """Slot counts change which episodes share each decode step, and threads
+    change when each observation comes back; no episode's tokens change."""
+    env, policy = swarm
+    cfg = _cfg()
+    tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(11))
+    whole = _play(policy, env, tasks, cfg, 3)
+    assert len({len(ro.token_ids) for ro in whole}) > 1  # ragged episodes
+    narrow = _play(policy, env, tasks, cfg, 3, slots=slots, workers=workers)
+    for a, b in zip(narrow, whole, strict=True):
+        assert [s.token_ids for s in a.segments] == [s.token_ids for s in b.segments]
+
+
+def test_greedy_decoding_plays_exactly_the_lock_step_loops_episodes(swarm):
+    """Temperature 0 draws nothing: the two schedules must agree token for token."""
+    env, policy = swarm
+    cfg = _cfg().model_copy(update={"temperature": 0.0})  # as evaluation decodes
+    tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(5))
+    got = _play(policy, env, tasks, cfg, 0)
+    _assert_same_episodes(got, _play(policy, env, tasks, cfg, 0, engine="eager"))
+
+
+class _Fed:
+    """Counts the tokens fed to the model (new positions the mask lets in)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.tokens = 0
+        self.widths: list[int] = []
+        self.handle = policy.model.register_forward_pre_hook(self, with_kwargs=True)
+
+    def __call__(self, module, args, kwargs):
+        ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+        self.tokens += int(mask[:, -ids.shape[1] :].sum())
+        self.widths.append(ids.shape[0])
+
+
+def test_an_episode_keeps_its_kv_cache_across_turns(swarm):
+    """Every token goes through the model once: each distinct prompt once, then
+    each episode's actions and observations up to its last action's last token
+    (never fed; nor is an observation after the last turn)."""
+    env, policy = swarm
+    cfg = _cfg()
+    tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(2))
+    fed = _Fed(policy)
+    try:
+        got = _play(policy, env, tasks, cfg, 1)
+    finally:
+        fed.handle.remove()
+    prompts = {tuple(ro.segments[0].token_ids) for ro in got}
+    fed_after_prompt = 0
+    for ro in got:
+        last = max(k for k, s in enumerate(ro.segments) if s.kind == "action")
+        fed_after_prompt += sum(len(s.token_ids) for s in ro.segments[1 : last + 1]) - 1
+    # The lock-step loop feeds every context again at every turn.
+    assert fed.tokens == sum(map(len, prompts)) + fed_after_prompt
+
+
+class _Script:
+    """A driver: episode e takes ``turns[e]`` actions of ``budget[e]`` tokens each,
+    observations of two tokens; records the order of actions and their threads."""
+
+    def __init__(self, policy, turns, budgets):
+        self.policy, self.turns, self.budgets = policy, turns, budgets
+        self.done = [0] * len(turns)
+        self.order: list[int] = []
+        self.threads: list[str] = []
+
+    def begin(self, e):
+        return [self.policy.bos_id, 5 + e], self.budgets[e]
+
+    def act(self, e, tokens, logprobs):
+        assert len(tokens) == len(logprobs) == self.budgets[e]
+        self.order.append(e)
+
+        def work():
+            self.threads.append(threading.current_thread().name)
+            return e
+
+        return work
+
+    def resume(self, e, outcome):
+        assert outcome == e
+        self.done[e] += 1
+        return None if self.done[e] == self.turns[e] else ([6, 7], self.budgets[e])
+
+
+def _script(policy, turns, budgets, **kw):
+    saved = policy.stop_ids
+    policy.stop_ids = [policy.model.config.vocab_size]  # never sampled: budgets rule
+    script = _Script(policy, turns, budgets)
+    fed = _Fed(policy)
+    try:
+        policy.use_engine("continuous").run_episodes(
+            script,
+            episode_generators(torch.Generator().manual_seed(0), len(turns)),
+            temperature=1.0,
+            top_p=1.0,
+            **kw,
+        )
+    finally:
+        fed.handle.remove()
+        policy.stop_ids = saved
+    return script, fed
+
+
+def test_a_returning_episode_rejoins_while_others_still_generate(swarm):
+    """Episode 0 plays three 2-token turns inside episode 1's one 8-token turn (the
+    lock-step loop would wait for episode 1 before episode 0's second turn)."""
+    script, _ = _script(swarm[1], turns=[3, 1], budgets=[2, 8], workers=0)
+    assert script.order == [0, 0, 0, 1]
+
+
+def test_new_episodes_fill_free_slots(swarm):
+    script, fed = _script(swarm[1], turns=[1, 2, 1, 1], budgets=[3, 2, 5, 1], slots=2)
+    assert max(fed.widths) <= 2
+    assert sorted(script.order) == [0, 1, 1, 2, 3]
+    assert script.order.index(3) > script.order.index(0)  # waited for a slot
+
+
+def test_environment_steps_run_off_the_decode_thread(swarm):
+    script, _ = _script(swarm[1], turns=[2, 2, 2], budgets=[2, 3, 4], workers=3)
+    assert len(script.threads) == 6
+    assert all(name.startswith("env-step") for name in script.threads)
+    script, _ = _script(swarm[1], turns=[2, 2], budgets=[2, 3], workers=0)
+    assert set(script.threads) == {threading.current_thread().name}
+
+
+def test_an_environment_not_marked_thread_safe_steps_on_the_decode_thread(swarm):
+    env, policy = swarm
+    seen: list[str] = []
+    start = env.start
+
+    class Mark:
+        def __init__(self, session):
+            self.session = session
+
+        def step(self, action):
+            seen.append(threading.current_thread().name)
+            return self.session.step(action)
+
+        def episode(self, truncated):
+            return self.session.episode(truncated=truncated)
+
+    env.start = lambda task: Mark(start(task))
+    try:
+        cfg = _cfg()
+        tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(0))
+        _play(policy, env, tasks, cfg, 0, workers=2)
+        assert seen and all(n.startswith("env-step") for n in seen)
+        seen.clear()
+        env.steps_in_threads = False  # as a plugin's environment is by default
+        _play(policy, env, tasks, cfg, 0, workers=2)
+        assert set(seen) == {threading.current_thread().name}
+    finally:
+        del env.start
+        del env.steps_in_threads
+
+
+def test_asked_to_stop_the_engine_stops_between_tokens(swarm):
+    env, policy = swarm
+    cfg = _cfg()
+    tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(0))
+    policy.stop_check = lambda: True
+    try:
+        with pytest.raises(Stopped):
+            _play(policy, env, tasks, cfg, 0)
+    finally:
+        policy.stop_check = None
+
+
+@covers("rollout.engine")
+def test_the_loop_rolls_out_continuously_and_reproducibly(reward_fn):
+    def trajectories():
+        cfg = TrainConfig.model_validate(
+            {
+                "steps": 2,
+                "env": {"name": "calc"},
+                "model": {"size": "tiny"},
+                "rollout": {
+                    "tasks_per_step": 2,
+                    "group_size": 3,
+                    "engine": "continuous",
+                },
+            }
+        )
+        sink = ListSink()
+        train(cfg, make_env("calc", seed=0), reward_fn, sink)
+        return [
+            [t for seg in ev["segments"] for t in seg["token_ids"]]
+            for ev in sink.of_type("trajectory")
+        ]
+
+    first = trajectories()
+    assert len(first) == 2 * 2 * 3
+    assert first == trajectories()
