@@ -45,13 +45,13 @@ export function tickLabels(splits) {
 
 /** The y range: uPlot's padded range, except that a flat series sits in a small
  *  band around its value (all-zero clip ratios on 0..1, not on 0..100). "Flat"
- *  includes flat to float noise (ratios of 1 +- 5e-7): uPlot's finest tick step
+ *  includes flat to float noise (ratios of 1 +- 1e-6, a spread under 1e-5 of the value): uPlot's finest tick step
  *  (1e-16) adds nothing to 1.0, and its tick loop then never ended ("Invalid array
  *  length"). */
 export function yRange(min, max) {
   if (min === null || max === null || !Number.isFinite(min) || !Number.isFinite(max)) return [0, 1];
   const mag = Math.max(Math.abs(min), Math.abs(max));
-  if (max - min <= mag * 1e-6) {
+  if (max - min <= mag * 1e-5) {
     if (mag === 0) return [0, 1];
     const mid = (min + max) / 2;
     const pad = (Math.abs(mid) || mag) * 0.1;

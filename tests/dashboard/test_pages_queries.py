@@ -78,6 +78,7 @@ def _traj(per_step, components, total, segments=None):
         rewards={"total": total, "components": components, "per_step": per_step},
         reward=total,
         shared_prompt=False,
+        facts={},
     )
 
 
