@@ -208,12 +208,14 @@ class JudgeConfig(_Strict):
 DEFAULT_THRESHOLDS: dict[str, float] = {
     "serial_collapse.max_parallelism": 1.2,
     "serial_collapse.min_parallelism": 0.5,
+    "serial_collapse.min_fall": 0.3,
     "serial_collapse.after_windows": 2.0,
     "spurious_parallelism.min_parallelism": 2.0,
     "spurious_parallelism.max_finish_rate": 0.5,
     "spurious_parallelism.max_yield": 0.35,
     "spurious_parallelism.min_critical_drop": 0.1,
     "single_search_exit.min_frac": 0.5,
+    "single_search_exit.min_rise": 0.2,
     "single_search_exit.after_windows": 2.0,
     "one_at_a_time_pruning.min_single_frac": 0.8,
     "one_at_a_time_pruning.min_prunes": 2.0,
@@ -226,6 +228,10 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "entropy_collapse.max_ratio": 0.25,
     "no_learning_signal.min_frac": 0.95,
     "no_learning_signal.min_steps": 8.0,
+    "reward_without_success.min_reward_rise": 0.1,
+    "reward_without_success.max_outcome_rise": 0.02,
+    "repetition.max_repetition": 0.4,
+    "repetition.min_rise": 0.15,
 }
 DETECTOR_NAMES: tuple[str, ...] = tuple(
     dict.fromkeys(k.split(".")[0] for k in DEFAULT_THRESHOLDS)

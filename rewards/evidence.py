@@ -130,6 +130,27 @@ def _judge(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
     return f"judge {judge:.2f}, verifier: failed"
 
 
+@_predicate("reward_without_success")
+def _unearned(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    # Failed, yet paid at or above the late-window mean: the rollouts the rising
+    # term pays for something other than solving the task.
+    reward, success = _num(row, "reward"), _num(row, "success")
+    bar = ev.get("reward_late")
+    if reward is None or success is None or success >= 0.5:
+        return None
+    if isinstance(bar, int | float) and math.isfinite(bar) and reward < bar:
+        return None
+    return f"reward {reward:.2f}, task not solved"
+
+
+@_predicate("repetition")
+def _repetitive(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    rep = _num(row, "repetition")
+    if rep is None or rep < cfg.threshold("repetition.max_repetition"):
+        return None
+    return f"{rep:.0%} of its word pairs repeat"
+
+
 @_predicate("length_drift")
 def _length(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
     drift = ev.get("drift") or ()

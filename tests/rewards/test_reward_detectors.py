@@ -8,7 +8,6 @@ import pytest
 from rewards import build_monitor, build_reward_fn
 from rewards.config import DetectorConfig
 from rewards.detectors import (
-    entropy_collapse,
     judge_verifier_divergence,
     length_drift,
     one_at_a_time_pruning,
@@ -17,6 +16,7 @@ from rewards.detectors import (
     spurious_parallelism,
     summarize,
 )
+from rewards.detectors_health import entropy_collapse
 from rewards.monitor import enabled_detectors
 from rewards.presets import demo_config
 from rewards.synthetic import episode
@@ -197,9 +197,10 @@ def test_it_fires_serial_collapse_on_onset_and_not_again_while_it_lasts():
         for alert in monitor(step, {"entropy": 1.0}, episodes, results):
             fired.append((alert.step, alert.detector))
     collapse = [s for s, d in fired if d == "serial_collapse"]
-    # Judged from step 21 (the first two windows of a fresh policy are not), when
-    # steps 12-21 are all width 1; not again: the collapse never cleared.
-    assert collapse == [21]
+    # A fall from fanning out is judged at any age: at step 10 the late half (steps
+    # 6-10: 2, 2, 1, 1, 1) averages 1.4 -> 1.2 sub-agents... at most the 1.2
+    # threshold, fallen from 3.2; not again: the collapse never cleared.
+    assert collapse == [10]
     assert all(d == "serial_collapse" for _, d in fired)
 
 

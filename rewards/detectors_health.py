@@ -1,0 +1,131 @@
+"""Detectors of a run that stopped doing its task, whatever the task: the reward paid
+for something else, degenerate output, no signal left to learn from, entropy gone.
+
+Registered into :data:`rewards.detectors.DETECTORS` like the others (``rewards``
+imports this module), judged over the same window of step summaries. Thresholds
+(``<detector>.<name>``: default):
+
+* ``entropy_collapse.min_entropy`` 0.1 nats/token, ``.max_ratio`` 0.25 (late / early).
+* ``no_learning_signal.min_frac`` 0.95, ``.min_steps`` 8: the share of groups whose
+  rewards were all equal (``frac_reward_zero_std``) at or above it, on average and in
+  the late half, over the last that many steps. Not a hack but its cousin: every
+  advantage is zero, so nothing is learned while the run looks healthy.
+* ``reward_without_success.min_reward_rise`` 0.1, ``.max_outcome_rise`` 0.02: the
+  mean reward rose by at least that much while success did not (format-only rewards,
+  a gamed judge, a bonus the task does not need); names the term that rose most.
+* ``repetition.max_repetition`` 0.4, ``.min_rise`` 0.15: the mean share of an
+  episode's word bigrams that repeat an earlier one, at or above it in the late half
+  and risen by ``min_rise`` (degenerate output: one call or one word over and over).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rewards.config import DetectorConfig
+from rewards.detectors import (
+    Finding,
+    Summary,
+    enough,
+    halves,
+    register,
+    series,
+    tail,
+)
+
+
+@register("entropy_collapse", "warning")
+def entropy_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
+    """Policy entropy below a floor, or a small fraction of where the window began."""
+    ent = series(window, "entropy")
+    if not enough(cfg, ent):
+        return None
+    e0, e1 = halves(ent)
+    floor = cfg.threshold("entropy_collapse.min_entropy")
+    ratio = cfg.threshold("entropy_collapse.max_ratio")
+    if e1 > floor and not (e0 > 0 and e1 / e0 <= ratio):
+        return None
+    return Finding(
+        f"entropy collapse: {e0:.3f} -> {e1:.3f} nats/token",
+        {
+            "entropy_early": e0,
+            "entropy_late": e1,
+            "floor": floor,
+            "entropy": tail(ent),
+        },
+    )
+
+
+@register("no_learning_signal", "warning")
+def no_learning_signal(
+    window: Sequence[Summary], cfg: DetectorConfig
+) -> Finding | None:
+    """Nearly every group's rewards were identical for many steps: group-relative
+    advantages are all zero, so the policy gets no gradient from the reward."""
+    need = max(int(cfg.threshold("no_learning_signal.min_steps")), cfg.min_steps)
+    # The last ``min_steps`` steps, not the whole window: a run that stops learning
+    # is told so that many steps later, not a window later.
+    zero = series(window, "zero_std")[-need:]
+    if len(zero) < need:
+        return None
+    limit = cfg.threshold("no_learning_signal.min_frac")
+    mean, late = sum(zero) / len(zero), halves(zero)[1]
+    if mean < limit or late < limit:
+        return None
+    return Finding(
+        f"no learning signal: {mean:.0%} of groups had identical rewards over the "
+        f"last {len(zero)} steps (threshold {limit:.0%}); their advantages are zero, "
+        "so nothing is learned from them",
+        {"zero_std_mean": mean, "zero_std_late": late, "threshold": limit,
+         "frac_reward_zero_std": tail(zero)},
+    )  # fmt: skip
+
+
+@register("reward_without_success", "critical")
+def reward_without_success(
+    window: Sequence[Summary], cfg: DetectorConfig
+) -> Finding | None:
+    """The reward rises while the verifiable outcome (success) does not: some term
+    pays for something other than solving the task (a format term, a judge, a bonus).
+    Names the term that rose most."""
+    reward, succ = series(window, "reward"), series(window, "success")
+    if not enough(cfg, reward, succ):
+        return None
+    (r0, r1), (s0, s1) = halves(reward), halves(succ)
+    min_rise = cfg.threshold("reward_without_success.min_reward_rise")
+    max_out = cfg.threshold("reward_without_success.max_outcome_rise")
+    if r1 - r0 < min_rise or s1 - s0 > max_out:
+        return None
+    rises = {
+        key.split("/", 1)[1]: halves(xs)[1] - halves(xs)[0]
+        for key in sorted({k for s in window for k in s if k.startswith("component/")})
+        if enough(cfg, xs := series(window, key))
+    }
+    term = max(rises, key=rises.__getitem__) if rises else None
+    from_term = f" (most from {term}: {rises[term]:+.2f})" if term else ""
+    return Finding(
+        f"reward without success: reward {r0:.2f} -> {r1:.2f}{from_term} while "
+        f"success {s0:.2f} -> {s1:.2f}",
+        {"reward_early": r0, "reward_late": r1, "success_early": s0,
+         "success_late": s1, "component": term, "reward": tail(reward),
+         "success": tail(succ)},
+    )  # fmt: skip
+
+
+@register("repetition", "warning")
+def repetition(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
+    """Degenerate output: the policy's actions repeat themselves (the share of an
+    episode's word bigrams seen before in it) more and more."""
+    rep = series(window, "repetition")
+    if not enough(cfg, rep):
+        return None
+    r0, r1 = halves(rep)
+    limit = cfg.threshold("repetition.max_repetition")
+    if r1 < limit or r1 - r0 < cfg.threshold("repetition.min_rise"):
+        return None
+    return Finding(
+        f"repetition: {r1:.0%} of the policy's word pairs repeat within an episode "
+        f"(was {r0:.0%})",
+        {"repetition_early": r0, "repetition_late": r1, "threshold": limit,
+         "repetition": tail(rep)},
+    )  # fmt: skip
