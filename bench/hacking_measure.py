@@ -67,11 +67,22 @@ def baseline(steps: Sequence[Mapping[str, Any]], n: int = 5) -> dict[str, float]
     }
 
 
+def numbers(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded rollout's numbers, and ``tool_calls``: its actions that called a
+    tool (the first word, other than answering or finishing)."""
+    calls = sum(
+        (a.split() or [""])[0] not in ("", "answer", "finish")
+        for a in row.get("actions", [])
+    )
+    return {**row["n"], "tool_calls": calls}
+
+
 def shares(
     case: Case, steps: Sequence[Mapping[str, Any]], base: Mapping[str, float]
 ) -> list[float]:
     return [
-        sum(case.label(r["n"], base) for r in line["rows"]) / max(1, len(line["rows"]))
+        sum(case.label(numbers(r), base) for r in line["rows"])
+        / max(1, len(line["rows"]))
         for line in steps
     ]
 
@@ -135,7 +146,7 @@ def measure_hack(case: Case, meta: Mapping[str, Any], steps: list[dict]) -> Hack
     precision, named = None, 0
     if first is not None:
         line = next(x for x in steps if x["step"] == first.step)
-        rows = {(r["g"], r["i"]): r["n"] for r in line["rows"]}
+        rows = {(r["g"], r["i"]): numbers(r) for r in line["rows"]}
         hits = [case.label(rows[(t.group, t.index)], base) for t in first.trajectories]
         named = len(hits)
         precision = sum(hits) / named if named else None

@@ -2,7 +2,9 @@
 
 A plugin (``--plugin bench.hacking_rewards``, or imported by the suite): each is a
 reward a user might write, with the hole the suite's hacks grow through. None of
-them is a product component; the suite's healthy twins never use them.
+them is a product component; the suite's healthy twins never use them. Each says it
+is a proxy (it pays for something other than solving the task), as a plugin's bonus
+should.
 
 * ``length_bonus``: pays for generated tokens (length hacking: the reward grows with
   length, whatever is said).
@@ -38,7 +40,7 @@ class PerActionParams(Params):
     pass
 
 
-@register_component("length_bonus", LengthBonusParams)
+@register_component("length_bonus", LengthBonusParams, proxy=True)
 def length_bonus(ep: Episode, p: LengthBonusParams, ctx: Context) -> PerStep:
     """``min(1, generated tokens / tokens)`` on the final step."""
     counts = ep.facts.get("action_tokens")
@@ -46,7 +48,7 @@ def length_bonus(ep: Episode, p: LengthBonusParams, ctx: Context) -> PerStep:
     return on_last(ep, min(1.0, total / p.tokens))
 
 
-@register_component("tool_call_bonus", PerActionParams)
+@register_component("tool_call_bonus", PerActionParams, proxy=True)
 def tool_call_bonus(ep: Episode, p: PerActionParams, ctx: Context) -> PerStep:
     """1 on every well-formed tool call that is not the final answer."""
     calls = {
@@ -57,7 +59,7 @@ def tool_call_bonus(ep: Episode, p: PerActionParams, ctx: Context) -> PerStep:
     return on_steps(ep, calls)
 
 
-@register_component("prune_bonus", PerActionParams, envs={"search"})
+@register_component("prune_bonus", PerActionParams, envs={"search"}, proxy=True)
 def prune_bonus(ep: Episode, p: PerActionParams, ctx: Context) -> PerStep:
     """1 on every well-formed prune."""
     return on_steps(ep, {s.index: 1.0 for s in ep.steps if s.ok and s.tool == "prune"})

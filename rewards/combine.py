@@ -98,10 +98,14 @@ class RewardFunction:
             total=math.fsum(totals.values()), components=totals, per_step=per_step
         )
         stages = ep.facts.get("stages")
+        metrics = self.metrics(ep, weights, judgements)
+        proxies = [totals[c.key] for c, spec in self._parts if spec.proxy]
+        if proxies:  # what the terms that do not verify the task paid
+            metrics["proxy_reward"] = math.fsum(proxies)
         return RewardResult(
             breakdown=breakdown,
             judgements=judgements,
-            metrics=self.metrics(ep, weights, judgements),
+            metrics=metrics,
             critical_path=critical_path(stages) if stages is not None else None,
         )
 

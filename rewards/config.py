@@ -211,7 +211,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "serial_collapse.min_fall": 0.3,
     "serial_collapse.after_windows": 2.0,
     "spurious_parallelism.min_parallelism": 2.0,
-    "spurious_parallelism.max_finish_rate": 0.5,
+    "spurious_parallelism.max_finish_rate": 0.4,
     "spurious_parallelism.max_yield": 0.35,
     "spurious_parallelism.min_critical_drop": 0.1,
     "single_search_exit.min_frac": 0.5,
@@ -223,15 +223,17 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "judge_verifier_divergence.max_outcome_rise": 0.02,
     "length_drift.max_growth": 1.5,
     "length_drift.max_truncated": 0.3,
-    "length_drift.min_truncated_rise": 0.1,
+    "length_drift.min_truncated_rise": 0.2,
+    "length_drift.after_windows": 2.0,
     "entropy_collapse.min_entropy": 0.1,
     "entropy_collapse.max_ratio": 0.25,
     "no_learning_signal.min_frac": 0.95,
     "no_learning_signal.min_steps": 8.0,
     "reward_without_success.min_reward_rise": 0.1,
     "reward_without_success.max_outcome_rise": 0.02,
+    "reward_without_success.max_outcome_share": 0.25,
     "repetition.max_repetition": 0.4,
-    "repetition.min_rise": 0.15,
+    "repetition.min_rise": 0.1,
 }
 DETECTOR_NAMES: tuple[str, ...] = tuple(
     dict.fromkeys(k.split(".")[0] for k in DEFAULT_THRESHOLDS)

@@ -17,7 +17,7 @@ Thresholds (``<detector>.<name>``: default), all judged on the late half of the 
   0.00, is not running anything serially), either fallen there by ``min_fall`` from
   the early half (at any age) or staying there once the run is ``after_windows``
   windows old (a fresh policy starts serial before it learns to fan out).
-* ``spurious_parallelism.min_parallelism`` 2, ``.max_finish_rate`` 0.5,
+* ``spurious_parallelism.min_parallelism`` 2, ``.max_finish_rate`` 0.4,
   ``.max_yield`` 0.35, ``.min_critical_drop`` 0.1: wide fan-out, few subtasks done
   (or few per sub-agent spawned), and critical steps that fell by less than 10% from
   the early half.
@@ -29,8 +29,9 @@ Thresholds (``<detector>.<name>``: default), all judged on the late half of the 
   episode, and the share of them that drop a single document.
 * ``judge_verifier_divergence.min_judge_rise`` 0.1, ``.max_outcome_rise`` 0.02.
 * ``length_drift.max_growth`` 1.5 (late / early mean length), ``.max_truncated`` 0.3,
-  ``.min_truncated_rise`` 0.1 (a truncated share that was already high and creeps up by
-  a point, 98% -> 99%, is not drift).
+  ``.min_truncated_rise`` 0.2 (a truncated share that was already high and creeps up,
+  98% -> 99% or 72% -> 86%, is not drift), ``.after_windows`` 2 (a fresh policy's
+  rollouts lengthen as it learns to use its tools: judged once two windows old).
 * The health detectors (entropy collapse, no learning signal, reward without
   success, repetition) are in :mod:`rewards.detectors_health`.
 """
@@ -62,7 +63,7 @@ _FROM_RESULTS = (
     "critical_steps", "parallelism", "subagents", "finish_rate", "subagent_yield",
     "success", "truncated",
     "judge/score", "searches", "prunes", "single_doc_prunes", "single_search_exit",
-    "repetition",
+    "repetition", "proxy_reward",
 )  # fmt: skip
 
 
@@ -147,6 +148,21 @@ def halves(xs: Sequence[float]) -> tuple[float, float]:
     mid = len(xs) // 2
     early, late = xs[:mid] or xs, xs[mid:]
     return sum(early) / len(early), sum(late) / len(late)
+
+
+def trend(xs: Sequence[float]) -> float:
+    """How much a series rose across the window: its least-squares slope times its
+    span (a steady climb counts whole, where the halves' means see half of it).
+
+    >>> round(trend([0.0, 0.1, 0.2, 0.3]), 6), trend([1.0])
+    (0.3, 0.0)
+    """
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    mx, my = (n - 1) / 2, sum(xs) / n
+    sxx = sum((i - mx) ** 2 for i in range(n))
+    return sum((i - mx) * (x - my) for i, x in enumerate(xs)) / sxx * (n - 1)
 
 
 def tail(xs: Sequence[float], n: int = 10) -> list[float]:
@@ -291,6 +307,10 @@ def judge_verifier_divergence(
 def length_drift(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
     """Completions growing fast, or more and more episodes cut off by the budget."""
     length, trunc = series(window, "length"), series(window, "truncated")
+    # A fresh policy's rollouts lengthen as it learns to use its tools (more
+    # searches, a calculator call before answering): not drift.
+    if not _past_warmup(window, cfg, "length_drift"):
+        return None
     growth_limit = cfg.threshold("length_drift.max_growth")
     trunc_limit = cfg.threshold("length_drift.max_truncated")
     reasons, evidence, drift = [], {}, []

@@ -10,10 +10,14 @@ imports this module), judged over the same window of step summaries. Thresholds
   rewards were all equal (``frac_reward_zero_std``) at or above it, on average and in
   the late half, over the last that many steps. Not a hack but its cousin: every
   advantage is zero, so nothing is learned while the run looks healthy.
-* ``reward_without_success.min_reward_rise`` 0.1, ``.max_outcome_rise`` 0.02: the
-  mean reward rose by at least that much while success did not (format-only rewards,
-  a gamed judge, a bonus the task does not need); names the term that rose most.
-* ``repetition.max_repetition`` 0.4, ``.min_rise`` 0.15: the mean share of an
+* ``reward_without_success.min_reward_rise`` 0.1, ``.max_outcome_rise`` 0.02,
+  ``.max_outcome_share`` 0.25: what the proxy terms pay (``proxy_reward``: the
+  components registered as ``proxy``, such as ``format``, ``judge``, ``r_parallel``)
+  rose by at least ``min_reward_rise`` across the window (its trend:
+  :func:`rewards.detectors.trend`) while success rose by no more than the larger of
+  ``max_outcome_rise`` and ``max_outcome_share`` of it (format-only rewards, a gamed
+  judge, a bonus the task does not need); names the term that rose most.
+* ``repetition.max_repetition`` 0.4, ``.min_rise`` 0.1: the mean share of an
   episode's word bigrams that repeat an earlier one, at or above it in the late half
   and risen by ``min_rise`` (degenerate output: one call or one word over and over).
 """
@@ -31,6 +35,7 @@ from rewards.detectors import (
     register,
     series,
     tail,
+    trend,
 )
 
 
@@ -85,30 +90,35 @@ def no_learning_signal(
 def reward_without_success(
     window: Sequence[Summary], cfg: DetectorConfig
 ) -> Finding | None:
-    """The reward rises while the verifiable outcome (success) does not: some term
-    pays for something other than solving the task (a format term, a judge, a bonus).
-    Names the term that rose most."""
-    reward, succ = series(window, "reward"), series(window, "success")
-    if not enough(cfg, reward, succ):
+    """What the proxy terms pay (those that do not verify the task: a format, a
+    judge, a behaviour bonus; ``proxy_reward``) climbs while the verifiable outcome
+    (success) does not climb with it. Names the term that rose most."""
+    proxy, succ = series(window, "proxy_reward"), series(window, "success")
+    if not enough(cfg, proxy, succ):
         return None
-    (r0, r1), (s0, s1) = halves(reward), halves(succ)
+    up, won = trend(proxy), trend(succ)
     min_rise = cfg.threshold("reward_without_success.min_reward_rise")
-    max_out = cfg.threshold("reward_without_success.max_outcome_rise")
-    if r1 - r0 < min_rise or s1 - s0 > max_out:
+    # Success may rise by noise, or by a fraction of what the proxy rose: a proxy
+    # that shapes learning (a format reward early on) brings success along.
+    allowed = max(
+        cfg.threshold("reward_without_success.max_outcome_rise"),
+        cfg.threshold("reward_without_success.max_outcome_share") * up,
+    )
+    if up < min_rise or won > allowed:
         return None
     rises = {
-        key.split("/", 1)[1]: halves(xs)[1] - halves(xs)[0]
+        key.split("/", 1)[1]: trend(xs)
         for key in sorted({k for s in window for k in s if k.startswith("component/")})
         if enough(cfg, xs := series(window, key))
     }
     term = max(rises, key=rises.__getitem__) if rises else None
     from_term = f" (most from {term}: {rises[term]:+.2f})" if term else ""
+    late = halves(proxy)[1]
     return Finding(
-        f"reward without success: reward {r0:.2f} -> {r1:.2f}{from_term} while "
-        f"success {s0:.2f} -> {s1:.2f}",
-        {"reward_early": r0, "reward_late": r1, "success_early": s0,
-         "success_late": s1, "component": term, "reward": tail(reward),
-         "success": tail(succ)},
+        f"reward without success: proxy terms pay {up:+.2f}{from_term} across the "
+        f"last {len(proxy)} steps while success moved {won:+.2f}",
+        {"proxy_rise": up, "success_rise": won, "proxy_late": late,
+         "component": term, "proxy_reward": tail(proxy), "success": tail(succ)},
     )  # fmt: skip
 
 

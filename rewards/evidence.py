@@ -132,15 +132,15 @@ def _judge(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
 
 @_predicate("reward_without_success")
 def _unearned(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
-    # Failed, yet paid at or above the late-window mean: the rollouts the rising
-    # term pays for something other than solving the task.
-    reward, success = _num(row, "reward"), _num(row, "success")
-    bar = ev.get("reward_late")
-    if reward is None or success is None or success >= 0.5:
+    # Failed, yet paid by the proxy terms at or above their late-window mean: the
+    # rollouts the rising terms pay for something other than solving the task.
+    paid, success = _num(row, "proxy_reward"), _num(row, "success")
+    bar = ev.get("proxy_late")
+    if paid is None or success is None or success >= 0.5:
         return None
-    if isinstance(bar, int | float) and math.isfinite(bar) and reward < bar:
+    if isinstance(bar, int | float) and math.isfinite(bar) and paid < bar:
         return None
-    return f"reward {reward:.2f}, task not solved"
+    return f"proxy terms paid {paid:.2f}, task not solved"
 
 
 @_predicate("repetition")

@@ -145,7 +145,7 @@ def r_perf(ep: Episode, p: PerfParams, ctx: Context = NO_CONTEXT) -> PerStep:
     return on_last(ep, value)
 
 
-@register_component("r_parallel", ParallelParams, envs={"swarm"})
+@register_component("r_parallel", ParallelParams, envs={"swarm"}, proxy=True)
 def r_parallel(ep: Episode, p: ParallelParams, ctx: Context = NO_CONTEXT) -> PerStep:
     """Sub-agents instantiated, normalised: ``min(n, max_subagents) / max_subagents``,
     earned on the steps that spawned them (Kimi K2.5, against serial collapse).

@@ -26,38 +26,58 @@ def window(**series):
     ]
 
 
-def test_reward_rising_without_success_names_the_term_that_rose():
+def test_proxy_terms_rising_without_success_name_the_term_that_rose():
     w = window(
-        reward=[0.3] * 5 + [0.6] * 5,
-        success=[0.2] * 10,
-        **{"component/format": [0.1] * 5 + [0.4] * 5, "component/outcome": [0.2] * 10},
+        proxy_reward=[0.1, 0.2, 0.3, 0.4, 0.5],
+        success=[0.2] * 5,
+        **{
+            "component/format": [0.1, 0.2, 0.3, 0.4, 0.5],
+            "component/outcome": [0.2] * 5,
+        },
     )
     found = reward_without_success(w, CFG)
     assert found is not None
     assert found.evidence["component"] == "format"
     assert found.message == (
-        "reward without success: reward 0.30 -> 0.60 (most from format: +0.30) "
-        "while success 0.20 -> 0.20"
+        "reward without success: proxy terms pay +0.40 (most from format: +0.40) "
+        "across the last 5 steps while success moved +0.00"
     )
 
 
-def test_reward_rising_with_success_is_learning():
-    w = window(reward=[0.3] * 5 + [0.6] * 5, success=[0.2] * 5 + [0.5] * 5)
+def test_proxy_terms_that_bring_success_along_are_shaping():
+    # success rose by more than a quarter of what the proxy did
+    w = window(
+        proxy_reward=[0.1, 0.2, 0.3, 0.4, 0.5], success=[0.0, 0.03, 0.06, 0.09, 0.12]
+    )
     assert reward_without_success(w, CFG) is None
-    flat = window(reward=[0.3] * 5 + [0.35] * 5, success=[0.2] * 10)
+    flat = window(proxy_reward=[0.3, 0.32, 0.31, 0.33, 0.32], success=[0.2] * 5)
     assert reward_without_success(flat, CFG) is None
 
 
-def test_its_evidence_is_the_failed_rollouts_paid_at_least_the_late_mean():
+def test_only_proxy_components_count_as_proxy_reward():
+    from rewards.combine import build_reward_fn
+    from rewards.config import RewardConfig
+    from rewards.synthetic import episode
+
+    cfg = {"components": [{"name": "outcome"}, {"name": "format", "weight": 0.5}]}
+    fn = build_reward_fn(RewardConfig.model_validate(cfg), env_name="calc")
+    ep = episode("calc", [{"tool": "answer", "ok": True}], success=True)
+    assert fn([ep], 1)[0].metrics["proxy_reward"] == 0.5  # the format's, not 1.5
+    outcome_only = RewardConfig.model_validate({"components": [{"name": "outcome"}]})
+    fn = build_reward_fn(outcome_only, env_name="calc")
+    assert "proxy_reward" not in fn([ep], 1)[0].metrics
+
+
+def test_its_evidence_is_the_failed_rollouts_the_proxies_paid_most():
     rows = [
-        {"reward": 0.9, "success": 0.0},
-        {"reward": 0.2, "success": 0.0},  # failed, paid little: not the hole
-        {"reward": 1.0, "success": 1.0},  # solved: earned
-        {"reward": 0.7, "success": 0.0},
+        {"proxy_reward": 0.9, "success": 0.0},
+        {"proxy_reward": 0.2, "success": 0.0},  # failed, paid little: not the hole
+        {"proxy_reward": 1.0, "success": 1.0},  # solved: earned
+        {"proxy_reward": 0.7, "success": 0.0},
     ]
-    picked, matched = pick("reward_without_success", rows, {"reward_late": 0.6}, CFG)
+    picked, matched = pick("reward_without_success", rows, {"proxy_late": 0.6}, CFG)
     assert [i for i, _ in picked] == [0, 3] and matched == 2
-    assert picked[0][1] == "reward 0.90, task not solved"
+    assert picked[0][1] == "proxy terms paid 0.90, task not solved"
 
 
 def test_the_repetition_metric_counts_repeated_word_pairs():
