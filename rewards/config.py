@@ -209,6 +209,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "serial_collapse.max_parallelism": 1.2,
     "serial_collapse.min_parallelism": 0.5,
     "serial_collapse.min_fall": 0.3,
+    "serial_collapse.min_serial_share": 0.5,
     "serial_collapse.after_windows": 2.0,
     "spurious_parallelism.min_parallelism": 2.0,
     "spurious_parallelism.max_finish_rate": 0.4,
@@ -232,6 +233,8 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "reward_without_success.min_reward_rise": 0.1,
     "reward_without_success.max_outcome_rise": 0.02,
     "reward_without_success.max_outcome_share": 0.25,
+    "shortcut.max_ratio": 0.67,
+    "shortcut.max_outcome_rise": 0.02,
     "repetition.max_repetition": 0.4,
     "repetition.min_rise": 0.1,
 }

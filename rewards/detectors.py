@@ -16,7 +16,10 @@ Thresholds (``<detector>.<name>``: default), all judged on the late half of the 
   maximum but at least the minimum (a policy that never spawns a sub-agent, 0.00 ->
   0.00, is not running anything serially), either fallen there by ``min_fall`` from
   the early half (at any age) or staying there once the run is ``after_windows``
-  windows old (a fresh policy starts serial before it learns to fan out).
+  windows old (a fresh policy starts serial before it learns to fan out); or
+  ``.min_serial_share`` 0.5 of the episodes serial (``serial``: they completed
+  subtasks and no stage ran two sub-agents at once, the orchestrator solving them
+  itself included), risen by ``min_fall`` or staying past the warm-up.
 * ``spurious_parallelism.min_parallelism`` 2, ``.max_finish_rate`` 0.4,
   ``.max_yield`` 0.35, ``.min_critical_drop`` 0.1: wide fan-out, few subtasks done
   (or few per sub-agent spawned), and critical steps that fell by less than 10% from
@@ -63,7 +66,7 @@ _FROM_RESULTS = (
     "critical_steps", "parallelism", "subagents", "finish_rate", "subagent_yield",
     "success", "truncated",
     "judge/score", "searches", "prunes", "single_doc_prunes", "single_search_exit",
-    "repetition", "proxy_reward",
+    "repetition", "proxy_reward", "serial",
 )  # fmt: skip
 
 
@@ -176,13 +179,40 @@ def _past_warmup(window: Sequence[Summary], cfg: DetectorConfig, name: str) -> b
     return bool(window) and window[-1].get("step", 0) > after
 
 
+def risen(
+    window: Sequence[Summary],
+    cfg: DetectorConfig,
+    key: str,
+    limit: float,
+    rise: float,
+    warmup: str | None = None,
+) -> tuple[float, float, list[float]] | None:
+    """``(early, late, series)`` of ``key`` when its late half is at least ``limit``
+    and got there by rising ``rise`` from the early half (a learned change, at any
+    age) or, with ``warmup`` (a detector's name), stays there past that detector's
+    warm-up; else None."""
+    xs = series(window, key)
+    if not enough(cfg, xs):
+        return None
+    early, late = halves(xs)
+    past = warmup is not None and _past_warmup(window, cfg, warmup)
+    if late < limit or not (late - early >= rise or past):
+        return None
+    return early, late, xs
+
+
 def enough(cfg: DetectorConfig, *xs: Sequence[float]) -> bool:
     return all(len(x) >= cfg.min_steps for x in xs)
 
 
 @register("serial_collapse", "warning", {"swarm"})
 def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
-    """Sub-agents per stage fell to about one: the orchestrator stopped fanning out."""
+    """Sub-agents per stage fell to about one, or most episodes do all their work one
+    subtask at a time (the orchestrator solving them itself counts): the orchestrator
+    stopped fanning out."""
+    found = _serial_share(window, cfg)
+    if found is not None:
+        return found
     par = series(window, "parallelism")
     if not enough(cfg, par):
         return None
@@ -203,6 +233,23 @@ def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding |
         f"threshold {limit:g})",
         {"parallelism_early": early, "parallelism_late": late, "threshold": limit,
          "subagents_late": halves(subs)[1] if subs else None, "parallelism": tail(par)},
+    )  # fmt: skip
+
+
+def _serial_share(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
+    """Most episodes that did work did it serially (``serial``), risen there by
+    ``min_fall`` from the early half, or staying there past the warm-up."""
+    limit = cfg.threshold("serial_collapse.min_serial_share")
+    rise = cfg.threshold("serial_collapse.min_fall")
+    found = risen(window, cfg, "serial", limit, rise, "serial_collapse")
+    if found is None:
+        return None
+    early, late, xs = found
+    return Finding(
+        f"serial collapse: {late:.0%} of episodes did all their work one subtask at "
+        f"a time (was {early:.0%})",
+        {"serial_early": early, "serial_late": late, "threshold": limit,
+         "serial": tail(xs)},
     )  # fmt: skip
 
 
@@ -244,15 +291,13 @@ def single_search_exit(
     window: Sequence[Summary], cfg: DetectorConfig
 ) -> Finding | None:
     """Most episodes end after at most one search."""
-    xs = series(window, "single_search_exit")
-    if not enough(cfg, xs):
-        return None
     limit = cfg.threshold("single_search_exit.min_frac")
-    early, late = halves(xs)
+    rise = cfg.threshold("single_search_exit.min_rise")
     # Learned: a rise from searching more (at any age), or a stay past the warm-up.
-    rose = late - early >= cfg.threshold("single_search_exit.min_rise")
-    if late < limit or not (rose or _past_warmup(window, cfg, "single_search_exit")):
+    found = risen(window, cfg, "single_search_exit", limit, rise, "single_search_exit")
+    if found is None:
         return None
+    early, late, xs = found
     return Finding(
         f"single-search exit: {late:.0%} of episodes answer after one search "
         f"(was {early:.0%})",

@@ -1,5 +1,6 @@
 """Detectors of a run that stopped doing its task, whatever the task: the reward paid
-for something else, degenerate output, no signal left to learn from, entropy gone.
+for something else, a shortcut, degenerate output, no signal left to learn from,
+entropy gone.
 
 Registered into :data:`rewards.detectors.DETECTORS` like the others (``rewards``
 imports this module), judged over the same window of step summaries. Thresholds
@@ -17,6 +18,9 @@ imports this module), judged over the same window of step summaries. Thresholds
   :func:`rewards.detectors.trend`) while success rose by no more than the larger of
   ``max_outcome_rise`` and ``max_outcome_share`` of it (format-only rewards, a gamed
   judge, a bonus the task does not need); names the term that rose most.
+* ``shortcut.max_ratio`` 0.67, ``.max_outcome_rise`` 0.02: the late half's mean
+  length at most that share of the early half's while success rose no more than
+  that (a policy that stopped working the task: answering at once, exiting early).
 * ``repetition.max_repetition`` 0.4, ``.min_rise`` 0.1: the mean share of an
   episode's word bigrams that repeat an earlier one, at or above it in the late half
   and risen by ``min_rise`` (degenerate output: one call or one word over and over).
@@ -33,6 +37,7 @@ from rewards.detectors import (
     enough,
     halves,
     register,
+    risen,
     series,
     tail,
     trend,
@@ -126,16 +131,40 @@ def reward_without_success(
 def repetition(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
     """Degenerate output: the policy's actions repeat themselves (the share of an
     episode's word bigrams seen before in it) more and more."""
-    rep = series(window, "repetition")
-    if not enough(cfg, rep):
-        return None
-    r0, r1 = halves(rep)
     limit = cfg.threshold("repetition.max_repetition")
-    if r1 < limit or r1 - r0 < cfg.threshold("repetition.min_rise"):
+    found = risen(
+        window, cfg, "repetition", limit, cfg.threshold("repetition.min_rise")
+    )
+    if found is None:
         return None
+    r0, r1, rep = found
     return Finding(
         f"repetition: {r1:.0%} of the policy's word pairs repeat within an episode "
         f"(was {r0:.0%})",
         {"repetition_early": r0, "repetition_late": r1, "threshold": limit,
          "repetition": tail(rep)},
+    )  # fmt: skip
+
+
+@register("shortcut", "warning")
+def shortcut(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
+    """Episodes got much shorter while success did not rise: the policy stopped
+    working the task (answering at once, exiting early) for a reward that does not
+    need the work."""
+    length, succ = series(window, "length"), series(window, "success")
+    if not enough(cfg, length, succ):
+        return None
+    (l0, l1), (s0, s1) = halves(length), halves(succ)
+    ratio = cfg.threshold("shortcut.max_ratio")
+    if (
+        l0 <= 0
+        or l1 / l0 > ratio
+        or s1 - s0 > cfg.threshold("shortcut.max_outcome_rise")
+    ):
+        return None
+    return Finding(
+        f"shortcut: episodes {l0:.1f} -> {l1:.1f} tokens while success "
+        f"{s0:.2f} -> {s1:.2f}",
+        {"length_early": l0, "length_late": l1, "success_early": s0,
+         "success_late": s1, "length": tail(length), "success": tail(succ)},
     )  # fmt: skip

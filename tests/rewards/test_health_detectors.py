@@ -139,3 +139,31 @@ def test_summaries_carry_each_reward_terms_mean():
     r = RewardResult(RewardBreakdown(1.0, {}, {}))
     s = summarize(2, {"rewards/format/mean": 0.1, "rewards/a/b/mean": 9}, [], [r])
     assert s["component/format"] == 0.1 and "component/a" not in s
+
+
+def test_a_shortcut_is_episodes_shrinking_while_success_does_not_rise():
+    from rewards.detectors_health import shortcut
+
+    w = window(length=[7.5, 7.4, 5.7, 4.3, 4.5, 3.6], success=[0.02] * 6)
+    found = shortcut(w, CFG)
+    assert found is not None
+    assert (
+        found.message
+        == "shortcut: episodes 6.9 -> 4.1 tokens while success 0.02 -> 0.02"
+    )
+    # shorter and better: the policy got efficient, not lazy
+    better = window(
+        length=[7.5, 7.4, 5.7, 4.3, 4.5, 3.6], success=[0.1] * 3 + [0.4] * 3
+    )
+    assert shortcut(better, CFG) is None
+
+
+def test_shortcut_evidence_is_the_short_failed_rollouts():
+    rows = [
+        {"length": 3.0, "success": 0.0},
+        {"length": 3.0, "success": 1.0},  # short and right
+        {"length": 7.0, "success": 0.0},  # as long as before
+    ]
+    picked, matched = pick("shortcut", rows, {"length_early": 7.0}, CFG)
+    assert [i for i, _ in picked] == [0] and matched == 1
+    assert picked[0][1] == "3 tokens (0.4x the early mean), not solved"

@@ -197,10 +197,10 @@ def test_it_fires_serial_collapse_on_onset_and_not_again_while_it_lasts():
         for alert in monitor(step, {"entropy": 1.0}, episodes, results):
             fired.append((alert.step, alert.detector))
     collapse = [s for s, d in fired if d == "serial_collapse"]
-    # A fall from fanning out is judged at any age: at step 10 the late half (steps
-    # 6-10: 2, 2, 1, 1, 1) averages 1.4 -> 1.2 sub-agents... at most the 1.2
-    # threshold, fallen from 3.2; not again: the collapse never cleared.
-    assert collapse == [10]
+    # A fall from fanning out is judged at any age: at step 8 half the late half
+    # (steps 5-8: widths 2, 2, 1, 1) did its work one sub-agent at a time, up from
+    # none of steps 1-4; not again: the collapse never cleared.
+    assert collapse == [8]
     assert all(d == "serial_collapse" for _, d in fired)
 
 
@@ -213,8 +213,8 @@ def test_it_fires_again_on_a_new_onset_after_the_pattern_cleared():
         steps += [a.step for a in monitor(step, {}, eps, reward_fn(eps, step))]
     # Onset at 21 (judged from then on); cleared once width 4 reaches the late half
     # (about step 27) and absent for more than a window, so the return to width 1
-    # fires again: when steps 41-45 (width 1) are the late half of the window 36-45.
-    assert steps == [21, 45]
+    # fires again: at step 43, when 3 of the late half's 5 steps (39-43) are serial.
+    assert steps == [21, 43]
 
 
 def test_it_summarises_results_and_trainer_metrics_per_step():
