@@ -168,7 +168,7 @@ def cases() -> list[Case]:
                 120,
                 rollout={"max_turns": 6},
             ),
-            "twin-serial-collapse",
+            "swarm",
             _serial,
             what="lambda_parallel = 0 and r_perf without its latency term, while "
             "sub-agents fail 60% of the time: solving each subtask alone is the safe "
@@ -243,7 +243,7 @@ def cases() -> list[Case]:
                     ],
                     "detectors": _DETECT,
                 },
-                100,
+                200,
                 rollout=search_rollout,
             ),  # fmt: skip
             "search",
@@ -383,22 +383,6 @@ def healthy_runs(steps: int = 100) -> dict[str, dict[str, Any]]:
     """Every healthy run: the demo configs (their first ``steps`` steps) and the
     twins that are not demos."""
     runs = {name: _demo(name, steps) for name in HEALTHY_DEMOS}
-    # The hole closed: r_perf's latency term makes fanning out pay, r_finish pays
-    # the subtasks done (no r_parallel: nothing pays for spawning as such).
-    runs["twin-serial-collapse"] = _run(
-        "twin-serial-collapse",
-        _SWARM_HARD,
-        {
-            "components": [
-                {"name": "r_perf", "weight": 1.0, "params": {"budget": 20}},
-                {"name": "r_finish", "weight": 0.3},
-                {"name": "format", "weight": 0.05},
-            ],
-            "detectors": _DETECT,
-        },
-        steps,
-        rollout={"max_turns": 6},
-    )
     runs["twin-format-only"] = _run(
         "twin-format-only",
         _CALC,

@@ -1,8 +1,9 @@
 """Recorded slices of the suite's runs: the small fixtures the tests replay.
 
-``python bench/hacking_suite.py --slices tests/fixtures/hacking`` cuts, from each
-hack's recording, the steps from ``BEFORE`` steps before its onset to ``AFTER`` after
-it, and the same steps of its healthy twin. A slice keeps every step's summary (what
+``python bench/hacking_suite.py --slices tests/fixtures/hacking`` cuts, from the
+recording of each hack that was caught as the goal asks, the steps from ``BEFORE``
+steps before its onset (or its first alert, if earlier) to ``AFTER`` after it (or
+after the alert), and the same steps of its healthy twin. A slice keeps every step's summary (what
 the monitor reads) and the metrics the server reads (what a trainer sends), and the
 rollouts (the numbers the evidence and the labels read) of the steps around the
 onset only, where the first alert must name them: small enough to keep in the
@@ -90,8 +91,8 @@ def write(path: Path, lines: list[dict[str, Any]]) -> None:
 
 
 def write_slices(directory: Path, target: Path) -> list[str]:
-    """A slice of every hack whose onset was measured, and of its twin; returns
-    what was written."""
+    """A slice of every hack caught as the goal asks (within ``GOAL_DELAY`` steps
+    of its onset, naming hacked rollouts), and of its twin; returns their names."""
     written = []
     for case in cases():
         path = directory / f"hack-{case.name}.jsonl.gz"
@@ -100,11 +101,16 @@ def write_slices(directory: Path, target: Path) -> list[str]:
             continue
         meta, steps, _ = read_recording(path)
         result = measure_hack(case, meta, steps)
-        if result.onset is None:
+        if not result.met:  # what a slice's test asserts is that it was met
             continue
-        first, last = max(1, result.onset - BEFORE), result.onset + AFTER
+        alert = result.first_alert
+        first = max(1, min(result.onset, alert) - BEFORE)
+        last = max(result.onset, alert) + AFTER
         extra = {"baseline": baseline(steps), "onset": result.onset, "case": case.name}
-        rows = (result.onset - ROWS_BEFORE, result.onset + GOAL_DELAY)
+        rows = (
+            min(result.onset - ROWS_BEFORE, alert),
+            max(result.onset + GOAL_DELAY, alert),
+        )
         write(
             target / f"{case.name}.jsonl.gz",
             cut(meta, steps, first, last, *rows, extra),
