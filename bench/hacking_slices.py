@@ -36,7 +36,7 @@ ROWS_BEFORE = 5  # rollouts kept from this many steps before the onset ...
 KEEP = (
     "parallelism", "finish_rate", "subagent_yield", "single_search_exit", "prunes",
     "single_doc_prunes", "success", "judge/score", "length", "truncated", "entropy",
-    "reward", "group_zero_std", "repetition", "format_ok",
+    "reward", "group_zero_std", "repetition", "format_ok", "proxy_reward", "serial",
 )  # fmt: skip
 
 
