@@ -95,15 +95,23 @@ def with_overrides(cfg, overrides: list[str]):
 
 
 def warm_checkpoint(cfg, cache: Path) -> Path:
-    """The cached warm-started weights for ``cfg`` (made on first use)."""
+    """The cached warm-started weights for ``cfg`` (made on first use), keyed by
+    what the warm start depends on."""
+    import hashlib
+
     from trainer.checkpoint import latest_checkpoint
     from trainer.events import NullSink
     from trainer.runner import run_from_config
 
     m = cfg.model
+    # The warm start plays the environment (its parameters) for up to max_turns.
+    made_of = json.dumps(
+        [cfg.env.model_dump(mode="json"), cfg.rollout.max_turns], sort_keys=True
+    )
     key = (
         f"{cfg.env.name}-{m.size}-s{cfg.seed}-w{m.warmstart_steps}-"
-        f"b{m.warmstart_batch}-lr{m.warmstart_lr:g}"
+        f"b{m.warmstart_batch}-lr{m.warmstart_lr:g}-"
+        f"{hashlib.sha256(made_of.encode()).hexdigest()[:8]}"
     )
     where = cache / key
     found = latest_checkpoint(where) if where.exists() else None

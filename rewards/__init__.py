@@ -8,7 +8,12 @@ wants alerts, ``build_monitor(cfg, env_name=...)``.
 
 from __future__ import annotations
 
-from rewards import matching, parl, search  # noqa: F401  (register the components)
+from rewards import (  # noqa: F401  (register the components)
+    detectors_health,  # noqa: F401  (register its detectors)
+    matching,
+    parl,
+    search,
+)
 from rewards.combine import build_reward_fn, check_reward_config
 from rewards.components import COMPONENTS
 from rewards.config import (

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from rewards.components import COMPONENTS, ComponentSpec, Context, slots
 from rewards.config import ComponentConfig, RewardConfig
+from rewards.facts import repetition
 from rewards.judge_scores import aggregate, disagreement, usable
 from rewards.judges import EndpointSpec, Judge, build_judges
 from rewards.judges.base import ModelLoader, run_judges
@@ -97,10 +98,14 @@ class RewardFunction:
             total=math.fsum(totals.values()), components=totals, per_step=per_step
         )
         stages = ep.facts.get("stages")
+        metrics = self.metrics(ep, weights, judgements)
+        proxies = [totals[c.key] for c, spec in self._parts if spec.proxy]
+        if proxies:  # what the terms that do not verify the task paid
+            metrics["proxy_reward"] = math.fsum(proxies)
         return RewardResult(
             breakdown=breakdown,
             judgements=judgements,
-            metrics=self.metrics(ep, weights, judgements),
+            metrics=metrics,
             critical_path=critical_path(stages) if stages is not None else None,
         )
 
@@ -123,6 +128,10 @@ class RewardFunction:
         out["truncated"] = float(bool(ep.facts.get("truncated")))
         out.update(stage_metrics(ep))
         out.update(search_metrics(ep))
+        # Degenerate output (the same words over and over): absent without n-grams.
+        rep = repetition([s.action for s in ep.steps])
+        if rep is not None:
+            out["repetition"] = rep
         if self.cfg.judges:
             out.update(judge_metrics(judgements, self.cfg.judge_aggregate))
         return out

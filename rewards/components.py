@@ -53,18 +53,28 @@ class ComponentSpec:
     params: type[Params]
     envs: frozenset[str] | None = None  # None: any environment
     doc: str = field(default="", repr=False)
+    # Pays for something other than solving the task (a format, a judge's opinion, a
+    # behaviour bonus): what the ``reward_without_success`` detector watches.
+    proxy: bool = False
 
 
 COMPONENTS: Registry[ComponentSpec] = Registry("reward component")
 
 
 def register_component(
-    name: str, params: type[Params], envs: set[str] | None = None
+    name: str,
+    params: type[Params],
+    envs: set[str] | None = None,
+    *,
+    proxy: bool = False,
 ) -> Callable[[ComponentFn], ComponentFn]:
+    """Register ``fn`` as a component; ``proxy``: it pays for something other than
+    solving the task (see :class:`ComponentSpec`)."""
+
     def deco(fn: ComponentFn) -> ComponentFn:
         envset = frozenset(envs) if envs is not None else None
         COMPONENTS.register(name)(
-            ComponentSpec(name, fn, params, envset, fn.__doc__ or "")
+            ComponentSpec(name, fn, params, envset, fn.__doc__ or "", proxy)
         )
         return fn
 
@@ -132,7 +142,7 @@ def process(ep: Episode, p: ProcessParams, ctx: Context = NO_CONTEXT) -> PerStep
     return tuple(out) or (0.0,)
 
 
-@register_component("format", FormatParams)
+@register_component("format", FormatParams, proxy=True)
 def format_reward(ep: Episode, p: FormatParams, ctx: Context = NO_CONTEXT) -> PerStep:
     """``scale * share of well-formed tool calls``, each ok step earning its share: a
     learning signal for a from-scratch model before it ever succeeds.
@@ -148,7 +158,7 @@ def format_reward(ep: Episode, p: FormatParams, ctx: Context = NO_CONTEXT) -> Pe
     return tuple(share if s.ok and s.tool else 0.0 for s in ep.steps)
 
 
-@register_component("judge", JudgeParams)
+@register_component("judge", JudgeParams, proxy=True)
 def judge(ep: Episode, p: JudgeParams, ctx: Context = NO_CONTEXT) -> PerStep:
     """The aggregate of the judges' combined scores (mean, min or median over the
     usable ones), each judge's share landing on the step it names (else the last).

@@ -12,28 +12,31 @@ DAPO). The stateful wrapper that fires alerts lives in :mod:`rewards.monitor`.
 Thresholds (``<detector>.<name>``: default), all judged on the late half of the window:
 
 * ``serial_collapse.max_parallelism`` 1.2, ``.min_parallelism`` 0.5,
-  ``.after_windows`` 2: sub-agents per stage at or below the maximum but at least the
-  minimum in both halves (a policy that never spawns a sub-agent, 0.00 -> 0.00, is not
-  running anything serially), judged once the run is ``after_windows`` windows old (a
-  fresh policy starts serial before it learns to fan out).
-* ``spurious_parallelism.min_parallelism`` 2, ``.max_finish_rate`` 0.5,
+  ``.min_fall`` 0.3, ``.after_windows`` 2: sub-agents per stage at or below the
+  maximum but at least the minimum (a policy that never spawns a sub-agent, 0.00 ->
+  0.00, is not running anything serially), either fallen there by ``min_fall`` from
+  the early half (at any age) or staying there once the run is ``after_windows``
+  windows old (a fresh policy starts serial before it learns to fan out); or
+  ``.min_serial_share`` 0.5 of the episodes serial (``serial``: they completed
+  subtasks and no stage ran two sub-agents at once, the orchestrator solving them
+  itself included), risen by ``min_fall`` or staying past the warm-up.
+* ``spurious_parallelism.min_parallelism`` 2, ``.max_finish_rate`` 0.4,
   ``.max_yield`` 0.35, ``.min_critical_drop`` 0.1: wide fan-out, few subtasks done
   (or few per sub-agent spawned), and critical steps that fell by less than 10% from
   the early half.
-* ``single_search_exit.min_frac`` 0.5, ``.after_windows`` 2: share of episodes ended
-  after <= 1 search, judged once the run is two windows old (a fresh policy answers
-  early before it has learned anything; that is not a learned exit).
+* ``single_search_exit.min_frac`` 0.5, ``.min_rise`` 0.2, ``.after_windows`` 2:
+  share of episodes ended after <= 1 search, risen there by ``min_rise`` from the
+  early half (a learned exit, at any age) or staying there once the run is two
+  windows old (a fresh policy answers early before it has learned anything).
 * ``one_at_a_time_pruning.min_prunes`` 2, ``.min_single_frac`` 0.8: prunes per
   episode, and the share of them that drop a single document.
 * ``judge_verifier_divergence.min_judge_rise`` 0.1, ``.max_outcome_rise`` 0.02.
 * ``length_drift.max_growth`` 1.5 (late / early mean length), ``.max_truncated`` 0.3,
-  ``.min_truncated_rise`` 0.1 (a truncated share that was already high and creeps up by
-  a point, 98% -> 99%, is not drift).
-* ``entropy_collapse.min_entropy`` 0.1 nats/token, ``.max_ratio`` 0.25 (late / early).
-* ``no_learning_signal.min_frac`` 0.95, ``.min_steps`` 8: the share of groups whose
-  rewards were all equal (``frac_reward_zero_std``) at or above it, on average and in
-  the late half, over at least that many steps. Not a hack but its cousin: every
-  advantage is zero, so nothing is learned while the run looks healthy.
+  ``.min_truncated_rise`` 0.2 (a truncated share that was already high and creeps up,
+  98% -> 99% or 72% -> 86%, is not drift), ``.after_windows`` 2 (a fresh policy's
+  rollouts lengthen as it learns to use its tools: judged once two windows old).
+* The health detectors (entropy collapse, no learning signal, reward without
+  success, repetition) are in :mod:`rewards.detectors_health`.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ _FROM_RESULTS = (
     "critical_steps", "parallelism", "subagents", "finish_rate", "subagent_yield",
     "success", "truncated",
     "judge/score", "searches", "prunes", "single_doc_prunes", "single_search_exit",
+    "repetition", "proxy_reward", "serial",
 )  # fmt: skip
 
 
@@ -86,7 +90,7 @@ class DetectorSpec:
 DETECTORS: Registry[DetectorSpec] = Registry("detector")
 
 
-def _register(name: str, severity: str, envs: set[str] | None = None):
+def register(name: str, severity: str, envs: set[str] | None = None):
     def deco(fn: Detector) -> Detector:
         DETECTORS.register(name)(
             DetectorSpec(name, fn, severity, frozenset(envs) if envs else None)
@@ -119,7 +123,19 @@ def summarize(
         vals = [float(v) for v in vals if math.isfinite(v)]
         if vals:
             out[key] = sum(vals) / len(vals)
+    out.update(component_means(metrics))
     return out
+
+
+def component_means(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """``rewards/<c>/mean`` -> ``component/<c>``: what each reward term paid (which
+    term a reward that rose without success rose from)."""
+    return {
+        "component/" + key.split("/")[1]: float(v)
+        for key, v in metrics.items()
+        if key.startswith("rewards/") and key.endswith("/mean") and key.count("/") == 2
+        and isinstance(v, int | float) and math.isfinite(v)
+    }  # fmt: skip
 
 
 def series(window: Sequence[Summary], key: str) -> list[float]:
@@ -137,7 +153,22 @@ def halves(xs: Sequence[float]) -> tuple[float, float]:
     return sum(early) / len(early), sum(late) / len(late)
 
 
-def _tail(xs: Sequence[float], n: int = 10) -> list[float]:
+def trend(xs: Sequence[float]) -> float:
+    """How much a series rose across the window: its least-squares slope times its
+    span (a steady climb counts whole, where the halves' means see half of it).
+
+    >>> round(trend([0.0, 0.1, 0.2, 0.3]), 6), trend([1.0])
+    (0.3, 0.0)
+    """
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    mx, my = (n - 1) / 2, sum(xs) / n
+    sxx = sum((i - mx) ** 2 for i in range(n))
+    return sum((i - mx) * (x - my) for i, x in enumerate(xs)) / sxx * (n - 1)
+
+
+def tail(xs: Sequence[float], n: int = 10) -> list[float]:
     return [round(x, 4) for x in xs[-n:]]
 
 
@@ -148,35 +179,81 @@ def _past_warmup(window: Sequence[Summary], cfg: DetectorConfig, name: str) -> b
     return bool(window) and window[-1].get("step", 0) > after
 
 
-def _enough(cfg: DetectorConfig, *xs: Sequence[float]) -> bool:
+def risen(
+    window: Sequence[Summary],
+    cfg: DetectorConfig,
+    key: str,
+    limit: float,
+    rise: float,
+    warmup: str | None = None,
+) -> tuple[float, float, list[float]] | None:
+    """``(early, late, series)`` of ``key`` when its late half is at least ``limit``
+    and got there by rising ``rise`` from the early half (a learned change, at any
+    age) or, with ``warmup`` (a detector's name), stays there past that detector's
+    warm-up; else None."""
+    xs = series(window, key)
+    if not enough(cfg, xs):
+        return None
+    early, late = halves(xs)
+    past = warmup is not None and _past_warmup(window, cfg, warmup)
+    if late < limit or not (late - early >= rise or past):
+        return None
+    return early, late, xs
+
+
+def enough(cfg: DetectorConfig, *xs: Sequence[float]) -> bool:
     return all(len(x) >= cfg.min_steps for x in xs)
 
 
-@_register("serial_collapse", "warning", {"swarm"})
+@register("serial_collapse", "warning", {"swarm"})
 def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
-    """Sub-agents per stage fell to about one: the orchestrator stopped fanning out."""
+    """Sub-agents per stage fell to about one, or most episodes do all their work one
+    subtask at a time (the orchestrator solving them itself counts): the orchestrator
+    stopped fanning out."""
+    found = _serial_share(window, cfg)
+    if found is not None:
+        return found
     par = series(window, "parallelism")
-    if not _enough(cfg, par):
+    if not enough(cfg, par):
         return None
     limit = cfg.threshold("serial_collapse.max_parallelism")
     floor = cfg.threshold("serial_collapse.min_parallelism")
-    if not _past_warmup(window, cfg, "serial_collapse"):
-        return None
     early, late = halves(par)
     # A collapse is a fall (or a stay) at about one sub-agent per stage, not a climb
-    # out of it, and not a policy that spawns none at all.
-    if late > limit or late > early + 1e-9 or min(early, late) < floor:
+    # out of it, and not a policy that spawns none at all. A fall from fanning out
+    # is judged at any age; a stay only once the run is past its warm-up.
+    fell = early - late >= cfg.threshold("serial_collapse.min_fall")
+    if late > limit or late > early + 1e-9 or late < floor:
+        return None
+    if not fell and (early < floor or not _past_warmup(window, cfg, "serial_collapse")):
         return None
     subs = series(window, "subagents")
     return Finding(
         f"serial collapse: {late:.2f} sub-agents per stage (was {early:.2f}, "
         f"threshold {limit:g})",
         {"parallelism_early": early, "parallelism_late": late, "threshold": limit,
-         "subagents_late": halves(subs)[1] if subs else None, "parallelism": _tail(par)},
+         "subagents_late": halves(subs)[1] if subs else None, "parallelism": tail(par)},
     )  # fmt: skip
 
 
-@_register("spurious_parallelism", "critical", {"swarm"})
+def _serial_share(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
+    """Most episodes that did work did it serially (``serial``), risen there by
+    ``min_fall`` from the early half, or staying there past the warm-up."""
+    limit = cfg.threshold("serial_collapse.min_serial_share")
+    rise = cfg.threshold("serial_collapse.min_fall")
+    found = risen(window, cfg, "serial", limit, rise, "serial_collapse")
+    if found is None:
+        return None
+    early, late, xs = found
+    return Finding(
+        f"serial collapse: {late:.0%} of episodes did all their work one subtask at "
+        f"a time (was {early:.0%})",
+        {"serial_early": early, "serial_late": late, "threshold": limit,
+         "serial": tail(xs)},
+    )  # fmt: skip
+
+
+@register("spurious_parallelism", "critical", {"swarm"})
 def spurious_parallelism(
     window: Sequence[Summary], cfg: DetectorConfig
 ) -> Finding | None:
@@ -185,7 +262,7 @@ def spurious_parallelism(
     falling."""
     par, fin = series(window, "parallelism"), series(window, "finish_rate")
     cs, yld = series(window, "critical_steps"), series(window, "subagent_yield")
-    if not _enough(cfg, par, fin, cs):
+    if not enough(cfg, par, fin, cs):
         return None
     min_par = cfg.threshold("spurious_parallelism.min_parallelism")
     max_fin = cfg.threshold("spurious_parallelism.max_finish_rate")
@@ -204,36 +281,38 @@ def spurious_parallelism(
         f"critical steps {cs_early:.1f} -> {cs_late:.1f}",
         {"parallelism_late": p_late, "finish_rate_late": f_late,
          "yield_late": y_late, "critical_steps_early": cs_early,
-         "critical_steps_late": cs_late, "finish_rate": _tail(fin),
-         "critical_steps": _tail(cs)},
+         "critical_steps_late": cs_late, "finish_rate": tail(fin),
+         "critical_steps": tail(cs)},
     )  # fmt: skip
 
 
-@_register("single_search_exit", "warning", {"search"})
+@register("single_search_exit", "warning", {"search"})
 def single_search_exit(
     window: Sequence[Summary], cfg: DetectorConfig
 ) -> Finding | None:
     """Most episodes end after at most one search."""
-    xs = series(window, "single_search_exit")
-    if not _enough(cfg, xs) or not _past_warmup(window, cfg, "single_search_exit"):
-        return None
     limit = cfg.threshold("single_search_exit.min_frac")
-    late = halves(xs)[1]
-    if late < limit:
+    rise = cfg.threshold("single_search_exit.min_rise")
+    # Learned: a rise from searching more (at any age), or a stay past the warm-up.
+    found = risen(window, cfg, "single_search_exit", limit, rise, "single_search_exit")
+    if found is None:
         return None
+    early, late, xs = found
     return Finding(
-        f"single-search exit: {late:.0%} of episodes answer after one search",
-        {"frac_late": late, "threshold": limit, "frac": _tail(xs)},
-    )
+        f"single-search exit: {late:.0%} of episodes answer after one search "
+        f"(was {early:.0%})",
+        {"frac_early": early, "frac_late": late, "threshold": limit,
+         "frac": tail(xs)},
+    )  # fmt: skip
 
 
-@_register("one_at_a_time_pruning", "warning", {"search"})
+@register("one_at_a_time_pruning", "warning", {"search"})
 def one_at_a_time_pruning(
     window: Sequence[Summary], cfg: DetectorConfig
 ) -> Finding | None:
     """Repeated prunes, nearly all of a single document."""
     prunes, single = series(window, "prunes"), series(window, "single_doc_prunes")
-    if not _enough(cfg, prunes, single):
+    if not enough(cfg, prunes, single):
         return None
     p_late, s_late = halves(prunes)[1], halves(single)[1]
     share = s_late / p_late if p_late > 0 else 0.0
@@ -244,17 +323,17 @@ def one_at_a_time_pruning(
     return Finding(
         f"one-at-a-time pruning: {p_late:.1f} prunes per episode, "
         f"{share:.0%} of one document",
-        {"prunes_late": p_late, "single_share": share, "prunes": _tail(prunes)},
+        {"prunes_late": p_late, "single_share": share, "prunes": tail(prunes)},
     )
 
 
-@_register("judge_verifier_divergence", "critical")
+@register("judge_verifier_divergence", "critical")
 def judge_verifier_divergence(
     window: Sequence[Summary], cfg: DetectorConfig
 ) -> Finding | None:
     """The judge's score rises while the verifiable outcome (success) does not."""
     judge, succ = series(window, "judge/score"), series(window, "success")
-    if not _enough(cfg, judge, succ):
+    if not enough(cfg, judge, succ):
         return None
     (j0, j1), (s0, s1) = halves(judge), halves(succ)
     min_rise = cfg.threshold("judge_verifier_divergence.min_judge_rise")
@@ -265,24 +344,28 @@ def judge_verifier_divergence(
         f"judge vs verifier: judge score {j0:.2f} -> {j1:.2f} while success "
         f"{s0:.2f} -> {s1:.2f}",
         {"judge_early": j0, "judge_late": j1, "success_early": s0, "success_late": s1,
-         "judge": _tail(judge), "success": _tail(succ)},
+         "judge": tail(judge), "success": tail(succ)},
     )  # fmt: skip
 
 
-@_register("length_drift", "warning")
+@register("length_drift", "warning")
 def length_drift(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
     """Completions growing fast, or more and more episodes cut off by the budget."""
     length, trunc = series(window, "length"), series(window, "truncated")
+    # A fresh policy's rollouts lengthen as it learns to use its tools (more
+    # searches, a calculator call before answering): not drift.
+    if not _past_warmup(window, cfg, "length_drift"):
+        return None
     growth_limit = cfg.threshold("length_drift.max_growth")
     trunc_limit = cfg.threshold("length_drift.max_truncated")
     reasons, evidence, drift = [], {}, []
-    if _enough(cfg, length):
+    if enough(cfg, length):
         l0, l1 = halves(length)
-        evidence.update(length_early=l0, length_late=l1, length=_tail(length))
+        evidence.update(length_early=l0, length_late=l1, length=tail(length))
         if l0 > 0 and l1 / l0 >= growth_limit:
             reasons.append(f"mean length {l0:.1f} -> {l1:.1f}")
             drift.append("length")
-    if _enough(cfg, trunc):
+    if enough(cfg, trunc):
         t0, t1 = halves(trunc)
         evidence.update(truncated_early=t0, truncated_late=t1)
         if t1 >= trunc_limit and t1 - t0 >= cfg.threshold(
@@ -294,48 +377,3 @@ def length_drift(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | No
         return None
     # ``drift``: what drifted, so the evidence names the rollouts that show it.
     return Finding("length drift: " + "; ".join(reasons), {**evidence, "drift": drift})
-
-
-@_register("entropy_collapse", "warning")
-def entropy_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
-    """Policy entropy below a floor, or a small fraction of where the window began."""
-    ent = series(window, "entropy")
-    if not _enough(cfg, ent):
-        return None
-    e0, e1 = halves(ent)
-    floor = cfg.threshold("entropy_collapse.min_entropy")
-    ratio = cfg.threshold("entropy_collapse.max_ratio")
-    if e1 > floor and not (e0 > 0 and e1 / e0 <= ratio):
-        return None
-    return Finding(
-        f"entropy collapse: {e0:.3f} -> {e1:.3f} nats/token",
-        {
-            "entropy_early": e0,
-            "entropy_late": e1,
-            "floor": floor,
-            "entropy": _tail(ent),
-        },
-    )
-
-
-@_register("no_learning_signal", "warning")
-def no_learning_signal(
-    window: Sequence[Summary], cfg: DetectorConfig
-) -> Finding | None:
-    """Nearly every group's rewards were identical for many steps: group-relative
-    advantages are all zero, so the policy gets no gradient from the reward."""
-    zero = series(window, "zero_std")
-    need = int(cfg.threshold("no_learning_signal.min_steps"))
-    if len(zero) < max(need, cfg.min_steps):
-        return None
-    limit = cfg.threshold("no_learning_signal.min_frac")
-    mean, late = sum(zero) / len(zero), halves(zero)[1]
-    if mean < limit or late < limit:
-        return None
-    return Finding(
-        f"no learning signal: {mean:.0%} of groups had identical rewards over the "
-        f"last {len(zero)} steps (threshold {limit:.0%}); their advantages are zero, "
-        "so nothing is learned from them",
-        {"zero_std_mean": mean, "zero_std_late": late, "threshold": limit,
-         "frac_reward_zero_std": _tail(zero)},
-    )  # fmt: skip

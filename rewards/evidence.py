@@ -69,7 +69,10 @@ def pick(
 
 @_predicate("serial_collapse")
 def _serial(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
-    # Spawned sub-agents, but about one per stage (none at all is not serial work).
+    # Did its work one subtask at a time; or spawned sub-agents, but about one per
+    # stage (none at all, with nothing done, is not serial work).
+    if _num(row, "serial") == 1.0:
+        return "completed its subtasks one at a time"
     p = _num(row, "parallelism")
     limit = cfg.threshold("serial_collapse.max_parallelism")
     floor = cfg.threshold("serial_collapse.min_parallelism")
@@ -121,13 +124,48 @@ def _pruning(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None
 def _judge(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
     # Failed by the verifier, yet scored by the judge at or above the late-window
     # mean: the rollouts the judge is being talked into.
-    judge, success = _num(row, "judge/score"), _num(row, "success")
-    bar = ev.get("judge_late")
-    if judge is None or success is None or success >= 0.5:
+    judge = _failed_but_paid(row, "judge/score", ev.get("judge_late"))
+    return None if judge is None else f"judge {judge:.2f}, verifier: failed"
+
+
+def _failed_but_paid(row: Row, key: str, bar: Any) -> float | None:
+    """``row[key]`` when the rollout failed its task yet ``key`` paid it at least
+    ``bar`` (the late window's mean, when there is one); else None."""
+    paid, success = _num(row, key), _num(row, "success")
+    if paid is None or success is None or success >= 0.5:
         return None
-    if isinstance(bar, int | float) and math.isfinite(bar) and judge < bar:
+    if isinstance(bar, int | float) and math.isfinite(bar) and paid < bar:
         return None
-    return f"judge {judge:.2f}, verifier: failed"
+    return paid
+
+
+@_predicate("reward_without_success")
+def _unearned(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    # Failed, yet paid by the proxy terms at or above their late-window mean: the
+    # rollouts the rising terms pay for something other than solving the task.
+    paid = _failed_but_paid(row, "proxy_reward", ev.get("proxy_late"))
+    return None if paid is None else f"proxy terms paid {paid:.2f}, task not solved"
+
+
+@_predicate("shortcut")
+def _short(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    # Failed, and at most ``max_ratio`` of the early mean length: the short cut.
+    length, early = _num(row, "length"), ev.get("length_early")
+    if length is None or not isinstance(early, int | float) or early <= 0:
+        return None
+    if _num(row, "success") == 1.0 or length / early > cfg.threshold(
+        "shortcut.max_ratio"
+    ):
+        return None
+    return f"{length:.0f} tokens ({length / early:.1f}x the early mean), not solved"
+
+
+@_predicate("repetition")
+def _repetitive(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    rep = _num(row, "repetition")
+    if rep is None or rep < cfg.threshold("repetition.max_repetition"):
+        return None
+    return f"{rep:.0%} of its word pairs repeat"
 
 
 @_predicate("length_drift")

@@ -108,3 +108,26 @@ def stage_widths(stages: Any) -> list[int]:
         return [len(subs) for _, subs in normalize_stages(stages)]
     except ValueError:
         return []
+
+
+def repetition(actions: Sequence[str], n: int = 2) -> float | None:
+    """Share of an episode's word ``n``-grams that repeat one seen before in it (each
+    action its own sequence, counted over the episode): 0 for varied text, towards
+    1 for degenerate output (one call over and over, one word padded out). None
+    when the actions hold no ``n``-gram at all.
+
+    >>> repetition(["calc 3 + 4", "answer 7"])
+    0.0
+    >>> round(repetition(["calc 3 + 4"] * 3), 3), repetition(["answer 7 7 7 7 7"])
+    (0.667, 0.6)
+    >>> repetition(["finish"]) is None
+    True
+    """
+    grams = [
+        tuple(words[i : i + n])
+        for words in (str(a).split() for a in actions)
+        for i in range(len(words) - n + 1)
+    ]
+    if not grams:
+        return None
+    return 1.0 - len(set(grams)) / len(grams)

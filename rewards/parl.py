@@ -145,7 +145,7 @@ def r_perf(ep: Episode, p: PerfParams, ctx: Context = NO_CONTEXT) -> PerStep:
     return on_last(ep, value)
 
 
-@register_component("r_parallel", ParallelParams, envs={"swarm"})
+@register_component("r_parallel", ParallelParams, envs={"swarm"}, proxy=True)
 def r_parallel(ep: Episode, p: ParallelParams, ctx: Context = NO_CONTEXT) -> PerStep:
     """Sub-agents instantiated, normalised: ``min(n, max_subagents) / max_subagents``,
     earned on the steps that spawned them (Kimi K2.5, against serial collapse).
@@ -186,7 +186,9 @@ def stage_metrics(ep: Episode) -> dict[str, float]:
     """Per-episode orchestration metrics (empty for episodes without ``stages``):
     ``critical_steps``, ``total_steps``, ``parallelism`` (see :func:`parallelism`),
     ``subagents`` (per task), ``finish_rate`` (completed / assigned, 0 if none),
-    ``subagent_yield`` (completed / sub-agents spawned, absent without sub-agents)."""
+    ``subagent_yield`` (completed / sub-agents spawned, absent without sub-agents),
+    ``serial`` (1.0 when it completed subtasks and no stage ran two sub-agents at
+    once: all its work done one at a time, by sub-agents or by the orchestrator)."""
     if ep.facts.get("stages") is None:
         return {}
     stages = stages_from_facts(ep.facts)
@@ -201,4 +203,5 @@ def stage_metrics(ep: Episode) -> dict[str, float]:
         # Subtasks completed per sub-agent spawned: low when most sub-agents are
         # redundant, blocked or failed (spawned for the reward, not for the work).
         **({"subagent_yield": done / num_subagents(ep)} if num_subagents(ep) else {}),
+        "serial": float(done > 0 and max((len(s) for _, s in stages), default=0) <= 1),
     }

@@ -33,6 +33,14 @@ HELP: dict[str, str] = {
     "critical_steps/mean": "orchestrator steps plus the slowest sub-agent per stage",
     "total_steps/mean": "all agent steps of a rollout, sub-agents included",
     "parallelism/mean": "total steps over critical steps: work done in parallel",
+    "proxy_reward/mean": (
+        "what the terms that do not verify the task paid (format, judge, bonuses): "
+        "rising while success does not is reward hacking"
+    ),
+    "repetition/mean": (
+        "share of a rollout's word pairs that repeat one it already wrote: "
+        "rising means degenerate output"
+    ),
     "perf/tokens_per_s": "tokens generated and trained per second of wall time",
     "loss": "total loss minimised (policy loss plus KL and other terms)",
     "policy_loss": "the clipped surrogate (policy-gradient) loss alone",

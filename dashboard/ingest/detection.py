@@ -2,10 +2,13 @@
 
 Our trainer runs the detectors itself (``rewards.monitor``) and streams the alerts;
 TRL, verl and imported runs do not, so the dashboard runs the same pure detectors
-(:data:`rewards.detectors.DETECTORS`) over the run's stored per-step summaries. It
-keeps no state between requests: the window is read back from the database, and the
-monitor's firing rule (at onset, then at most once per window while the pattern lasts)
-is read from the stored alerts, so replaying a batch fires nothing twice.
+(:data:`rewards.detectors.DETECTORS`) over the run's stored per-step summaries, with
+the run's own detector settings (its config's ``reward.detectors``, else the
+defaults). It keeps no state between requests: the windows are read back from the
+database, and the monitor's firing rule (at onset, then not again until the pattern
+has been absent for a whole window) is worked out from the findings of the steps
+before, so the server raises the alerts the trainer would have raised for the same
+numbers; an alert already stored at its step is not raised again (a replayed batch).
 
 An alert names the trajectories of its step that show its pattern
 (``rewards.evidence``): those arriving in the same batch and those stored before.
@@ -35,12 +38,21 @@ SELF_MONITORING = frozenset({"agentic-rl"})
 
 def _summary_keys() -> dict[str, str]:
     """Stored metric -> the detectors' summary key (their own mapping, plus the
-    per-episode values a trainer may log as step means under the same names)."""
+    per-episode values a trainer may log as step means: under the same names, or as
+    ``<name>/mean`` as ours does)."""
     from rewards.detectors import _FROM_METRICS, _FROM_RESULTS
 
-    keys = dict(_FROM_METRICS)
+    keys = {f"{k}/mean": k for k in _FROM_RESULTS}
     keys.update({k: k for k in _FROM_RESULTS})
+    keys.update(_FROM_METRICS)
     return keys
+
+
+def _component_key(key: str) -> str | None:
+    """``rewards/<c>/mean`` -> ``component/<c>`` (what each reward term paid)."""
+    from rewards.detectors import component_means
+
+    return next(iter(component_means({key: 0.0})), None)
 
 
 def summaries(
@@ -52,19 +64,22 @@ def summaries(
     keys = _summary_keys()
     out: dict[int, dict[str, float]] = defaultdict(dict)
     rows = MetricPoint.objects.filter(
-        run=run, key__in=list(keys), step__gte=first, step__lte=last
+        Q(key__in=list(keys)) | Q(key__startswith="rewards/", key__endswith="/mean"),
+        run=run,
+        step__gte=first,
+        step__lte=last,
     ).values_list("step", "key", "value")
     fresh = [
         (e["step"], k, v)
         for e in events
         if e["type"] == "step" and first <= e["step"] <= last
         for k, v in e["metrics"].items()
-        if k in keys
     ]
     for step, key, value in [*rows, *fresh]:
+        name = keys.get(key) or _component_key(key)
         value = _finite(value)
-        if value is not None:
-            out[step][keys[key]] = value
+        if name is not None and value is not None:
+            out[step][name] = value
     counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     arriving = {
         (e["step"], e["group"], e["index"]): bool(e.get("truncated"))
@@ -97,10 +112,24 @@ def _finite(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def detector_config(run: Run) -> DetectorConfig:
+    """The run's detector settings: its config's ``reward.detectors`` when they are
+    valid ones, else the defaults."""
+    config = run.config if isinstance(run.config, dict) else {}
+    reward = config.get("reward")
+    given = reward.get("detectors") if isinstance(reward, dict) else None
+    if isinstance(given, dict):
+        try:
+            return DetectorConfig.model_validate(given)
+        except ValueError:  # another trainer's config: ours do not apply
+            pass
+    return DetectorConfig()
+
+
 def _settings(run: Run) -> tuple[DetectorConfig, list[Any]]:
     from rewards.monitor import enabled_detectors
 
-    cfg = DetectorConfig()
+    cfg = detector_config(run)
     env = run.config.get("env") if isinstance(run.config, dict) else None
     env_name = env.get("name", "") if isinstance(env, dict) else ""
     return cfg, enabled_detectors(cfg, str(env_name))
@@ -115,26 +144,28 @@ def detect_external(run: Run, events: list[dict[str, Any]]) -> list[dict[str, An
     if not new_steps:
         return []
     cfg, specs = _settings(run)
-    first = max(new_steps[0] - cfg.window + 1, 0)
+    # The findings of the window of steps before each new one decide whether it
+    # fires, and each of those steps reads a window of its own: two windows back.
+    first = max(new_steps[0] - 2 * cfg.window + 1, 0)
     by_step = summaries(run, first, new_steps[-1], events)
-    fired = defaultdict(list)
-    for detector, step in Alert.objects.filter(
-        run=run, step__gte=first - cfg.window, step__lte=new_steps[-1]
-    ).values_list("detector", "step"):
-        fired[detector].append(step)
+    stored = set(
+        Alert.objects.filter(run=run, step__in=new_steps).values_list(
+            "detector", "step"
+        )
+    )
+    findings = _Findings(by_step, cfg)
     out = []
     for step in new_steps:
-        window = [by_step[s] for s in sorted(by_step) if step - cfg.window < s <= step]
-        if len(window) < cfg.min_steps:
-            continue
         rows: list[tuple[tuple[int, int, str], dict[str, float]]] | None = None
         for spec in specs:
-            recent = [s for s in fired[spec.name] if step - cfg.window < s <= step]
-            if recent:
+            finding = findings.at(spec, step)
+            if finding is None or (spec.name, step) in stored:
                 continue
-            finding = spec.fn(window, cfg)
-            if finding is None:
-                continue
+            if any(
+                findings.at(spec, t) is not None for t in range(step - cfg.window, step)
+            ):
+                continue  # the pattern was seen within a window: still the same one
+            window = findings.window(step)
             evidence = {
                 "window": [int(window[0]["step"]), int(window[-1]["step"])],
                 **finding.evidence,
@@ -155,8 +186,31 @@ def detect_external(run: Run, events: list[dict[str, Any]]) -> list[dict[str, An
                     "trajectories": refs,
                 }
             )
-            fired[spec.name].append(step)
     return out
+
+
+class _Findings:
+    """Each detector's finding at each step, over the summaries read (memoised)."""
+
+    def __init__(self, by_step: dict[int, dict[str, float]], cfg: DetectorConfig):
+        self.by_step, self.cfg = by_step, cfg
+        self.steps = sorted(by_step)
+        self.memo: dict[tuple[str, int], Any] = {}
+
+    def window(self, step: int) -> list[dict[str, float]]:
+        return [
+            self.by_step[s] for s in self.steps if step - self.cfg.window < s <= step
+        ]
+
+    def at(self, spec: Any, step: int) -> Any:
+        key = (spec.name, step)
+        if key not in self.memo:
+            self.memo[key] = None
+            window = self.window(step)
+            # A step never sent had no finding.
+            if step in self.by_step and len(window) >= self.cfg.min_steps:
+                self.memo[key] = spec.fn(window, self.cfg)
+        return self.memo[key]
 
 
 def _pick(
@@ -277,7 +331,7 @@ def late_evidence(run: Run, events: list[dict[str, Any]]) -> dict[int, set[int]]
             run=run, step__in=steps, evidence__source="server"
         ).order_by("step", "detector")
     )
-    cfg = DetectorConfig()
+    cfg = detector_config(run)
     out: dict[int, set[int]] = defaultdict(set)
     rows_of: dict[int, Any] = {}
     for alert in alerts:

@@ -6,7 +6,8 @@ whose groups disagree or on too few steps."""
 from __future__ import annotations
 
 from rewards.config import DetectorConfig
-from rewards.detectors import DETECTORS, no_learning_signal
+from rewards.detectors import DETECTORS
+from rewards.detectors_health import no_learning_signal
 from trainer.config import TrainConfig
 from trainer.events import ListSink
 from trainer.runner import run_from_config

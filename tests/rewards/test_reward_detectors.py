@@ -8,7 +8,6 @@ import pytest
 from rewards import build_monitor, build_reward_fn
 from rewards.config import DetectorConfig
 from rewards.detectors import (
-    entropy_collapse,
     judge_verifier_divergence,
     length_drift,
     one_at_a_time_pruning,
@@ -17,6 +16,7 @@ from rewards.detectors import (
     spurious_parallelism,
     summarize,
 )
+from rewards.detectors_health import entropy_collapse
 from rewards.monitor import enabled_detectors
 from rewards.presets import demo_config
 from rewards.synthetic import episode
@@ -197,9 +197,10 @@ def test_it_fires_serial_collapse_on_onset_and_not_again_while_it_lasts():
         for alert in monitor(step, {"entropy": 1.0}, episodes, results):
             fired.append((alert.step, alert.detector))
     collapse = [s for s, d in fired if d == "serial_collapse"]
-    # Judged from step 21 (the first two windows of a fresh policy are not), when
-    # steps 12-21 are all width 1; not again: the collapse never cleared.
-    assert collapse == [21]
+    # A fall from fanning out is judged at any age: at step 8 half the late half
+    # (steps 5-8: widths 2, 2, 1, 1) did its work one sub-agent at a time, up from
+    # none of steps 1-4; not again: the collapse never cleared.
+    assert collapse == [8]
     assert all(d == "serial_collapse" for _, d in fired)
 
 
@@ -212,8 +213,8 @@ def test_it_fires_again_on_a_new_onset_after_the_pattern_cleared():
         steps += [a.step for a in monitor(step, {}, eps, reward_fn(eps, step))]
     # Onset at 21 (judged from then on); cleared once width 4 reaches the late half
     # (about step 27) and absent for more than a window, so the return to width 1
-    # fires again: when steps 41-45 (width 1) are the late half of the window 36-45.
-    assert steps == [21, 45]
+    # fires again: at step 43, when 3 of the late half's 5 steps (39-43) are serial.
+    assert steps == [21, 43]
 
 
 def test_it_summarises_results_and_trainer_metrics_per_step():

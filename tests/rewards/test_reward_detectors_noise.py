@@ -10,10 +10,11 @@ from rewards.monitor import RewardMonitor
 CFG = DetectorConfig(window=8, min_steps=4)
 
 
-def run(**series: list[float]) -> list[dict[str, float]]:
+def run(first_step: int = 100, **series: list[float]) -> list[dict[str, float]]:
     n = len(next(iter(series.values())))
     return [
-        {"step": float(i), **{k: v[i] for k, v in series.items()}} for i in range(n)
+        {"step": float(first_step + i), **{k: v[i] for k, v in series.items()}}
+        for i in range(n)
     ]
 
 
@@ -46,6 +47,14 @@ def test_a_truncated_share_creeping_up_a_point_is_not_drift():
     rising = run(length=[12.0] * 8, truncated=[0.2] * 4 + [0.4] * 4)
     found = length_drift(rising, CFG)
     assert found is not None and "truncated 20% -> 40%" in found.message
+
+
+def test_a_fresh_policy_lengthening_as_it_learns_its_tools_is_not_drift():
+    # Window 8: steps 1-16 are the policy's first two windows (issue 25: the search
+    # demo's rollouts lengthen 8 -> 16 tokens as it learns to search more).
+    grow = {"length": [8.0] * 4 + [16.0] * 4}
+    assert length_drift(run(first_step=9, **grow), CFG) is None
+    assert length_drift(run(first_step=10, **grow), CFG) is not None
 
 
 def _monitor(window: int = 10) -> RewardMonitor:

@@ -52,12 +52,12 @@ def test_serial_collapse_names_exactly_the_rollouts_that_ran_one_sub_agent_a_sta
 def test_length_drift_names_the_long_and_the_truncated_rollouts():
     cfg = DetectorConfig(enabled=["length_drift"], window=8, min_steps=4)
     mon = RewardMonitor(cfg, "calc")
-    for step in range(1, 8):
+    for step in range(101, 108):  # past the fresh policy's first two windows
         assert mon.observe({"step": float(step), "length": 10.0}) == []
     lengths = [10.0, 16.0, 40.0, 14.0]  # early mean 10, growth limit 1.5: >= 15
     results = [_result(truncated=0.0) for _ in lengths]
     alerts = mon(
-        8, {"completions/mean_length": 40.0}, [None] * 4, results,
+        108, {"completions/mean_length": 40.0}, [None] * 4, results,
         _info(4, length=lengths),
     )  # fmt: skip
     assert [a.detector for a in alerts] == ["length_drift"]

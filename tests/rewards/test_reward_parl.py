@@ -144,5 +144,6 @@ def test_it_reports_stage_metrics_for_orchestration_episodes():
         "subagents": 5.0,
         "finish_rate": 0.8,
         "subagent_yield": 0.8,  # 4 subtasks done by 5 sub-agents
+        "serial": 0.0,  # a stage ran 3 sub-agents at once
     }
     assert stage_metrics(episode("calc", [{}])) == {}

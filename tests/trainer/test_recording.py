@@ -150,7 +150,8 @@ def _run_monitored(record, reward_fn):
         enabled=["length_drift"],
         window=2,
         min_steps=2,
-        thresholds={"length_drift.max_growth": 1.0},
+        # judged from the first step (no warm-up for a fresh policy)
+        thresholds={"length_drift.max_growth": 1.0, "length_drift.after_windows": 0},
     )
     cfg = TrainConfig.model_validate(
         {

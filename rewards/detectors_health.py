@@ -1,0 +1,170 @@
+"""Detectors of a run that stopped doing its task, whatever the task: the reward paid
+for something else, a shortcut, degenerate output, no signal left to learn from,
+entropy gone.
+
+Registered into :data:`rewards.detectors.DETECTORS` like the others (``rewards``
+imports this module), judged over the same window of step summaries. Thresholds
+(``<detector>.<name>``: default):
+
+* ``entropy_collapse.min_entropy`` 0.1 nats/token, ``.max_ratio`` 0.25 (late / early).
+* ``no_learning_signal.min_frac`` 0.95, ``.min_steps`` 8: the share of groups whose
+  rewards were all equal (``frac_reward_zero_std``) at or above it, on average and in
+  the late half, over the last that many steps. Not a hack but its cousin: every
+  advantage is zero, so nothing is learned while the run looks healthy.
+* ``reward_without_success.min_reward_rise`` 0.1, ``.max_outcome_rise`` 0.02,
+  ``.max_outcome_share`` 0.25: what the proxy terms pay (``proxy_reward``: the
+  components registered as ``proxy``, such as ``format``, ``judge``, ``r_parallel``)
+  rose by at least ``min_reward_rise`` across the window (its trend:
+  :func:`rewards.detectors.trend`) while success rose by no more than the larger of
+  ``max_outcome_rise`` and ``max_outcome_share`` of it (format-only rewards, a gamed
+  judge, a bonus the task does not need); names the term that rose most.
+* ``shortcut.max_ratio`` 0.67, ``.max_outcome_rise`` 0.02: the late half's mean
+  length at most that share of the early half's while success rose no more than
+  that (a policy that stopped working the task: answering at once, exiting early).
+* ``repetition.max_repetition`` 0.4, ``.min_rise`` 0.1: the mean share of an
+  episode's word bigrams that repeat an earlier one, at or above it in the late half
+  and risen by ``min_rise`` (degenerate output: one call or one word over and over).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rewards.config import DetectorConfig
+from rewards.detectors import (
+    Finding,
+    Summary,
+    enough,
+    halves,
+    register,
+    risen,
+    series,
+    tail,
+    trend,
+)
+
+
+@register("entropy_collapse", "warning")
+def entropy_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
+    """Policy entropy below a floor, or a small fraction of where the window began."""
+    ent = series(window, "entropy")
+    if not enough(cfg, ent):
+        return None
+    e0, e1 = halves(ent)
+    floor = cfg.threshold("entropy_collapse.min_entropy")
+    ratio = cfg.threshold("entropy_collapse.max_ratio")
+    if e1 > floor and not (e0 > 0 and e1 / e0 <= ratio):
+        return None
+    return Finding(
+        f"entropy collapse: {e0:.3f} -> {e1:.3f} nats/token",
+        {
+            "entropy_early": e0,
+            "entropy_late": e1,
+            "floor": floor,
+            "entropy": tail(ent),
+        },
+    )
+
+
+@register("no_learning_signal", "warning")
+def no_learning_signal(
+    window: Sequence[Summary], cfg: DetectorConfig
+) -> Finding | None:
+    """Nearly every group's rewards were identical for many steps: group-relative
+    advantages are all zero, so the policy gets no gradient from the reward."""
+    need = max(int(cfg.threshold("no_learning_signal.min_steps")), cfg.min_steps)
+    # The last ``min_steps`` steps, not the whole window: a run that stops learning
+    # is told so that many steps later, not a window later.
+    zero = series(window, "zero_std")[-need:]
+    if len(zero) < need:
+        return None
+    limit = cfg.threshold("no_learning_signal.min_frac")
+    mean, late = sum(zero) / len(zero), halves(zero)[1]
+    if mean < limit or late < limit:
+        return None
+    return Finding(
+        f"no learning signal: {mean:.0%} of groups had identical rewards over the "
+        f"last {len(zero)} steps (threshold {limit:.0%}); their advantages are zero, "
+        "so nothing is learned from them",
+        {"zero_std_mean": mean, "zero_std_late": late, "threshold": limit,
+         "frac_reward_zero_std": tail(zero)},
+    )  # fmt: skip
+
+
+@register("reward_without_success", "critical")
+def reward_without_success(
+    window: Sequence[Summary], cfg: DetectorConfig
+) -> Finding | None:
+    """What the proxy terms pay (those that do not verify the task: a format, a
+    judge, a behaviour bonus; ``proxy_reward``) climbs while the verifiable outcome
+    (success) does not climb with it. Names the term that rose most."""
+    proxy, succ = series(window, "proxy_reward"), series(window, "success")
+    if not enough(cfg, proxy, succ):
+        return None
+    up, won = trend(proxy), trend(succ)
+    min_rise = cfg.threshold("reward_without_success.min_reward_rise")
+    # Success may rise by noise, or by a fraction of what the proxy rose: a proxy
+    # that shapes learning (a format reward early on) brings success along.
+    allowed = max(
+        cfg.threshold("reward_without_success.max_outcome_rise"),
+        cfg.threshold("reward_without_success.max_outcome_share") * up,
+    )
+    if up < min_rise or won > allowed:
+        return None
+    rises = {
+        key.split("/", 1)[1]: trend(xs)
+        for key in sorted({k for s in window for k in s if k.startswith("component/")})
+        if enough(cfg, xs := series(window, key))
+    }
+    term = max(rises, key=rises.__getitem__) if rises else None
+    from_term = f" (most from {term}: {rises[term]:+.2f})" if term else ""
+    late = halves(proxy)[1]
+    return Finding(
+        f"reward without success: proxy terms pay {up:+.2f}{from_term} across the "
+        f"last {len(proxy)} steps while success moved {won:+.2f}",
+        {"proxy_rise": up, "success_rise": won, "proxy_late": late,
+         "component": term, "proxy_reward": tail(proxy), "success": tail(succ)},
+    )  # fmt: skip
+
+
+@register("repetition", "warning")
+def repetition(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
+    """Degenerate output: the policy's actions repeat themselves (the share of an
+    episode's word bigrams seen before in it) more and more."""
+    limit = cfg.threshold("repetition.max_repetition")
+    found = risen(
+        window, cfg, "repetition", limit, cfg.threshold("repetition.min_rise")
+    )
+    if found is None:
+        return None
+    r0, r1, rep = found
+    return Finding(
+        f"repetition: {r1:.0%} of the policy's word pairs repeat within an episode "
+        f"(was {r0:.0%})",
+        {"repetition_early": r0, "repetition_late": r1, "threshold": limit,
+         "repetition": tail(rep)},
+    )  # fmt: skip
+
+
+@register("shortcut", "warning")
+def shortcut(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
+    """Episodes got much shorter while success did not rise: the policy stopped
+    working the task (answering at once, exiting early) for a reward that does not
+    need the work."""
+    length, succ = series(window, "length"), series(window, "success")
+    if not enough(cfg, length, succ):
+        return None
+    (l0, l1), (s0, s1) = halves(length), halves(succ)
+    ratio = cfg.threshold("shortcut.max_ratio")
+    if (
+        l0 <= 0
+        or l1 / l0 > ratio
+        or s1 - s0 > cfg.threshold("shortcut.max_outcome_rise")
+    ):
+        return None
+    return Finding(
+        f"shortcut: episodes {l0:.1f} -> {l1:.1f} tokens while success "
+        f"{s0:.2f} -> {s1:.2f}",
+        {"length_early": l0, "length_late": l1, "success_early": s0,
+         "success_late": s1, "length": tail(length), "success": tail(succ)},
+    )  # fmt: skip

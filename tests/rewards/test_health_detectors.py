@@ -1,0 +1,169 @@
+"""The detectors added for the reward-hacking suite (issue 25): reward without success,
+repetition, a learned single-search exit and a serial collapse from fanning out, each
+on hand-made windows, and what their evidence names."""
+
+from __future__ import annotations
+
+from rewards.config import DetectorConfig
+from rewards.detectors import serial_collapse, single_search_exit, summarize
+from rewards.detectors_health import (
+    no_learning_signal,
+    repetition,
+    reward_without_success,
+)
+from rewards.evidence import pick
+from rewards.facts import repetition as repetition_of
+from rewards.types import RewardBreakdown, RewardResult
+
+CFG = DetectorConfig(window=20, min_steps=4)
+
+
+def window(**series):
+    n = len(next(iter(series.values())))
+    return [
+        {"step": float(i + 1), **{k: float(v[i]) for k, v in series.items()}}
+        for i in range(n)
+    ]
+
+
+def test_proxy_terms_rising_without_success_name_the_term_that_rose():
+    w = window(
+        proxy_reward=[0.1, 0.2, 0.3, 0.4, 0.5],
+        success=[0.2] * 5,
+        **{
+            "component/format": [0.1, 0.2, 0.3, 0.4, 0.5],
+            "component/outcome": [0.2] * 5,
+        },
+    )
+    found = reward_without_success(w, CFG)
+    assert found is not None
+    assert found.evidence["component"] == "format"
+    assert found.message == (
+        "reward without success: proxy terms pay +0.40 (most from format: +0.40) "
+        "across the last 5 steps while success moved +0.00"
+    )
+
+
+def test_proxy_terms_that_bring_success_along_are_shaping():
+    # success rose by more than a quarter of what the proxy did
+    w = window(
+        proxy_reward=[0.1, 0.2, 0.3, 0.4, 0.5], success=[0.0, 0.03, 0.06, 0.09, 0.12]
+    )
+    assert reward_without_success(w, CFG) is None
+    flat = window(proxy_reward=[0.3, 0.32, 0.31, 0.33, 0.32], success=[0.2] * 5)
+    assert reward_without_success(flat, CFG) is None
+
+
+def test_only_proxy_components_count_as_proxy_reward():
+    from rewards.combine import build_reward_fn
+    from rewards.config import RewardConfig
+    from rewards.synthetic import episode
+
+    cfg = {"components": [{"name": "outcome"}, {"name": "format", "weight": 0.5}]}
+    fn = build_reward_fn(RewardConfig.model_validate(cfg), env_name="calc")
+    ep = episode("calc", [{"tool": "answer", "ok": True}], success=True)
+    assert fn([ep], 1)[0].metrics["proxy_reward"] == 0.5  # the format's, not 1.5
+    outcome_only = RewardConfig.model_validate({"components": [{"name": "outcome"}]})
+    fn = build_reward_fn(outcome_only, env_name="calc")
+    assert "proxy_reward" not in fn([ep], 1)[0].metrics
+
+
+def test_its_evidence_is_the_failed_rollouts_the_proxies_paid_most():
+    rows = [
+        {"proxy_reward": 0.9, "success": 0.0},
+        {"proxy_reward": 0.2, "success": 0.0},  # failed, paid little: not the hole
+        {"proxy_reward": 1.0, "success": 1.0},  # solved: earned
+        {"proxy_reward": 0.7, "success": 0.0},
+    ]
+    picked, matched = pick("reward_without_success", rows, {"proxy_late": 0.6}, CFG)
+    assert [i for i, _ in picked] == [0, 3] and matched == 2
+    assert picked[0][1] == "proxy terms paid 0.90, task not solved"
+
+
+def test_the_repetition_metric_counts_repeated_word_pairs():
+    assert repetition_of(["calc 3 + 4", "answer 7"]) == 0.0
+    assert repetition_of(["calc 3 + 4"] * 4) == 0.75  # 9 of 12 pairs seen before
+    assert repetition_of([]) is None
+
+
+def test_repetition_fires_on_a_rise_to_degenerate_output():
+    assert repetition(window(repetition=[0.05] * 5 + [0.6] * 5), CFG) is not None
+    # always this repetitive (an environment whose actions repeat words): no change
+    assert repetition(window(repetition=[0.5] * 10), CFG) is None
+    # a rise that stays below the threshold
+    assert repetition(window(repetition=[0.05] * 5 + [0.3] * 5), CFG) is None
+
+
+def test_repetition_evidence_names_the_repetitive_rollouts():
+    rows = [{"repetition": 0.7}, {"repetition": 0.1}, {}]
+    picked, _ = pick("repetition", rows, {}, CFG)
+    assert picked == [(0, "70% of its word pairs repeat")]
+
+
+def test_the_episode_metric_reaches_the_step_summary():
+    from rewards.combine import build_reward_fn
+    from rewards.config import RewardConfig
+    from rewards.synthetic import episode
+
+    fn = build_reward_fn(
+        RewardConfig.model_validate({"components": [{"name": "format"}]}),
+        env_name="calc",
+    )
+    ep = episode("calc", [{"action": "calc 1 + 1"}, {"action": "calc 1 + 1"}])
+    results = fn([ep], 1)
+    assert results[0].metrics["repetition"] == 0.5
+    assert summarize(1, {}, [ep], results)["repetition"] == 0.5
+
+
+def test_a_learned_single_search_exit_is_caught_at_any_age():
+    # steps 1-10 of a run: searching more, then answering after one search
+    w = window(single_search_exit=[0.2] * 5 + [0.8] * 5)
+    assert single_search_exit(w, CFG) is not None
+    # a fresh policy that answers early from its first step: judged only later
+    assert single_search_exit(window(single_search_exit=[0.8] * 10), CFG) is None
+
+
+def test_a_collapse_from_fanning_out_is_caught_at_any_age():
+    assert serial_collapse(window(parallelism=[2.5] * 5 + [1.0] * 5), CFG) is not None
+    # a fresh policy that starts serial: judged only once past its warm-up
+    assert serial_collapse(window(parallelism=[1.0] * 10), CFG) is None
+
+
+def test_no_learning_signal_reads_its_last_steps_not_the_whole_window():
+    # learning for 12 steps, then 8 steps of equal groups: told at once
+    w = window(zero_std=[0.3] * 12 + [1.0] * 8)
+    assert no_learning_signal(w, CFG) is not None
+
+
+def test_summaries_carry_each_reward_terms_mean():
+    r = RewardResult(RewardBreakdown(1.0, {}, {}))
+    s = summarize(2, {"rewards/format/mean": 0.1, "rewards/a/b/mean": 9}, [], [r])
+    assert s["component/format"] == 0.1 and "component/a" not in s
+
+
+def test_a_shortcut_is_episodes_shrinking_while_success_does_not_rise():
+    from rewards.detectors_health import shortcut
+
+    w = window(length=[7.5, 7.4, 5.7, 4.3, 4.5, 3.6], success=[0.02] * 6)
+    found = shortcut(w, CFG)
+    assert found is not None
+    assert (
+        found.message
+        == "shortcut: episodes 6.9 -> 4.1 tokens while success 0.02 -> 0.02"
+    )
+    # shorter and better: the policy got efficient, not lazy
+    better = window(
+        length=[7.5, 7.4, 5.7, 4.3, 4.5, 3.6], success=[0.1] * 3 + [0.4] * 3
+    )
+    assert shortcut(better, CFG) is None
+
+
+def test_shortcut_evidence_is_the_short_failed_rollouts():
+    rows = [
+        {"length": 3.0, "success": 0.0},
+        {"length": 3.0, "success": 1.0},  # short and right
+        {"length": 7.0, "success": 0.0},  # as long as before
+    ]
+    picked, matched = pick("shortcut", rows, {"length_early": 7.0}, CFG)
+    assert [i for i, _ in picked] == [0] and matched == 1
+    assert picked[0][1] == "3 tokens (0.4x the early mean), not solved"
