@@ -10,6 +10,7 @@ import json
 import pytest
 
 from dashboard.models import Run
+from rewards.config import DetectorConfig
 from tests.dashboard.dashtest import client_for
 from tests.fixtures.hacked import play_clone, seed_spurious
 
@@ -35,8 +36,10 @@ def components(run):
 
 def test_the_alert_suggests_r_finish_at_r_parallels_weight(hacked, owner_client):
     body = owner_client.get(f"/api/runs/{hacked.pk}/alerts").json()
-    assert [a["detector"] for a in body["alerts"]] == ["spurious_parallelism"]
-    assert body["alerts"][0]["trajectories"]  # its evidence
+    # The hack is also paid proxy reward without success (reward_without_success).
+    alerts = {a["detector"]: a for a in body["alerts"]}
+    assert "spurious_parallelism" in alerts
+    assert alerts["spurious_parallelism"]["trajectories"]  # its evidence
     s = body["suggestions"]["spurious_parallelism"]
     assert (s["component"], s["weight"], s["current"], s["added"]) == (
         "r_finish",
@@ -47,7 +50,7 @@ def test_the_alert_suggests_r_finish_at_r_parallels_weight(hacked, owner_client)
 
 
 def test_the_owner_launches_a_clone_with_the_weights(hacked, owner_client, enqueued):
-    alert_step = hacked.alert_set.get().step
+    alert_step = hacked.alert_set.get(detector="spurious_parallelism").step
     r = post(owner_client, hacked, {"weights": {"r_finish": 1.0},
                                     "detector": "spurious_parallelism"})  # fmt: skip
     assert r.status_code == 201, r.content
@@ -138,7 +141,7 @@ def test_the_clone_compares_the_hacks_statistics_with_its_parent(
     fin, par = data["stats"]
     assert (fin["metric"], fin["threshold"], fin["side"]) == (
         "finish_rate/mean",
-        0.5,
+        DetectorConfig().threshold("spurious_parallelism.max_finish_rate"),
         "below",
     )
     assert (par["metric"], par["threshold"], par["side"]) == (
@@ -151,7 +154,7 @@ def test_the_clone_compares_the_hacks_statistics_with_its_parent(
     assert data["zone"]["parent"]["steps"] >= 5 and data["zone"]["parent"]["first"] >= 8
     assert fin["parent"]["late_hacked"] and not fin["clone"]["late_hacked"]
     assert [a["step"] for a in data["alerts"]["parent"]] == [
-        hacked.alert_set.get().step
+        hacked.alert_set.get(detector="spurious_parallelism").step
     ]
     assert data["alerts"]["clone"] == []
     assert data["verdict"]["state"] == "held", data["verdict"]

@@ -19,7 +19,7 @@ def hacked(owner):
 
 
 def test_an_alert_shows_its_evidence_and_fix(hacked, owner):
-    alert = hacked.alert_set.get()
+    alert = hacked.alert_set.get(detector="spurious_parallelism")
     html = client_for(owner).get(f"/runs/{hacked.pk}/").content.decode()
     assert f'id="alert-spurious_parallelism-{alert.step}"' in html
     assert "data-evidence-table" in html and "<code>finish_rate_late</code>" in html
