@@ -84,10 +84,13 @@ def test_reweight_a_swarm_run_and_launch_the_clone(live, page, shots, ui):
     assert re.fullmatch(rf"/runs/{run_id}/trajectories/\d+/\d+/\d+/", href)
 
     panel.locator("[data-whatif-clone]").click()
+    # The clone's page, at its comparison with the parent (#repair).
     page.wait_for_url(
-        lambda url: run_id not in url and re.search(r"/runs/[0-9a-f-]{36}/$", url)
+        lambda url: (
+            run_id not in url and re.search(r"/runs/[0-9a-f-]{36}/(#repair)?$", url)
+        )
     )
-    clone_id = page.url.rstrip("/").rsplit("/", 1)[-1]
+    clone_id = page.url.split("#")[0].rstrip("/").rsplit("/", 1)[-1]
     config = live.script(
         "from dashboard.models import Run\n"
         f"r = Run.objects.get(pk={clone_id!r})\n"
