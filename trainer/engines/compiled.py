@@ -11,7 +11,9 @@ policy's temperature) and changes three things:
   has the same shapes and addresses. ``L`` is the longest context plus the budget,
   rounded up to :attr:`CompiledEngine.len_bucket`; the rows are rounded up to a power
   of two (extra rows copy a real one and are finished from the start). Caches are
-  kept per shape and reused by later calls, so a shape is compiled once per run.
+  kept per shape and reused by later calls, so a shape is compiled once per run
+  (:meth:`~trainer.engines.base.RolloutEngine.sleep` keeps them too: freeing them
+  would drop every captured graph and compile again after ``wake``).
 * **A compiled decode step.** ``torch.compile(mode="reduce-overhead")``: Inductor's
   kernels replayed as a CUDA graph. Anything that fails to compile or capture falls
   back to the same step run eagerly, with the reason logged once.
@@ -131,16 +133,6 @@ class CompiledEngine(EagerEngine):
             config = getattr(model, "config", None)
             cache = self._caches[key] = StaticCache(config=config, max_cache_len=length)
         return cache
-
-    def sleep(self) -> None:
-        """Keeps the caches: freeing them would drop every captured graph (their
-        addresses) and compile again after :meth:`wake`."""
-        super().sleep()
-
-    def release(self) -> None:
-        """Free every cache and compiled step (for a run that changes models)."""
-        self._caches.clear()
-        self._step_fn = None
 
     @torch.no_grad()
     def generate(

@@ -48,7 +48,7 @@ from transformers import DynamicCache
 from trainer.engines.base import ENGINES
 from trainer.engines.eager import EagerEngine
 from trainer.engines.prefill import prefill
-from trainer.engines.reference import sampling_probs
+from trainer.engines.reference import sampling_probs, token_logprobs
 from trainer.stopping import Stopped
 
 # What an episode feeds next and how many tokens its next action may take.
@@ -294,9 +294,7 @@ class _Run:
             for k, e in enumerate(b.rows):
                 noise[k].exponential_(1, generator=self.gens[e])
             tok = (probs / noise.to(probs.device)).argmax(-1)
-        lf = logits.float() / self.policy.temperature
-        chosen = lf.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
-        return tok, chosen - torch.logsumexp(lf, -1)
+        return tok, token_logprobs(logits, tok, self.policy.temperature)
 
     def _leave(self, k: int, e: int) -> None:
         """Row k's action is over: keep its KV rows, hand the action to the driver

@@ -31,7 +31,7 @@ import torch
 
 from trainer.engines.base import ENGINES, Generation, RolloutEngine
 from trainer.engines.prefill import prefill
-from trainer.engines.reference import sampling_probs
+from trainer.engines.reference import sampling_probs, token_logprobs
 from trainer.stopping import Stopped
 
 
@@ -159,10 +159,8 @@ class _Decode:
         tok = torch.where(live, tok, self.policy.pad_id)
         self.tokens[self.rows, t] = tok
         if self.lps is not None:
-            # Scored at the policy's temperature, as the learner scores them.
-            lf = logits.float() / self.policy.temperature
-            chosen = lf.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
-            self.lps[self.rows, t] = chosen - torch.logsumexp(lf, -1)
+            lps = token_logprobs(logits, tok, self.policy.temperature)
+            self.lps[self.rows, t] = lps
         hit = live & torch.isin(tok, self.stop)
         self.length[self.rows] = torch.where(hit, t + 1, self.length[self.rows])
         self.done = self.done | hit | (self.limit <= t + 1)

@@ -49,10 +49,7 @@ class ReferenceEngine(RolloutEngine):
             for i in live:
                 produced[i].append(int(tok[i]))
             if with_logprobs:
-                # Scored at the policy's temperature, as the learner scores them.
-                lf = logits.float() / policy.temperature
-                chosen = lf.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
-                step_lp = (chosen - torch.logsumexp(lf, -1)).tolist()
+                step_lp = token_logprobs(logits, tok, policy.temperature).tolist()
                 for i in live:
                     lps[i].append(step_lp[i])
             done = done | torch.isin(tok, stop) | (limit <= t + 1)
@@ -95,3 +92,13 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float):
         sorted_p = sorted_p * keep
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
     return probs
+
+
+def token_logprobs(
+    logits: torch.Tensor, tok: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """(B,) log-probs of the sampled tokens under softmax(logits / temperature):
+    scored at the policy's temperature, as the learner scores them."""
+    lf = logits.float() / temperature
+    chosen = lf.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+    return chosen - torch.logsumexp(lf, -1)
