@@ -20,6 +20,7 @@ are judged by the same predicate as they arrive, added to the alert, and kept.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from typing import Any
@@ -48,6 +49,7 @@ def _summary_keys() -> dict[str, str]:
     return keys
 
 
+@functools.lru_cache(maxsize=1024)
 def _component_key(key: str) -> str | None:
     """``rewards/<c>/mean`` -> ``component/<c>`` (what each reward term paid)."""
     from rewards.detectors import component_means
