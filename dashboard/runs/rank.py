@@ -34,6 +34,26 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated
 
 
+_SIGNALLED = ("Terminated", "KeyboardInterrupt")
+
+
+def stopped_by_signal(exc: BaseException) -> bool:
+    """Whether ``exc`` is this rank being stopped (SIGTERM, Ctrl-C), directly or
+    gathered by a collective: torch's distributed checkpoint catches every rank's
+    ``BaseException`` during a save and raises a ``CheckpointException`` (itself a
+    ``BaseException``) holding each rank's ``(exception, traceback)``. Matched by
+    class name, as the ranks' ``Terminated`` travels pickled between processes."""
+    if isinstance(exc, (Terminated, KeyboardInterrupt)):
+        return True
+    failures = getattr(exc, "failures", None)
+    if not isinstance(failures, dict):
+        return False
+    return any(
+        type(pair[0] if isinstance(pair, tuple) else pair).__name__ in _SIGNALLED
+        for pair in failures.values()
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dashboard.runs.rank")
     parser.add_argument("run_id")
@@ -51,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         report = train_rank(args, rank)
-    except (Terminated, KeyboardInterrupt):  # Ctrl-C reaches a terminal's ranks too
+    except BaseException as exc:  # outside the training (its set-up, its clean-up)
+        if isinstance(exc, SystemExit) or not stopped_by_signal(exc):
+            raise
+        # Ctrl-C reaches a terminal's ranks too
         report = Report(rank, "terminated", "stopped by torchrun", at=time.time())
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the report is all that is left
     write_report(args.reports, report)
@@ -107,11 +130,14 @@ def train_rank(args: argparse.Namespace, rank: int):
         )
         status = result.status if result.status in RunStatus.values else "failed"
         message = one_line(getattr(result, "error", None) or "")
-    except (Terminated, KeyboardInterrupt):
-        status, message = "terminated", "stopped by torchrun"
-    except Exception as exc:
-        status, message = "failed", failure_message(exc)
-        detail = traceback.format_exc()
+    except BaseException as exc:  # dcp's CheckpointException is a BaseException
+        if isinstance(exc, (SystemExit, GeneratorExit)):
+            raise
+        if stopped_by_signal(exc):
+            status, message = "terminated", "stopped by torchrun"
+        else:
+            status, message = "failed", failure_message(exc)
+            detail = traceback.format_exc()
     finally:
         at = time.time()  # before the sink's last flush: the failures' order
         if sink is not None:
