@@ -10,7 +10,8 @@ count is read through NVML).
 
 Once ready, a worker announces what it serves (``dashboard.runs.workers``: its queues,
 devices and memory, refreshed every ``WORKER_ANNOUNCE_SECONDS``), so that submit can
-refuse a run no live worker takes; it withdraws the announcement when it stops.
+refuse a run no live worker takes; it withdraws the announcement when it stops. It
+also sends the alert notifications that are due (``dashboard.ingest.webhooks``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ def announce_worker(sender, **kwargs) -> None:
     )
     stop = _announcing.setdefault(sender.hostname, threading.Event())
     workers.start_announcing(offer, stop)
+    # Alert notifications a stopped process left unsent go out from here (the
+    # prefork children start their own sender when they store an alert).
+    from dashboard.ingest import webhooks
+
+    webhooks.start()
 
 
 @worker_shutdown.connect

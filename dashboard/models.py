@@ -37,6 +37,7 @@ from dashboard.site_models import (  # noqa: F401
     ApiToken,
     Dataset,
     JudgeEndpoint,
+    WebhookDelivery,
     Worker,
 )
 

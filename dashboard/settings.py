@@ -271,6 +271,22 @@ RUN_REFUSE_UNSERVED = env_bool("RUN_REFUSE_UNSERVED", not TESTING)
 ALERT_WEBHOOK_TIMEOUT_S = env_int(
     "ALERT_WEBHOOK_TIMEOUT_S", 5, min_value=1, max_value=60
 )
+# A receiver that is down (or answers 5xx, 408, 429) is tried again after each of
+# these delays in seconds, then the notification is marked failed.
+try:
+    ALERT_WEBHOOK_RETRY_S = [
+        float(x)
+        for x in env_list("ALERT_WEBHOOK_RETRY_S", ["10", "60", "300", "1800", "7200"])
+    ]
+except ValueError:
+    ALERT_WEBHOOK_RETRY_S = [-1.0]
+if len(ALERT_WEBHOOK_RETRY_S) > 20 or not all(
+    0 <= x <= 86400 for x in ALERT_WEBHOOK_RETRY_S
+):
+    raise ImproperlyConfigured(
+        "ALERT_WEBHOOK_RETRY_S: comma-separated seconds, at most 20 delays, each "
+        "from 0 to 86400"
+    )
 DASHBOARD_URL = (env_str("DASHBOARD_URL", "") or "http://127.0.0.1:8000").rstrip("/")
 # An external run (reporting over HTTP) that sends nothing for this long shows as lost.
 EXTERNAL_RUN_TIMEOUT = env_int("EXTERNAL_RUN_TIMEOUT", 600, min_value=5)

@@ -77,6 +77,47 @@ class AccountSettings(models.Model):
         return f"settings of {self.user_id}"
 
 
+class WebhookDelivery(models.Model):
+    """One alert notification owed to a user's webhook (``dashboard.ingest.webhooks``).
+
+    Stored in the transaction that stores its alert, so a process that stops before
+    sending it leaves it to the next sender (any process's); sent to the user's
+    current URL, retried with a growing delay while the receiver is down or answers
+    5xx/408/429, until ``delivered`` or ``failed`` (a refusal, or every retry spent).
+    ``claimed_until``: a sender holds it until then (two processes never send one
+    twice at once; a sender that died frees it when that passes)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="webhook_deliveries",
+    )
+    body = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.PENDING
+    )
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_at = models.DateTimeField()
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    # The last try: {"at", "ok", "status" or "error"}.
+    last_result = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "next_at"], name="webhook_due"),
+            models.Index(fields=["user", "-created_at"], name="webhook_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"webhook delivery {self.pk} ({self.status})"
+
+
 class Dataset(models.Model):
     """A dataset a user uploaded on ``/datasets/``: a file the trainer's own reader
     accepted, stored under ``<first data root>/uploads/<owner id>/`` (only its owner's

@@ -1,49 +1,67 @@
 """Alert notifications: every alert stored for a run is POSTed, as JSON, to its
 owner's webhook (``AccountSettings.webhook_url``, set on ``/settings/``).
 
-Off the request path: the write path (:func:`dashboard.ingest.writer.write`, in the
-Celery worker's sink or the events API) only queues the notification after its
-transaction commits; one daemon thread per process sends them, each POST bounded by
-``ALERT_WEBHOOK_TIMEOUT_S``. A failure (refused, timed out, a non-2xx answer) is
-logged and recorded on the settings' ``last_delivery``, never raised: an event write
-never fails or waits because a receiver is down. The queue is bounded
-(:data:`MAX_QUEUED`; past it a notification is dropped and logged), and a process
-that stops loses what it had not sent yet.
+Durable and off the request path. The write path (:func:`dashboard.ingest.writer.
+write`, in the Celery worker's sink or the events API) stores one
+:class:`~dashboard.models.WebhookDelivery` per alert in the transaction that stores
+the alert, and wakes this process's sender once it commits: a notification exists
+exactly when its alert does, and a process that stops before sending it leaves it
+for the next sender (every process that serves or works starts one, :func:`start`).
+
+A sender claims a due delivery (a conditional UPDATE, so two processes never send
+one at once; a claim lapses after ``ALERT_WEBHOOK_TIMEOUT_S`` + 30 s, freeing what a
+dead sender held) and POSTs it to the owner's *current* URL (turned off since: not
+sent), each POST bounded by ``ALERT_WEBHOOK_TIMEOUT_S``. A receiver that is down,
+times out, or answers 5xx, 408 or 429 is tried again after each delay of
+``ALERT_WEBHOOK_RETRY_S`` (10 s, 1 min, 5 min, 30 min, 2 h), then the delivery is
+``failed``; any other non-2xx answer is a refusal, ``failed`` at once. Every try is
+logged (the URL's host only: a path or query may hold a secret) and recorded on the
+delivery and as the settings' ``last_delivery``; nothing is ever raised to the write,
+which never waits for a receiver. Finished deliveries are kept ``KEEP_DAYS`` days
+(the list on ``/settings/``).
 
 The body: ``{"event": "alert", "run": {"id", "name", "url"}, "step", "detector",
 "severity", "message", "evidence_url", "trajectories": [{"group", "index", "why",
-"url"}]}``, links starting with ``DASHBOARD_URL``.
+"url"}]}``, links starting with ``DASHBOARD_URL``; :func:`send_test` POSTs a
+``{"event": "test", ...}`` of the same shape at once (the "Send a test" button).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import queue
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from dashboard import jsonsafe
-from dashboard.models import AccountSettings, Alert, Run
+from dashboard.models import AccountSettings, Alert, Run, WebhookDelivery
 
 log = logging.getLogger(__name__)
-MAX_QUEUED = 1000
-_queue: queue.Queue[tuple[Any, str, dict[str, Any]]] = queue.Queue(MAX_QUEUED)
+Status = WebhookDelivery.Status
+# Answers worth another try: the receiver is busy or briefly broken.
+RETRY_STATUSES = frozenset({408, 429})
+POLL_S = 30.0  # a sender looks for due retries (and others' leftovers) this often
+BATCH = 20  # deliveries claimed per look
+KEEP_DAYS = 14
+_wake = threading.Event()
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
+_last_prune = 0.0
 
 
 def notify_on_commit(run_id: Any, alerts: Iterable[Alert]) -> None:
-    """Queue a notification of each of ``alerts`` (rows just stored for
-    ``run_id``) once the caller's transaction commits, if the owner has a webhook."""
+    """Store a delivery of each of ``alerts`` (rows just stored for ``run_id``, in the
+    caller's transaction) when the owner has a webhook; wake the sender on commit."""
     alerts = list(alerts)
     if not alerts:
         return
@@ -54,9 +72,13 @@ def notify_on_commit(run_id: Any, alerts: Iterable[Alert]) -> None:
     )
     if found is None or not found[2]:
         return
-    name, owner_id, url = found
-    payloads = [payload(run_id, name, a) for a in alerts]
-    transaction.on_commit(lambda: _enqueue(owner_id, url, payloads))
+    name, owner_id, _ = found
+    now = timezone.now()
+    WebhookDelivery.objects.bulk_create(
+        WebhookDelivery(user_id=owner_id, body=payload(run_id, name, a), next_at=now)
+        for a in alerts
+    )
+    transaction.on_commit(start)
 
 
 def payload(run_id: Any, run_name: str, alert: Alert) -> dict[str, Any]:
@@ -85,19 +107,9 @@ def payload(run_id: Any, run_name: str, alert: Alert) -> dict[str, Any]:
     )
 
 
-def _enqueue(owner_id: Any, url: str, payloads: list[dict[str, Any]]) -> None:
-    _start()
-    for body in payloads:
-        try:
-            _queue.put_nowait((owner_id, url, body))
-        except queue.Full:
-            log.warning(
-                "alert webhook: %d notifications waiting; dropped %s at step %s of run %s",
-                MAX_QUEUED, body["detector"], body["step"], body["run"]["id"],
-            )  # fmt: skip
-
-
-def _start() -> None:
+def start() -> None:
+    """Start this process's sender (once) and wake it: it sends what is due, this
+    process's and any other's."""
     global _thread
     with _lock:
         if _thread is None or not _thread.is_alive():
@@ -105,18 +117,133 @@ def _start() -> None:
                 target=_send_forever, name="alert-webhooks", daemon=True
             )
             _thread.start()
+    _wake.set()
 
 
 def _send_forever() -> None:
+    from django.db import connection
+
     while True:
-        owner_id, url, body = _queue.get()
+        _wake.clear()
+        wait = POLL_S
         try:
-            result = deliver(url, body)
-            _record(owner_id, body, result)
-        except Exception:  # never let one notification stop the sender
-            log.exception("alert webhook: sending to %s", _host(url))
+            # Tried some: look again at once (more may be due); else sleep until
+            # the earliest retry, or until woken by a new alert.
+            wait = 0 if send_due() else _until_next_due()
+        except Exception:  # never let one bad look stop the sender
+            log.exception("alert webhook: the sender's look for due deliveries")
         finally:
-            _queue.task_done()
+            connection.close()  # this thread's connection, between looks
+        if wait > 0:
+            _wake.wait(wait)
+
+
+def _until_next_due() -> float:
+    """Seconds until the earliest retry (at most ``POLL_S``: other processes'
+    deliveries and lapsed claims are found by looking)."""
+    from django.db.models import Min
+
+    soonest = WebhookDelivery.objects.filter(status=Status.PENDING).aggregate(
+        at=Min("next_at")
+    )["at"]
+    if soonest is None:
+        return POLL_S
+    return min(POLL_S, max(0.05, (soonest - timezone.now()).total_seconds()))
+
+
+def send_due(limit: int = BATCH) -> int:
+    """Claim and send up to ``limit`` due deliveries; how many were tried."""
+    now = timezone.now()
+    _prune(now)
+    due = list(
+        WebhookDelivery.objects.filter(status=Status.PENDING, next_at__lte=now)
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        .order_by("next_at", "pk")
+        .values_list("pk", flat=True)[:limit]
+    )
+    tried = 0
+    for pk in due:
+        claimed = (
+            WebhookDelivery.objects.filter(pk=pk, status=Status.PENDING)
+            .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+            .update(claimed_until=now + _claim_span())
+        )
+        if claimed:  # another process may have taken it between the two queries
+            _send_one(WebhookDelivery.objects.get(pk=pk))
+            tried += 1
+    return tried
+
+
+def _claim_span() -> timedelta:
+    return timedelta(seconds=settings.ALERT_WEBHOOK_TIMEOUT_S + 30)
+
+
+def _send_one(d: WebhookDelivery) -> None:
+    url = (
+        AccountSettings.objects.filter(user_id=d.user_id)
+        .values_list("webhook_url", flat=True)
+        .first()
+    )
+    now = timezone.now()
+    if not url:  # turned off since the alert: not sent
+        result = {"ok": False, "error": "webhook turned off before it was sent"}
+        _finish(d, Status.FAILED, result, now, record=False)
+        return
+    result = deliver(url, d.body)
+    result["at"] = now.isoformat()
+    delays = list(settings.ALERT_WEBHOOK_RETRY_S)
+    attempts = d.attempts + 1
+    if result["ok"]:
+        status = Status.DELIVERED
+    elif _worth_retrying(result) and attempts <= len(delays):
+        status = Status.PENDING
+        d.next_at = now + timedelta(seconds=delays[attempts - 1])
+        result["retry_at"] = d.next_at.isoformat()
+    else:
+        status = Status.FAILED
+    d.attempts = attempts
+    _finish(d, status, result, now, record=True)
+
+
+def _worth_retrying(result: dict[str, Any]) -> bool:
+    code = result.get("status")
+    return code is None or code >= 500 or code in RETRY_STATUSES
+
+
+def _finish(
+    d: WebhookDelivery, status: str, result: dict[str, Any], now, *, record: bool
+) -> None:
+    d.status, d.last_result, d.claimed_until = status, result, None
+    d.save(update_fields=["status", "last_result", "claimed_until", "attempts",
+                          "next_at"])  # fmt: skip
+    if not record:
+        return
+    body = d.body
+    try:
+        AccountSettings.objects.filter(user_id=d.user_id).update(
+            last_delivery={
+                **result,
+                "at": now.isoformat(),
+                "run": body.get("run", {}).get("id"),
+                "detector": body.get("detector"),
+                "step": body.get("step"),
+                "attempts": d.attempts,
+            }
+        )
+    except DatabaseError:
+        log.warning("alert webhook: could not record the delivery", exc_info=True)
+
+
+def _prune(now) -> None:
+    """Finished deliveries older than ``KEEP_DAYS`` go (at most once an hour)."""
+    global _last_prune
+    if time.monotonic() - _last_prune < 3600:
+        return
+    _last_prune = time.monotonic()
+    WebhookDelivery.objects.filter(
+        status__in=(Status.DELIVERED, Status.FAILED),
+        created_at__lt=now - timedelta(days=KEEP_DAYS),
+    ).delete()
 
 
 def deliver(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -132,6 +259,7 @@ def deliver(url: str, body: dict[str, Any]) -> dict[str, Any]:
             "User-Agent": "agentic-rl-dashboard (alert webhook)",
         },
     )
+    what = f"run {body['run']['id']}, {body.get('detector', body['event'])}"
     try:
         with urllib.request.urlopen(
             request, timeout=settings.ALERT_WEBHOOK_TIMEOUT_S
@@ -141,14 +269,14 @@ def deliver(url: str, body: dict[str, Any]) -> dict[str, Any]:
         status = exc.code
     except (OSError, ValueError) as exc:  # refused, unreachable, timed out, bad URL
         log.warning(
-            "alert webhook to %s failed (run %s, %s at step %s): %s",
-            _host(url), body["run"]["id"], body["detector"], body["step"], exc,
+            "alert webhook to %s failed (%s at step %s): %s",
+            _host(url), what, body.get("step"), exc,
         )  # fmt: skip
         return {"ok": False, "error": str(exc)[:300]}
     if not 200 <= status < 300:
         log.warning(
-            "alert webhook to %s answered %s (run %s, %s at step %s)",
-            _host(url), status, body["run"]["id"], body["detector"], body["step"],
+            "alert webhook to %s answered %s (%s at step %s)",
+            _host(url), status, what, body.get("step"),
         )  # fmt: skip
     return {"ok": 200 <= status < 300, "status": status}
 
@@ -161,31 +289,39 @@ def _host(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def _record(owner_id: Any, body: dict[str, Any], result: dict[str, Any]) -> None:
-    from django.db import DatabaseError, connection
+def send_test(user: Any, url: str) -> dict[str, Any]:
+    """POST a test notification to ``url`` now (the settings page's button): the
+    answer as :func:`deliver` gives it. Not stored, not retried."""
+    base = f"{settings.DASHBOARD_URL}/runs/"
+    body = {
+        "event": "test",
+        "run": {"id": "test", "name": "a test from /settings/", "url": base},
+        "step": 0,
+        "detector": "test",
+        "severity": "info",
+        "message": f"a test notification for {user.get_username()}",
+        "evidence_url": base,
+        "trajectories": [],
+    }
+    return deliver(url, jsonsafe.clean(body))
 
-    try:
-        AccountSettings.objects.filter(user_id=owner_id).update(
-            last_delivery={
-                **result,
-                "at": timezone.now().isoformat(),
-                "run": body["run"]["id"],
-                "detector": body["detector"],
-                "step": body["step"],
-            }
-        )
-    except DatabaseError:
-        log.warning("alert webhook: could not record the delivery", exc_info=True)
-    finally:
-        connection.close()  # this thread's connection, between notifications
+
+def recent(user: Any, n: int = 10) -> list[WebhookDelivery]:
+    """The user's last ``n`` deliveries, newest first."""
+    return list(
+        WebhookDelivery.objects.filter(user=user).order_by("-created_at", "-pk")[:n]
+    )
 
 
 def drain(timeout: float = 10.0) -> bool:
-    """Wait until every queued notification was sent (tests, shutdown); False when
-    ``timeout`` seconds passed first."""
+    """Wait until no delivery is due or being sent (tests, shutdown); False when
+    ``timeout`` seconds passed first. A delivery waiting for its retry is not due."""
     deadline = time.monotonic() + timeout
-    while _queue.unfinished_tasks:
+    while WebhookDelivery.objects.filter(
+        status=Status.PENDING, next_at__lte=timezone.now()
+    ).exists():
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.02)
+        start()
+        time.sleep(0.05)
     return True

@@ -1,7 +1,9 @@
 """Alert webhooks: each alert stored for a run is POSTed to its owner's webhook, off
 the request path (the events API answers before the receiver does), with a timeout;
-a receiver that is down is logged and the event write still succeeds. The receiver
-is a local HTTP server started here."""
+a receiver that is down is logged, retried with backoff and the event write still
+succeeds; a notification is stored with its alert, so one a stopped process left
+unsent is sent by the next; "Send a test" on /settings/. The receiver is a local
+HTTP server started here."""
 
 from __future__ import annotations
 
@@ -13,9 +15,9 @@ import pytest
 from django.test import Client
 
 from dashboard.ingest import webhooks
-from dashboard.models import AccountSettings, Alert, Run
+from dashboard.models import AccountSettings, Alert, Run, WebhookDelivery
 from dashboard.site import tokens
-from tests.dashboard.dashtest import free_port
+from tests.dashboard.dashtest import free_port, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -165,7 +167,10 @@ def test_a_receiver_that_is_down_is_logged_and_the_write_succeeds(owner, api, ca
     failed = [m for m in caplog.messages if "alert webhook to" in m and "failed" in m]
     assert failed and "s3cret" not in failed[0]  # the query is not logged
     delivered = AccountSettings.objects.get(user=owner).last_delivery
-    assert delivered["ok"] is False and delivered["error"]
+    assert delivered["ok"] is False and delivered["error"] and delivered["retry_at"]
+    [d] = WebhookDelivery.objects.all()  # kept for its next try, 10 s on
+    assert (d.status, d.attempts) == ("pending", 1)
+    assert 9 <= (d.next_at - d.created_at).total_seconds() <= 12
 
 
 def test_a_receiver_answering_500_is_logged(owner, api, receiver, caplog):
@@ -180,6 +185,7 @@ def test_a_receiver_answering_500_is_logged(owner, api, receiver, caplog):
     assert len(receiver.bodies) == 1
     assert any("answered 500" in m for m in caplog.messages)
     assert AccountSettings.objects.get(user=owner).last_delivery["status"] == 500
+    assert WebhookDelivery.objects.get().status == "pending"  # a 5xx is retried
 
 
 def test_a_slow_receiver_times_out(owner, api, receiver, settings, caplog):
@@ -219,3 +225,110 @@ def test_our_trainers_sink_notifies_too(owner, receiver, settings):
         writer.write(run.pk, batch)
     assert webhooks.drain(15)
     assert [b["json"]["step"] for b in receiver.bodies] == [5]
+
+
+def test_a_receiver_that_comes_back_gets_the_notification_on_a_later_try(
+    owner, api, receiver, settings
+):
+    settings.ALERT_WEBHOOK_RETRY_S = [0.2, 0.2]
+    use_webhook(owner, receiver.url)
+    receiver.status = 503  # down for maintenance
+    run_id = external_run(api)
+    assert api(f"/api/runs/{run_id}/events", events(), ndjson=True).status_code == 200
+    assert webhooks.drain(15)
+    receiver.status = 204
+    wait_for(lambda: WebhookDelivery.objects.get().status == "delivered", 15)
+    d = WebhookDelivery.objects.get()
+    assert d.attempts == 2 and d.last_result["status"] == 204
+    assert [b["json"]["step"] for b in receiver.bodies] == [12, 12]
+    assert AccountSettings.objects.get(user=owner).last_delivery["attempts"] == 2
+
+
+def test_every_retry_spent_or_a_refusal_fails_the_notification(
+    owner, api, receiver, settings
+):
+    settings.ALERT_WEBHOOK_RETRY_S = [0.1, 0.1]
+    use_webhook(owner, receiver.url)
+    receiver.status = 500
+    run_id = external_run(api)
+    assert api(f"/api/runs/{run_id}/events", events(), ndjson=True).status_code == 200
+    wait_for(lambda: WebhookDelivery.objects.get().status == "failed", 15)
+    assert WebhookDelivery.objects.get().attempts == 3  # the first and two retries
+    receiver.status = 404  # a refusal is not tried again
+    api(f"/api/runs/{run_id}/events", events(13), ndjson=True)
+    wait_for(lambda: WebhookDelivery.objects.filter(status="failed").count() == 2, 15)
+    refused = WebhookDelivery.objects.get(body__step=13)
+    assert (refused.attempts, refused.last_result["status"]) == (1, 404)
+
+
+def test_a_notification_a_stopped_process_left_is_sent_by_the_next(
+    owner, receiver, settings
+):
+    """Stored with its alert (one transaction), not held in memory: a delivery that
+    no sender took (the process stopped right after the commit) or whose sender
+    died holding it (its claim lapsed) is sent by whichever sender looks next."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    use_webhook(owner, receiver.url)
+    run = Run.objects.create(name="r", owner=owner, config={}, status="running")
+    body = webhooks.payload(run.pk, run.name, Alert(step=3, detector="repetition"))
+    past = timezone.now() - timedelta(minutes=5)
+    left = WebhookDelivery.objects.create(user=owner, body=body, next_at=past)
+    held = WebhookDelivery.objects.create(
+        user=owner, body={**body, "step": 4}, next_at=past, claimed_until=past
+    )
+    busy = WebhookDelivery.objects.create(
+        user=owner,
+        body={**body, "step": 5},
+        next_at=past,
+        claimed_until=timezone.now() + timedelta(minutes=1),  # a live sender has it
+    )
+    assert webhooks.send_due() == 2
+    assert sorted(b["json"]["step"] for b in receiver.bodies) == [3, 4]
+    for d in (left, held, busy):
+        d.refresh_from_db()
+    assert (left.status, held.status, busy.status) == ("delivered", "delivered",
+                                                       "pending")  # fmt: skip
+
+
+def test_a_webhook_turned_off_before_the_send_sends_nothing(owner, api, receiver):
+    use_webhook(owner, receiver.url)
+    run = Run.objects.create(name="r", owner=owner, config={}, status="running")
+    body = webhooks.payload(run.pk, run.name, Alert(step=3, detector="repetition"))
+    from django.utils import timezone
+
+    WebhookDelivery.objects.create(user=owner, body=body, next_at=timezone.now())
+    use_webhook(owner, "")
+    assert webhooks.send_due() == 1 and receiver.bodies == []
+    d = WebhookDelivery.objects.get()
+    assert d.status == "failed" and "turned off" in d.last_result["error"]
+
+
+def test_the_settings_page_sends_a_test_and_lists_the_deliveries(owner, api, receiver):
+    from tests.dashboard.dashtest import client_for
+
+    client = client_for(owner)
+    r = client.post("/settings/", {"webhook_url": receiver.url, "action": "test"})
+    assert r.status_code == 200
+    html = r.content.decode()
+    assert "delivered (204)" in html and "(not saved yet)" in html
+    [sent] = receiver.bodies
+    assert sent["json"]["event"] == "test" and sent["json"]["detector"] == "test"
+    assert not AccountSettings.objects.filter(user=owner, webhook_url=receiver.url)
+    bad = client.post("/settings/", {"webhook_url": "ftp://x/", "action": "test"})
+    assert (
+        bad.status_code == 400
+        and "webhook_url: must start with" in bad.content.decode()
+    )
+    use_webhook(owner, receiver.url)
+    run_id = external_run(api)
+    api(f"/api/runs/{run_id}/events", events(), ndjson=True)
+    assert webhooks.drain(15)
+    page = client.get("/settings/").content.decode()
+    assert (
+        "spurious_parallelism at step 12" in page
+        and 'data-delivery="delivered"' in page
+    )
+    assert "&lt;b&gt;hacked&lt;/b&gt; &amp; co" in page  # the run's name, escaped

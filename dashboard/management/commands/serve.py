@@ -33,6 +33,9 @@ class Command(BaseCommand):
     ):
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
+        from dashboard.ingest import webhooks
+
+        webhooks.start()  # alert notifications left unsent by the last process
         if settings.RUN_EXECUTOR == "inprocess":
             from dashboard.runs import inprocess
 
