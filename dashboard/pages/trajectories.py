@@ -169,7 +169,7 @@ def trajectory(
             "next_url": link(siblings[pos + 1]) if pos < len(siblings) - 1 else "",
             "heatmap": _heatmap_data(page),
             "series": _series_names(page),
-            "answers": trajview.answers(t.facts),
+            "answers": trajview.answers(t.facts, t.rewards),
             "page": _page_links(request, page),
             "page_chars": settings.TRAJECTORY_PAGE_CHARS,
             "step_url": reverse("pages:trajectories", args=[run.pk]) + f"?step={step}",

@@ -248,11 +248,14 @@ def build(
 ANSWER_CHARS = 2000  # of a parsed answer shown beside the reward
 
 
-def answers(facts: Any) -> dict[str, Any] | None:
+def answers(facts: Any, rewards: Any = None) -> dict[str, Any] | None:
     """The reference answer and what the environment parsed from the policy's final
     turn (``dataset``: ``reference``/``answer``; ``calc``: ``expected``/``answer``),
     with the number a numeric match reads from it; None when the facts have no
-    reference (an environment without one)."""
+    reference (an environment without one). For an answer that does not match,
+    ``paid``: the reward terms (``rewards["components"]``) that paid it anyway and
+    why where the facts say (partial credit), so a positive reward beside a miss is
+    not a puzzle."""
     if not isinstance(facts, dict):
         return None
     reference = facts.get("reference", facts.get("expected"))
@@ -266,12 +269,43 @@ def answers(facts: Any) -> dict[str, Any] | None:
     elif answer is not None:
         answer = str(answer)
     success = facts.get("success")
+    success = success if isinstance(success, bool) else None
     return {
         "reference": str(reference)[:ANSWER_CHARS],
         "answer": answer,
         "number": number,
-        "success": success if isinstance(success, bool) else None,
+        "success": success,
+        "paid": _paid_anyway(facts, rewards) if success is False else [],
     }
+
+
+def _paid_anyway(facts: dict[str, Any], rewards: Any) -> list[dict[str, Any]]:
+    """``[{"name", "value", "why"}]``: the terms that paid a missed answer."""
+    comps = rewards.get("components") if isinstance(rewards, dict) else None
+    if not isinstance(comps, dict):
+        return []
+    partial = facts.get("partial")
+    partial = partial if isinstance(partial, int | float) and partial > 0 else None
+    out = []
+    for name, value in comps.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if not value > 0:
+            continue
+        why = ""
+        if name == "outcome" and partial is not None:
+            why = (
+                "partial credit: the calculator computed the reference value, but "
+                "the final answer was not it"
+                if facts.get("computed_expected")
+                else f"partial credit ({partial:g}) from the environment"
+            )
+        elif name == "numeric_match":
+            why = "tool credit: a tool call computed the reference value"
+        elif name == "format":
+            why = "well-formed actions"
+        out.append({"name": str(name)[:100], "value": float(value), "why": why})
+    return out
 
 
 # --- critical path ------------------------------------------------------------------------

@@ -66,6 +66,29 @@ def test_the_reference_and_the_parsed_answer_sit_beside_the_reward(owner_client,
     assert "reward <strong>1</strong>" in block
 
 
+def test_a_missed_answer_that_was_paid_says_which_term_paid_it_and_why(
+    owner_client, run
+):
+    facts = {"answer": 11, "expected": 12, "success": False, "partial": 0.5,
+             "computed_expected": True}  # fmt: skip
+    t = traj(facts=facts)
+    t["reward"] = 0.6
+    t["rewards"] = {"total": 0.6, "components": {"outcome": 0.5, "format": 0.1,
+                                                "<b>x</b>": 0.0}}  # fmt: skip
+    writer.store(run.pk, [t])
+    block = answers_block(page(owner_client, run))
+    assert "does not match the reference" in block and "paid anyway" in block
+    assert "<code>outcome</code> 0.5" in block
+    assert "the calculator computed the reference value" in block
+    assert "<code>format</code> 0.1" in block
+    assert "&lt;b&gt;" not in block  # a term that paid nothing is not listed
+    # a match, or a miss that nothing paid, has no such line
+    t = traj(1, facts={**facts, "partial": 0.0})
+    t["rewards"] = {"components": {"outcome": 0.0}}
+    writer.store(run.pk, [t])
+    assert "paid anyway" not in answers_block(page(owner_client, run, index=1))
+
+
 def test_an_episode_without_a_final_answer_says_so(owner_client, run):
     writer.store(run.pk, [traj(facts={"answer": None, "reference": "12"})])
     block = answers_block(page(owner_client, run))
