@@ -48,7 +48,29 @@ BASIC = [
     sc.field_spec(TrainConfig, "seed", ""),
 ]
 MODEL = sc.model_specs(ModelConfig, "model")
-ROLLOUT = sc.model_specs(RolloutConfig, "rollout")
+# The built-in rollout engines in a few words; a plugin's shows its name.
+_ENGINE_WORDS = {
+    "eager": "eager (default)",
+    "compiled": "compiled (CUDA: static cache, torch.compile)",
+    "continuous": "continuous (episodes rejoin across turns)",
+    "reference": "reference (the plain loop, for comparison)",
+}
+
+
+def _engine_choices() -> tuple[tuple[str, str], ...]:
+    from trainer.engines import ENGINES
+
+    order = list(_ENGINE_WORDS)
+    names = sorted(
+        ENGINES.names(), key=lambda n: (order.index(n) if n in order else len(order), n)
+    )
+    return tuple((n, _ENGINE_WORDS.get(n, n)) for n in names)
+
+
+ROLLOUT = [
+    replace(s, kind="choice", choices=_engine_choices()) if s.name == "engine" else s
+    for s in sc.model_specs(RolloutConfig, "rollout")
+]
 PRESET = replace(
     sc.field_spec(AlgorithmConfig, "preset", "algorithm"),
     label="Algorithm preset",

@@ -510,3 +510,17 @@ def test_an_unknown_preset_in_the_query_falls_back_to_grpo(owner_client, preset)
         r = owner_client.get(f"{url}?env=calc&preset={preset}")
         assert r.status_code == 200
     assert default_config("calc", "\x00")["algorithm"]["preset"] == "grpo"
+
+
+def test_the_rollout_engine_is_a_choice_of_the_registered_engines(owner_client):
+    html = owner_client.get("/runs/new/").content.decode()
+    select = html.split('name="rollout.engine"')[1].split("</select>")[0]
+    options = [o.split('"')[1] for o in select.split("<option value=")[1:]]
+    assert options[:4] == ["eager", "compiled", "continuous", "reference"]
+    assert '"eager" selected' in select and "eager (default)" in select
+    form = RunForm(post_for("swarm", **{"rollout.engine": "continuous"}))
+    assert form.is_valid(), form.errors
+    assert form.cleaned["rollout"]["engine"] == "continuous"
+    form = RunForm(post_for("calc", **{"rollout.engine": "vllm"}))  # not registered
+    assert not form.is_valid()
+    assert "unknown rollout engine 'vllm'" in " ".join(form.errors["rollout.engine"])
