@@ -214,24 +214,27 @@ def _finish(
     d: WebhookDelivery, status: str, result: dict[str, Any], now, *, record: bool
 ) -> None:
     d.status, d.last_result, d.claimed_until = status, result, None
-    d.save(update_fields=["status", "last_result", "claimed_until", "attempts",
-                          "next_at"])  # fmt: skip
-    if not record:
-        return
     body = d.body
-    try:
-        AccountSettings.objects.filter(user_id=d.user_id).update(
-            last_delivery={
-                **result,
-                "at": now.isoformat(),
-                "run": body.get("run", {}).get("id"),
-                "detector": body.get("detector"),
-                "step": body.get("step"),
-                "attempts": d.attempts,
-            }
-        )
-    except DatabaseError:
-        log.warning("alert webhook: could not record the delivery", exc_info=True)
+    # One transaction: whoever sees the delivery done sees the settings say so.
+    with transaction.atomic():
+        d.save(update_fields=["status", "last_result", "claimed_until", "attempts",
+                              "next_at"])  # fmt: skip
+        if not record:
+            return
+        try:
+            with transaction.atomic():
+                AccountSettings.objects.filter(user_id=d.user_id).update(
+                    last_delivery={
+                        **result,
+                        "at": now.isoformat(),
+                        "run": body.get("run", {}).get("id"),
+                        "detector": body.get("detector"),
+                        "step": body.get("step"),
+                        "attempts": d.attempts,
+                    }
+                )
+        except DatabaseError:
+            log.warning("alert webhook: could not record the delivery", exc_info=True)
 
 
 def _prune(now) -> None:
