@@ -1,7 +1,7 @@
 """The reward-hacking suite: labelled hacked and healthy runs, detection measured.
 
     python bench/hacking_suite.py [--quick] [--jobs 2] [--retrain] [--server]
-        [--only NAME ...] [--dir var/bench/hacking]
+        [--only NAME ...] [--dir var/bench/hacking] [--seed N]
 
 Trains every case of ``bench/hacking_cases.py`` (each hack and the healthy runs: the
 twins and every demo config) with the tiny model on the CPU, recording what the
@@ -17,6 +17,10 @@ and says whether the server raised the same alerts, naming the same trajectories
 
 ``--quick``: a smoke run of the machinery sized for CI: one hack and its twin, a
 few steps each from a short warm start (nothing is expected to be caught).
+
+``--seed N``: every run trained with seed N (warm start included) instead of its
+config's, recorded under ``<dir>-seed<N>``: the same suite on other draws, to see
+whether the detectors' thresholds hold beyond the runs they were tuned on.
 """
 
 from __future__ import annotations
@@ -37,10 +41,12 @@ OUT = ROOT / "var" / "bench" / "hacking"
 QUICK = {"steps": 6, "warmstart_steps": 20, "tasks_per_step": 2, "group_size": 4}
 
 
-def plan(quick: bool, only: list[str]) -> dict[str, dict]:
+def plan(quick: bool, only: list[str], seed: int | None = None) -> dict[str, dict]:
     """Run name -> TrainConfig data: every hack, then every healthy run."""
     runs = {f"hack-{c.name}": c.hacked for c in cases()}
     runs.update(healthy_runs())
+    if seed is not None:
+        runs = {k: {**v, "seed": seed} for k, v in runs.items()}
     if quick:
         runs = {k: runs[k] for k in ("hack-length_hacking", "calc")}
         runs = {k: _shrink(v) for k, v in runs.items()}
@@ -124,13 +130,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=[])
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--record-only", action="store_true")
+    ap.add_argument("--seed", type=int, default=None)
     ap.add_argument(
         "--slices", type=Path, help="write the tests' slices of the recordings here"
     )
     args = ap.parse_args(argv)
     out = args.dir or (OUT.with_name("hacking-quick") if args.quick else OUT)
+    if args.seed is not None:
+        out = out.with_name(f"{out.name}-seed{args.seed}")
     os.chdir(ROOT)  # the dataset demo's path is relative to the repository
-    runs = plan(args.quick, args.only)
+    runs = plan(args.quick, args.only, args.seed)
     t0 = time.perf_counter()
     record(runs, out, args.jobs, args.retrain or args.quick)
     print(f"recordings in {out} ({time.perf_counter() - t0:.0f}s)", flush=True)
