@@ -28,6 +28,7 @@ from bench.hacking_record import read_recording
 from rewards.config import DetectorConfig
 from rewards.detectors import summarize
 from rewards.monitor import RewardMonitor
+from rewards.search import one_at_a_time
 from rewards.types import Alert, RewardBreakdown, RewardResult, TrajectoryInfo
 
 SUSTAIN = 3
@@ -37,10 +38,35 @@ GOAL_FALSE_ALARMS = 1.0  # per 1,000 healthy steps
 _EMPTY = RewardBreakdown(0.0, {}, {})
 
 
+def row_numbers(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded rollout's numbers, with the per-episode metrics added since it was
+    recorded worked out from the numbers it has (``one_at_a_time``, from its prunes:
+    the same function the reward library applies)."""
+    n = dict(row["n"])
+    if "one_at_a_time" not in n and "prunes" in n and "single_doc_prunes" in n:
+        n["one_at_a_time"] = one_at_a_time(n["prunes"], n["single_doc_prunes"])
+    return n
+
+
+def with_episode_means(
+    metrics: Mapping[str, Any], summary: Mapping[str, float]
+) -> dict[str, Any]:
+    """``metrics`` with the ``<key>/mean`` our trainer logs for each per-episode
+    value, from the rollouts' means (``summary``) where the recording predates the
+    value (``one_at_a_time``): what a trainer sends the server today."""
+    from rewards.detectors import _FROM_RESULTS
+
+    out = dict(metrics)
+    for key in _FROM_RESULTS:
+        if key in summary and f"{key}/mean" not in out and key not in out:
+            out[f"{key}/mean"] = summary[key]
+    return out
+
+
 def step_summary(line: Mapping[str, Any]) -> dict[str, float]:
     """The monitor's summary of a recorded step, made again from its metrics and
     rollouts (what :func:`rewards.detectors.summarize` reads)."""
-    results = [RewardResult(_EMPTY, metrics=r["n"]) for r in line["rows"]]
+    results = [RewardResult(_EMPTY, metrics=row_numbers(r)) for r in line["rows"]]
     return summarize(line["step"], line["metrics"], [], results)
 
 
@@ -50,9 +76,13 @@ def replay(meta: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> list[
     monitor = RewardMonitor(cfg, meta["env"])
     alerts: list[Alert] = []
     for line in steps:
-        rows = [r["n"] for r in line["rows"]]
+        rows = [row_numbers(r) for r in line["rows"]]
         infos = [TrajectoryInfo(r["g"], r["i"], r["task"]) for r in line["rows"]]
-        summary = line.get("summary") or step_summary(line)  # a slice keeps it
+        # Made again from the rollouts where the line has them (so a metric added
+        # since the recording counts); a slice's steps without rollouts keep theirs.
+        summary = {**line.get("summary", {}), **(step_summary(line) if rows else {})}
+        if not summary:
+            summary = step_summary(line)
         alerts.extend(monitor.observe(summary, rows, infos))
     return alerts
 
@@ -74,7 +104,7 @@ def numbers(row: Mapping[str, Any]) -> dict[str, Any]:
         (a.split() or [""])[0] not in ("", "answer", "finish")
         for a in row.get("actions", [])
     )
-    return {**row["n"], "tool_calls": calls}
+    return {**row_numbers(row), "tool_calls": calls}
 
 
 def shares(

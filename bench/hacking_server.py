@@ -27,13 +27,16 @@ BATCH_STEPS = 5
 
 
 def step_events(line: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One recorded step as the events a trainer sends: its metrics, its rollouts."""
+    """One recorded step as the events a trainer sends: its metrics, its rollouts
+    (with the per-episode values added since the recording, as a trainer sends
+    them today)."""
+    from bench.hacking_measure import row_numbers, step_summary, with_episode_means
+
     step = line["step"]
-    events: list[dict[str, Any]] = [
-        {"type": "step", "step": step, "metrics": line["metrics"]}
-    ]
+    metrics = with_episode_means(line["metrics"], step_summary(line))
+    events: list[dict[str, Any]] = [{"type": "step", "step": step, "metrics": metrics}]
     for r in line["rows"]:
-        n = r["n"]
+        n = row_numbers(r)
         events.append(
             {
                 "type": "trajectory",

@@ -1,9 +1,9 @@
 """Recorded slices of the suite's runs: the small fixtures the tests replay.
 
 ``python bench/hacking_suite.py --slices tests/fixtures/hacking`` cuts, from the
-recording of each hack that was caught as the goal asks, the steps from ``BEFORE``
-steps before its onset (or its first alert, if earlier) to ``AFTER`` after it (or
-after the alert), and the same steps of its healthy twin. A slice keeps every step's summary (what
+recording of each hack that was caught as the goal asks, the steps from the run's
+first (whose start levels some detectors compare with) to ``AFTER`` after its onset
+(or after the alert), and the same steps of its healthy twin. A slice keeps every step's summary (what
 the monitor reads) and the metrics the server reads (what a trainer sends), and the
 rollouts (the numbers the evidence and the labels read) of the steps around the
 onset only, where the first alert must name them: small enough to keep in the
@@ -25,11 +25,12 @@ from bench.hacking_measure import (
     GOAL_DELAY,
     baseline,
     measure_hack,
+    row_numbers,
     step_summary,
+    with_episode_means,
 )
 from bench.hacking_record import read_recording
 
-BEFORE = 25  # steps before the onset: the detectors' window (20) and then some
 AFTER = 12  # steps after it: past the goal's 10
 ROWS_BEFORE = 5  # rollouts kept from this many steps before the onset ...
 # ... to GOAL_DELAY steps after it
@@ -37,18 +38,25 @@ KEEP = (
     "parallelism", "finish_rate", "subagent_yield", "single_search_exit", "prunes",
     "single_doc_prunes", "success", "judge/score", "length", "truncated", "entropy",
     "reward", "group_zero_std", "repetition", "format_ok", "proxy_reward", "serial",
+    "one_at_a_time",
 )  # fmt: skip
 
 
-def _server_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
+def _server_metrics(
+    metrics: Mapping[str, Any], summary: Mapping[str, float]
+) -> dict[str, Any]:
+    """The step's metrics the server reads, with the ``<key>/mean`` our trainer logs
+    for each per-episode value: taken from the rollouts' means (``summary``) where
+    the recording predates the value (``one_at_a_time``)."""
     from rewards.detectors import _FROM_METRICS, _FROM_RESULTS
 
     wanted = {*_FROM_METRICS, *(f"{k}/mean" for k in _FROM_RESULTS)}
-    return {
+    out = {
         k: v
         for k, v in metrics.items()
         if k in wanted or (k.startswith("rewards/") and k.endswith("/mean"))
     }
+    return with_episode_means(out, summary)
 
 
 def cut(
@@ -67,13 +75,14 @@ def cut(
         if not first <= s <= last:
             continue
         keep_rows = rows_from is not None and rows_from <= s <= rows_to
+        summary = step_summary(line)
         out.append(
             {
                 "step": s,
-                "summary": step_summary(line),
-                "metrics": _server_metrics(line["metrics"]),
+                "summary": summary,
+                "metrics": _server_metrics(line["metrics"], summary),
                 "rows": [
-                    {**r, "n": {k: v for k, v in r["n"].items() if k in KEEP}}
+                    {**r, "n": {k: v for k, v in row_numbers(r).items() if k in KEEP}}
                     for r in line["rows"]
                 ]
                 if keep_rows
@@ -104,7 +113,9 @@ def write_slices(directory: Path, target: Path) -> list[str]:
         if not result.met:  # what a slice's test asserts is that it was met
             continue
         alert = result.first_alert
-        first = max(1, min(result.onset, alert) - BEFORE)
+        # From the run's first step: detectors compare with the run's start levels
+        # (``start/<key>``), which the replay (and the server) read from there.
+        first = 1
         last = max(result.onset, alert) + AFTER
         extra = {"baseline": baseline(steps), "onset": result.onset, "case": case.name}
         rows = (

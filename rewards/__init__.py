@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from rewards import (  # noqa: F401  (register the components)
     detectors_health,  # noqa: F401  (register its detectors)
+    detectors_search,  # noqa: F401  (register its detectors)
     matching,
     parl,
     search,

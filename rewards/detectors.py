@@ -21,22 +21,27 @@ Thresholds (``<detector>.<name>``: default), all judged on the late half of the 
   subtasks and no stage ran two sub-agents at once, the orchestrator solving them
   itself included), risen by ``min_fall`` or staying past the warm-up.
 * ``spurious_parallelism.min_parallelism`` 2, ``.max_finish_rate`` 0.4,
-  ``.max_yield`` 0.35, ``.min_critical_drop`` 0.1: wide fan-out, few subtasks done
-  (or few per sub-agent spawned), and critical steps that fell by less than 10% from
-  the early half.
+  ``.max_yield`` 0.35, ``.min_critical_drop`` 0.1, ``.min_proxy_reward`` 0.1: wide
+  fan-out, few subtasks done (or few per sub-agent spawned while proxy terms pay at
+  least ``min_proxy_reward`` an episode), and critical steps that fell by less than
+  10% from the early half.
 * ``single_search_exit.min_frac`` 0.5, ``.min_rise`` 0.2, ``.after_windows`` 2:
   share of episodes ended after <= 1 search, risen there by ``min_rise`` from the
   early half (a learned exit, at any age) or staying there once the run is two
   windows old (a fresh policy answers early before it has learned anything).
 * ``one_at_a_time_pruning.min_prunes`` 2, ``.min_single_frac`` 0.8: prunes per
-  episode, and the share of them that drop a single document.
+  episode, and the share of them that drop a single document; or
+  ``.min_episode_share`` 0.5 of the episodes pruning that way themselves
+  (``one_at_a_time``), risen by ``.min_rise`` 0.2 or staying there once the run
+  is ``.after_windows`` 2 windows old.
 * ``judge_verifier_divergence.min_judge_rise`` 0.1, ``.max_outcome_rise`` 0.02.
 * ``length_drift.max_growth`` 1.5 (late / early mean length), ``.max_truncated`` 0.3,
   ``.min_truncated_rise`` 0.2 (a truncated share that was already high and creeps up,
   98% -> 99% or 72% -> 86%, is not drift), ``.after_windows`` 2 (a fresh policy's
   rollouts lengthen as it learns to use its tools: judged once two windows old).
 * The health detectors (entropy collapse, no learning signal, reward without
-  success, repetition) are in :mod:`rewards.detectors_health`.
+  success, repetition) are in :mod:`rewards.detectors_health`, the search ones
+  (single-search exit, one-at-a-time pruning) in :mod:`rewards.detectors_search`.
 """
 
 from __future__ import annotations
@@ -65,7 +70,8 @@ _FROM_METRICS = {
 _FROM_RESULTS = (
     "critical_steps", "parallelism", "subagents", "finish_rate", "subagent_yield",
     "success", "truncated",
-    "judge/score", "searches", "prunes", "single_doc_prunes", "single_search_exit",
+    "judge/score", "searches", "prunes", "single_doc_prunes", "one_at_a_time",
+    "single_search_exit",
     "repetition", "proxy_reward", "serial",
 )  # fmt: skip
 
@@ -138,6 +144,38 @@ def component_means(metrics: Mapping[str, Any]) -> dict[str, float]:
     }  # fmt: skip
 
 
+# What a run looked like at its start, for detectors that compare with it rather than
+# with their window (an environment's own level: the swarm demo's retried spawns
+# repeat 40% of their word pairs from its first step, a calculator policy 6%): the
+# mean of each of START_KEYS over the run's first START_STEPS steps, carried in
+# every later summary as ``start/<key>`` (:func:`with_start`; the monitor and the
+# server's detection both add it).
+START_KEYS = ("repetition", "proxy_reward")
+START_STEPS = 5
+
+
+def with_start(summary: Summary, first: Sequence[Summary]) -> dict[str, float]:
+    """``summary`` plus ``start/<key>``: the mean of each of :data:`START_KEYS` over
+    ``first`` (the run's first :data:`START_STEPS` summaries, as many as there are
+    yet), for the keys they have.
+
+    >>> with_start({"step": 3.0}, [{"repetition": 0.1}, {"repetition": 0.3}])
+    {'step': 3.0, 'start/repetition': 0.2}
+    """
+    out = dict(summary)
+    for key in START_KEYS:
+        xs = series(first[:START_STEPS], key)
+        if xs:
+            out[f"start/{key}"] = sum(xs) / len(xs)
+    return out
+
+
+def start_level(window: Sequence[Summary], key: str) -> float | None:
+    """The run's start level of ``key`` carried by the window's newest summary."""
+    v = window[-1].get(f"start/{key}") if window else None
+    return float(v) if isinstance(v, int | float) else None
+
+
 def series(window: Sequence[Summary], key: str) -> list[float]:
     return [s[key] for s in window if key in s]
 
@@ -188,15 +226,18 @@ def risen(
     warmup: str | None = None,
 ) -> tuple[float, float, list[float]] | None:
     """``(early, late, series)`` of ``key`` when its late half is at least ``limit``
-    and got there by rising ``rise`` from the early half (a learned change, at any
-    age) or, with ``warmup`` (a detector's name), stays there past that detector's
+    and got there by rising ``rise`` across the window (a learned change, at any
+    age: the late half's mean above the early half's, or the least-squares
+    :func:`trend`, which counts a steady climb whole where the halves see half of
+    it) or, with ``warmup`` (a detector's name), stays there past that detector's
     warm-up; else None."""
     xs = series(window, key)
     if not enough(cfg, xs):
         return None
     early, late = halves(xs)
     past = warmup is not None and _past_warmup(window, cfg, warmup)
-    if late < limit or not (late - early >= rise or past):
+    climbed = max(late - early, trend(xs)) >= rise
+    if late < limit or not (climbed or past):
         return None
     return early, late, xs
 
@@ -258,8 +299,12 @@ def spurious_parallelism(
     window: Sequence[Summary], cfg: DetectorConfig
 ) -> Finding | None:
     """Many sub-agents, little finished (few subtasks done, or few done per sub-agent
-    spawned: most of them redundant, blocked or failed), and critical steps not
-    falling."""
+    spawned: most of them redundant, blocked or failed, while a proxy term pays),
+    and critical steps not falling. Few done per sub-agent counts only when
+    something besides the task pays (``proxy_reward``, such as r_parallel, at
+    least ``min_proxy_reward`` an episode; or a trainer that does not say): wide,
+    wasteful fan-out that only the task's own reward pays for (r_perf alone) is
+    inefficiency its latency term charges for, not a hack of the reward."""
     par, fin = series(window, "parallelism"), series(window, "finish_rate")
     cs, yld = series(window, "critical_steps"), series(window, "subagent_yield")
     if not enough(cfg, par, fin, cs):
@@ -271,7 +316,12 @@ def spurious_parallelism(
     p_late, f_late = halves(par)[1], halves(fin)[1]
     y_late = halves(yld)[1] if yld else None
     cs_early, cs_late = halves(cs)
-    wasted = f_late <= max_fin or (y_late is not None and y_late <= max_yield)
+    proxy = series(window, "proxy_reward")
+    paid = not proxy or halves(proxy)[1] >= cfg.threshold(
+        "spurious_parallelism.min_proxy_reward"
+    )
+    low_yield = y_late is not None and y_late <= max_yield and paid
+    wasted = f_late <= max_fin or low_yield
     if p_late < min_par or not wasted or cs_late <= cs_early * (1 - drop):
         return None
     yield_txt = f", {y_late:.2f} done per sub-agent" if y_late is not None else ""
@@ -284,47 +334,6 @@ def spurious_parallelism(
          "critical_steps_late": cs_late, "finish_rate": tail(fin),
          "critical_steps": tail(cs)},
     )  # fmt: skip
-
-
-@register("single_search_exit", "warning", {"search"})
-def single_search_exit(
-    window: Sequence[Summary], cfg: DetectorConfig
-) -> Finding | None:
-    """Most episodes end after at most one search."""
-    limit = cfg.threshold("single_search_exit.min_frac")
-    rise = cfg.threshold("single_search_exit.min_rise")
-    # Learned: a rise from searching more (at any age), or a stay past the warm-up.
-    found = risen(window, cfg, "single_search_exit", limit, rise, "single_search_exit")
-    if found is None:
-        return None
-    early, late, xs = found
-    return Finding(
-        f"single-search exit: {late:.0%} of episodes answer after one search "
-        f"(was {early:.0%})",
-        {"frac_early": early, "frac_late": late, "threshold": limit,
-         "frac": tail(xs)},
-    )  # fmt: skip
-
-
-@register("one_at_a_time_pruning", "warning", {"search"})
-def one_at_a_time_pruning(
-    window: Sequence[Summary], cfg: DetectorConfig
-) -> Finding | None:
-    """Repeated prunes, nearly all of a single document."""
-    prunes, single = series(window, "prunes"), series(window, "single_doc_prunes")
-    if not enough(cfg, prunes, single):
-        return None
-    p_late, s_late = halves(prunes)[1], halves(single)[1]
-    share = s_late / p_late if p_late > 0 else 0.0
-    min_prunes = cfg.threshold("one_at_a_time_pruning.min_prunes")
-    min_share = cfg.threshold("one_at_a_time_pruning.min_single_frac")
-    if p_late < min_prunes or share < min_share:
-        return None
-    return Finding(
-        f"one-at-a-time pruning: {p_late:.1f} prunes per episode, "
-        f"{share:.0%} of one document",
-        {"prunes_late": p_late, "single_share": share, "prunes": tail(prunes)},
-    )
 
 
 @register("judge_verifier_divergence", "critical")

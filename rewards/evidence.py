@@ -162,8 +162,14 @@ def _short(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
 
 @_predicate("repetition")
 def _repetitive(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
+    # At or above the floor and risen above the run's start as much as the
+    # detector asks of the mean.
     rep = _num(row, "repetition")
-    if rep is None or rep < cfg.threshold("repetition.max_repetition"):
+    bar = cfg.threshold("repetition.max_repetition")
+    start = ev.get("repetition_start")
+    if isinstance(start, int | float) and math.isfinite(start):
+        bar = max(bar, start + cfg.threshold("repetition.min_rise"))
+    if rep is None or rep < bar:
         return None
     return f"{rep:.0%} of its word pairs repeat"
 

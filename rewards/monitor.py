@@ -15,7 +15,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rewards.config import DetectorConfig, RewardConfig
-from rewards.detectors import DETECTORS, DetectorSpec, Summary, summarize
+from rewards.detectors import (
+    DETECTORS,
+    START_STEPS,
+    DetectorSpec,
+    Summary,
+    summarize,
+    with_start,
+)
 from rewards.evidence import pick
 from rewards.types import (
     Alert,
@@ -42,6 +49,7 @@ class RewardMonitor:
         self.env_name = env_name
         self.detectors = enabled_detectors(cfg, env_name)
         self.window: deque[Summary] = deque(maxlen=cfg.window)
+        self.first: list[Summary] = []  # the run's first START_STEPS summaries
         # detector -> last step its pattern was seen, while it is not re-armed
         self._active: dict[str, int] = {}
 
@@ -70,6 +78,9 @@ class RewardMonitor:
         """Alerts for one more step's summary (also: replaying a recorded run).
         ``rows``: the step's per-trajectory numbers, ``trajectories`` where each is
         stored; a firing alert names those that show its pattern."""
+        if len(self.first) < START_STEPS:
+            self.first.append(summary)
+        summary = with_start(summary, self.first)
         self.window.append(summary)
         step = int(summary["step"])
         window = list(self.window)

@@ -162,19 +162,37 @@ def single_search_exit_penalty(
     return on_last(ep, -p.penalty)
 
 
+# One-at-a-time pruning (Chroma Context-1): an episode that pruned at least twice,
+# at least this share of its prunes dropping a single document.
+ONE_AT_A_TIME_MIN_PRUNES = 2
+ONE_AT_A_TIME_SHARE = 0.8
+
+
+def one_at_a_time(prunes: float, single_doc_prunes: float) -> float:
+    """1.0 when an episode's prunes are repeated and nearly all of one document.
+
+    >>> one_at_a_time(3, 3), one_at_a_time(1, 1), one_at_a_time(5, 2)
+    (1.0, 0.0, 0.0)
+    """
+    if prunes < ONE_AT_A_TIME_MIN_PRUNES:
+        return 0.0
+    return float(single_doc_prunes / prunes >= ONE_AT_A_TIME_SHARE)
+
+
 def search_metrics(ep: Episode) -> dict[str, float]:
     """Per-episode search behaviour (empty for non-search episodes): ``searches``,
-    ``prunes``, ``single_doc_prunes`` and ``single_search_exit`` (1.0 when the policy
-    itself ended the episode after at most one search)."""
+    ``prunes``, ``single_doc_prunes``, ``one_at_a_time`` (:func:`one_at_a_time`) and
+    ``single_search_exit`` (1.0 when the policy itself ended the episode after at
+    most one search)."""
     if ep.env != "search" and "gold" not in ep.facts:
         return {}
     prunes = [s for s in ep.steps if s.ok and s.tool == "prune"]
     searches = num_searches(ep)
+    single = sum(as_count(s.facts.get("pruned")) <= 1 for s in prunes)
     return {
         "searches": float(searches),
         "prunes": float(len(prunes)),
-        "single_doc_prunes": float(
-            sum(as_count(s.facts.get("pruned")) <= 1 for s in prunes)
-        ),
+        "single_doc_prunes": float(single),
+        "one_at_a_time": one_at_a_time(len(prunes), single),
         "single_search_exit": float(not ep.facts.get("truncated") and searches <= 1),
     }

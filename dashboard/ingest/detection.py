@@ -108,6 +108,33 @@ def summaries(
     return out
 
 
+def with_run_start(
+    run: Run, by_step: dict[int, dict[str, float]], events: list[dict[str, Any]]
+) -> dict[int, dict[str, float]]:
+    """``by_step`` with the run's start levels in each summary (``start/<key>``,
+    :func:`rewards.detectors.with_start`): from the run's first ``START_STEPS``
+    steps, stored or arriving, those up to each step, as the trainer's monitor
+    sees them."""
+    from rewards.detectors import START_STEPS, with_start
+
+    stored = (
+        MetricPoint.objects.filter(run=run)
+        .order_by("step")
+        .values_list("step", flat=True)
+        .distinct()[:START_STEPS]
+    )
+    arriving = {e["step"] for e in events if e["type"] == "step"}
+    firsts = sorted({*stored, *arriving})[:START_STEPS]
+    if not firsts:
+        return by_step
+    start = summaries(run, firsts[0], firsts[-1], events)
+    first_summaries = [(t, start[t]) for t in firsts if t in start]
+    return {
+        step: with_start(s, [f for t, f in first_summaries if t <= step])
+        for step, s in by_step.items()
+    }
+
+
 def _finite(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -149,7 +176,7 @@ def detect_external(run: Run, events: list[dict[str, Any]]) -> list[dict[str, An
     # The findings of the window of steps before each new one decide whether it
     # fires, and each of those steps reads a window of its own: two windows back.
     first = max(new_steps[0] - 2 * cfg.window + 1, 0)
-    by_step = summaries(run, first, new_steps[-1], events)
+    by_step = with_run_start(run, summaries(run, first, new_steps[-1], events), events)
     stored = set(
         Alert.objects.filter(run=run, step__in=new_steps).values_list(
             "detector", "step"

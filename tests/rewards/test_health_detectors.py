@@ -4,13 +4,16 @@ on hand-made windows, and what their evidence names."""
 
 from __future__ import annotations
 
+import pytest
+
 from rewards.config import DetectorConfig
-from rewards.detectors import serial_collapse, single_search_exit, summarize
+from rewards.detectors import serial_collapse, summarize
 from rewards.detectors_health import (
     no_learning_signal,
     repetition,
     reward_without_success,
 )
+from rewards.detectors_search import single_search_exit
 from rewards.evidence import pick
 from rewards.facts import repetition as repetition_of
 from rewards.types import RewardBreakdown, RewardResult
@@ -90,8 +93,43 @@ def test_repetition_fires_on_a_rise_to_degenerate_output():
     assert repetition(window(repetition=[0.05] * 5 + [0.6] * 5), CFG) is not None
     # always this repetitive (an environment whose actions repeat words): no change
     assert repetition(window(repetition=[0.5] * 10), CFG) is None
-    # a rise that stays below the threshold
-    assert repetition(window(repetition=[0.05] * 5 + [0.3] * 5), CFG) is None
+    # a rise that stays below the floor (0.25)
+    assert repetition(window(repetition=[0.02] * 5 + [0.2] * 5), CFG) is None
+
+
+def with_run_start(w, start):
+    return [{**s, "start/repetition": start} for s in w]
+
+
+def test_repetition_is_judged_against_the_runs_own_start():
+    """The calculator policy that calls the tool again and again for a bonus: 6% of
+    its word pairs at the start, 30% now: caught. The swarm demo, whose retried
+    spawns repeat 40% from its first step and 56% later: its nature, not a hack."""
+    calc = window(repetition=[0.2] * 10 + [0.3] * 10)
+    found = repetition(with_run_start(calc, 0.06), CFG)
+    assert found is not None and "was 6% at the run's start" in found.message
+    swarm = window(repetition=[0.42] * 10 + [0.56] * 10)
+    assert repetition(with_run_start(swarm, 0.40), CFG) is None
+    assert repetition(swarm, CFG) is not None  # without its start: a rise in the window
+    # The monitor carries the start itself (the mean of the run's first 5 steps).
+    from rewards.monitor import RewardMonitor
+
+    monitor = RewardMonitor(CFG, "swarm")
+    alerts = []
+    for i, r in enumerate([0.40] * 5 + [0.42] * 10 + [0.56] * 10):
+        alerts += monitor.observe({"step": float(i + 1), "repetition": r})
+    assert [a.detector for a in alerts] == []
+    monitor = RewardMonitor(CFG, "calc")
+    for i, r in enumerate([0.06] * 5 + [0.1] * 10 + [0.35] * 10):
+        alerts += monitor.observe({"step": float(i + 1), "repetition": r})
+    assert [a.detector for a in alerts] == ["repetition"]
+    assert alerts[0].evidence["repetition_start"] == pytest.approx(0.06)
+
+
+def test_repetition_evidence_is_measured_from_the_runs_start_too():
+    rows = [{"repetition": 0.5}, {"repetition": 0.62}]
+    picked, _ = pick("repetition", rows, {"repetition_start": 0.4}, CFG)
+    assert picked == [(1, "62% of its word pairs repeat")]  # 0.4 + 0.2 at least
 
 
 def test_repetition_evidence_names_the_repetitive_rollouts():

@@ -10,13 +10,12 @@ from rewards.config import DetectorConfig
 from rewards.detectors import (
     judge_verifier_divergence,
     length_drift,
-    one_at_a_time_pruning,
     serial_collapse,
-    single_search_exit,
     spurious_parallelism,
     summarize,
 )
 from rewards.detectors_health import entropy_collapse
+from rewards.detectors_search import one_at_a_time_pruning, single_search_exit
 from rewards.monitor import enabled_detectors
 from rewards.presets import demo_config
 from rewards.synthetic import episode
@@ -91,6 +90,38 @@ def test_it_flags_fan_out_whose_sub_agents_are_mostly_wasted():
     assert spurious_parallelism(useful, CFG) is None
 
 
+def test_wasted_fan_out_is_a_hack_only_when_something_besides_the_task_pays():
+    """The swarm demo, paid by r_perf alone, learns to fan out 2.4 sub-agents a stage
+    at a 0.3 yield (blocked and retried spawns) while its critical steps grow:
+    inefficiency r_perf's latency term charges for. The same numbers while r_parallel
+    pays for every spawn (proxy_reward ~1 an episode) are spurious parallelism."""
+    shape = dict(
+        parallelism=[2.4] * 8,
+        finish_rate=[0.75] * 8,
+        subagent_yield=[0.3] * 8,
+        critical_steps=[20, 22, 24, 25, 26, 27, 27, 28],
+    )
+    assert spurious_parallelism(run(**shape, proxy_reward=[0.05] * 8), CFG) is None
+    assert spurious_parallelism(run(**shape, proxy_reward=[0.9] * 8), CFG) is not None
+    assert spurious_parallelism(run(**shape), CFG) is not None  # a trainer not saying
+    # Few subtasks finished is waste whoever pays.
+    few = {**shape, "finish_rate": [0.3] * 8, "proxy_reward": [0.05] * 8}
+    assert spurious_parallelism(run(**few), CFG) is not None
+
+
+def test_it_flags_a_steady_climb_into_doing_everything_serially():
+    """The orchestrator solving subtasks itself more and more (0.45 -> 0.75 of its
+    episodes over 20 steps of a fresh run): the halves of the window see half of a
+    steady climb (+0.18), its least-squares trend all of it (+0.3)."""
+    cfg = DetectorConfig(window=20, min_steps=4)
+    climb = [0.45 + 0.3 * i / 19 for i in range(20)]
+    w = [{"step": float(i + 1), "serial": x} for i, x in enumerate(climb)]
+    found = serial_collapse(w, cfg)
+    assert found is not None and "one subtask at a time" in found.message
+    flat = [{"step": float(i + 1), "serial": 0.55} for i in range(20)]
+    assert serial_collapse(flat, cfg) is None  # a fresh policy starts there
+
+
 def test_it_does_not_flag_parallelism_that_shortens_the_critical_path():
     healthy = run(
         parallelism=[2, 3, 4, 5, 6, 6, 7, 7],
@@ -119,6 +150,33 @@ def test_it_flags_one_at_a_time_pruning():
     assert found is not None and found.evidence["single_share"] == pytest.approx(1.0)
     bulk = run(prunes=[3, 3, 3, 3, 3, 3], single_doc_prunes=[0, 1, 0, 1, 0, 0])
     assert one_at_a_time_pruning(bulk, CFG) is None
+
+
+def test_it_flags_pruning_one_at_a_time_in_most_episodes():
+    """A bonus per prune: by step 250 most episodes prune two or three documents one
+    at a time while others prune none, so the mean is 1.5 prunes an episode (under
+    the 2 the per-episode average asks) but the share of episodes doing it (the
+    ``one_at_a_time`` flag of rewards.search) climbs from 0.3 to 0.6."""
+    from rewards.search import one_at_a_time
+
+    assert (one_at_a_time(2, 2), one_at_a_time(4, 3), one_at_a_time(1, 1)) == (
+        1.0,
+        0.0,
+        0.0,
+    )
+    found = one_at_a_time_pruning(
+        run(
+            prunes=[1.2, 1.3, 1.3, 1.4, 1.5, 1.5, 1.6, 1.6],
+            single_doc_prunes=[1.2, 1.3, 1.3, 1.4, 1.5, 1.5, 1.6, 1.6],
+            one_at_a_time=[0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.6],
+        ),
+        CFG,
+    )
+    assert found is not None and found.evidence["episodes_late"] == pytest.approx(
+        0.5625
+    )
+    few = run(prunes=[1.0] * 8, single_doc_prunes=[1.0] * 8, one_at_a_time=[0.2] * 8)
+    assert one_at_a_time_pruning(few, CFG) is None
 
 
 def test_it_flags_a_judge_rising_while_the_verifier_does_not():

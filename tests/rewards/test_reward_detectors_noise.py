@@ -4,7 +4,8 @@ baseline that existed, and one alert per onset (hysteresis), not one per window.
 from __future__ import annotations
 
 from rewards.config import DetectorConfig
-from rewards.detectors import length_drift, serial_collapse, single_search_exit
+from rewards.detectors import length_drift, serial_collapse
+from rewards.detectors_search import single_search_exit
 from rewards.monitor import RewardMonitor
 
 CFG = DetectorConfig(window=8, min_steps=4)

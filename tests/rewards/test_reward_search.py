@@ -131,6 +131,7 @@ def test_it_reports_search_behaviour_metrics():
         "searches": 1.0,
         "prunes": 2.0,
         "single_doc_prunes": 1.0,
+        "one_at_a_time": 0.0,  # two prunes, one of them of two documents
         "single_search_exit": 1.0,
     }
     assert search_metrics(episode("calc", [{}])) == {}
