@@ -1,12 +1,17 @@
 """The eager engine: a KV-cache decode loop whose compute follows the live rows.
 
-Two things make it faster than the reference loop it replaced, with the same
+Three things make it faster than the reference loop it replaced, with the same
 tokens and log-probs row by row for a fixed seed:
 
 * **Finished rows leave the batch.** When a row stops (a stop token or its
   budget), its row of the KV cache, mask and positions is dropped, so a step
   costs what its live rows cost; a batch of ragged lengths no longer runs every
   row to the longest one.
+* **The KV cache is written in place.** After the prefill, each layer's keys and
+  values move into a buffer with room for the budget
+  (:class:`~trainer.engines.prefill.ReservedLayer`); a decode step writes its
+  token there instead of concatenating the whole cache (on 2 CPU cores at the
+  realistic shape, ~300-token contexts, generation 1.23x faster).
 * **No host sync per token.** Sampled tokens, stop checks and log-probs stay on
   the device, written into (B, steps) buffers read back once at the end; the host
   asks whether a row finished every ``sync_every`` steps (each step on the CPU,
@@ -30,7 +35,7 @@ from __future__ import annotations
 import torch
 
 from trainer.engines.base import ENGINES, Generation, RolloutEngine
-from trainer.engines.prefill import prefill
+from trainer.engines.prefill import prefill, reserve
 from trainer.engines.reference import sampling_probs, token_logprobs
 from trainer.stopping import Stopped
 
@@ -79,6 +84,7 @@ class _Decode:
         self.B = len(contexts)
         self.steps = max(max(budgets), 0)
         self.out, self.logits, self.mask, positions = prefill(policy, contexts)
+        reserve(self.out.cache, self.steps)  # decode writes in place, no concat
         self.next_pos = positions[:, -1:] + 1
         self.rows = torch.arange(self.B, device=dev)
         self.limit = torch.tensor(budgets, device=dev)
