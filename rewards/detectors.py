@@ -145,26 +145,37 @@ def component_means(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 # What a run looked like at its start, for detectors that compare with it rather than
-# with their window (an environment's own level: the swarm demo's retried spawns
-# repeat 40% of their word pairs from its first step, a calculator policy 6%): the
-# mean of each of START_KEYS over the run's first START_STEPS steps, carried in
-# every later summary as ``start/<key>`` (:func:`with_start`; the monitor and the
-# server's detection both add it).
+# with their window (an environment's own level: the swarm demo's spawns repeat 8% of
+# their word pairs at its start, the search demo's queries 14%): the mean of each of
+# START_KEYS over its first START_STEPS values in the run, carried in every later
+# summary as ``start/<key>`` (:func:`with_start`; the monitor and the server's
+# detection both add it, each from the values it has seen up to that step).
 START_KEYS = ("repetition", "proxy_reward")
 START_STEPS = 5
 
 
-def with_start(summary: Summary, first: Sequence[Summary]) -> dict[str, float]:
-    """``summary`` plus ``start/<key>``: the mean of each of :data:`START_KEYS` over
-    ``first`` (the run's first :data:`START_STEPS` summaries, as many as there are
-    yet), for the keys they have.
+def note_start(first: dict[str, list[float]], summary: Summary) -> None:
+    """Keep ``summary``'s values of :data:`START_KEYS` in ``first`` while a key has
+    fewer than :data:`START_STEPS` of them (the monitor, one summary a step)."""
+    for key in START_KEYS:
+        xs = first.setdefault(key, [])
+        if key in summary and len(xs) < START_STEPS:
+            xs.append(float(summary[key]))
 
-    >>> with_start({"step": 3.0}, [{"repetition": 0.1}, {"repetition": 0.3}])
+
+def with_start(
+    summary: Summary, first: Mapping[str, Sequence[float]]
+) -> dict[str, float]:
+    """``summary`` plus ``start/<key>``: the mean of ``first[key]`` (the key's first
+    :data:`START_STEPS` values in the run, as many as there are yet) for each of
+    :data:`START_KEYS` that has any.
+
+    >>> with_start({"step": 3.0}, {"repetition": [0.1, 0.3], "proxy_reward": []})
     {'step': 3.0, 'start/repetition': 0.2}
     """
     out = dict(summary)
     for key in START_KEYS:
-        xs = series(first[:START_STEPS], key)
+        xs = list(first.get(key, ()))[:START_STEPS]
         if xs:
             out[f"start/{key}"] = sum(xs) / len(xs)
     return out

@@ -17,9 +17,9 @@ from typing import Any
 from rewards.config import DetectorConfig, RewardConfig
 from rewards.detectors import (
     DETECTORS,
-    START_STEPS,
     DetectorSpec,
     Summary,
+    note_start,
     summarize,
     with_start,
 )
@@ -49,7 +49,8 @@ class RewardMonitor:
         self.env_name = env_name
         self.detectors = enabled_detectors(cfg, env_name)
         self.window: deque[Summary] = deque(maxlen=cfg.window)
-        self.first: list[Summary] = []  # the run's first START_STEPS summaries
+        # The run's first values of the keys detectors compare with its start.
+        self.first: dict[str, list[float]] = {}
         # detector -> last step its pattern was seen, while it is not re-armed
         self._active: dict[str, int] = {}
 
@@ -78,8 +79,7 @@ class RewardMonitor:
         """Alerts for one more step's summary (also: replaying a recorded run).
         ``rows``: the step's per-trajectory numbers, ``trajectories`` where each is
         stored; a firing alert names those that show its pattern."""
-        if len(self.first) < START_STEPS:
-            self.first.append(summary)
+        note_start(self.first, summary)
         summary = with_start(summary, self.first)
         self.window.append(summary)
         step = int(summary["step"])

@@ -112,25 +112,38 @@ def with_run_start(
     run: Run, by_step: dict[int, dict[str, float]], events: list[dict[str, Any]]
 ) -> dict[int, dict[str, float]]:
     """``by_step`` with the run's start levels in each summary (``start/<key>``,
-    :func:`rewards.detectors.with_start`): from the run's first ``START_STEPS``
-    steps, stored or arriving, those up to each step, as the trainer's monitor
-    sees them."""
-    from rewards.detectors import START_STEPS, with_start
+    :func:`rewards.detectors.with_start`): each key's first ``START_STEPS`` values in
+    the run, stored or arriving, those up to each step, as the trainer's monitor
+    sees them. Read by index seeks (the first few steps of each metric name that
+    feeds the key), never by a scan of the run's points."""
+    from rewards.detectors import START_KEYS, START_STEPS, with_start
 
-    stored = (
-        MetricPoint.objects.filter(run=run)
-        .order_by("step")
-        .values_list("step", flat=True)
-        .distinct()[:START_STEPS]
-    )
-    arriving = {e["step"] for e in events if e["type"] == "step"}
-    firsts = sorted({*stored, *arriving})[:START_STEPS]
-    if not firsts:
-        return by_step
-    start = summaries(run, firsts[0], firsts[-1], events)
-    first_summaries = [(t, start[t]) for t in firsts if t in start]
+    names = _summary_keys()
+    found: dict[str, dict[int, float]] = {key: {} for key in START_KEYS}
+    for key in START_KEYS:
+        for name in (n for n, k in names.items() if k == key):
+            for step, value in (
+                MetricPoint.objects.filter(run=run, key=name)
+                .order_by("step")
+                .values_list("step", "value")[:START_STEPS]
+            ):
+                value = _finite(value)
+                if value is not None:
+                    found[key].setdefault(step, value)
+        for e in events:
+            if e["type"] != "step":
+                continue
+            for name, value in e["metrics"].items():
+                value = _finite(value)
+                if names.get(name) == key and value is not None:
+                    found[key][e["step"]] = value
+    firsts = {
+        key: sorted(values.items())[:START_STEPS] for key, values in found.items()
+    }
     return {
-        step: with_start(s, [f for t, f in first_summaries if t <= step])
+        step: with_start(
+            s, {k: [v for t, v in pairs if t <= step] for k, pairs in firsts.items()}
+        )
         for step, s in by_step.items()
     }
 
