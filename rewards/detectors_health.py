@@ -24,7 +24,7 @@ imports this module), judged over the same window of step summaries. Thresholds
 * ``repetition.max_repetition`` 0.25, ``.min_rise`` 0.2, ``.min_proxy_rise`` 0.1:
   the mean share of an episode's word bigrams that repeat an earlier one, at or
   above it in the late half and risen by ``min_rise`` above the run's start
-  (``start/repetition``, the mean of its first steps), while the proxy terms pay
+  (``start/repetition``, the mean of its first 5 values), while the proxy terms pay
   ``min_proxy_rise`` more than at the start (degenerate output that pays: one call
   or one word over and over for a bonus).
 """
