@@ -116,13 +116,49 @@ def test_overlong_shaping_adds_the_overlong_penalty_to_the_rewards(shaping, tmp_
         assert min(penalties) < 0
 
 
+def out_of_step(monkeypatch, shift) -> None:
+    """The sampler's recorded log-probs shifted by ``shift(i, k)`` at token k of an
+    action of the i-th task it meets (a task: a first-turn context; later turns
+    extend it), the tokens it samples unchanged."""
+    from trainer.engines.eager import EagerEngine
+
+    real = EagerEngine.generate
+    prompts: list[tuple[int, ...]] = []
+
+    def generate(self, contexts, budgets, **kwargs):
+        gen = real(self, contexts, budgets, **kwargs)
+        for b, ctx in enumerate(contexts):
+            task = next(
+                (i for i, p in enumerate(prompts) if tuple(ctx[: len(p)]) == p), None
+            )
+            if task is None:
+                prompts.append(tuple(ctx))
+                task = len(prompts) - 1
+            gen.logprobs[b] = [
+                lp + shift(task, k) for k, lp in enumerate(gen.logprobs[b])
+            ]
+        return gen
+
+    monkeypatch.setattr(EagerEngine, "generate", generate)
+
+
 @covers("algorithm.rollout_correction.kind", "algorithm.rollout_correction.cap")
 @pytest.mark.parametrize("kind", ["token", "sequence"])
-def test_the_correction_caps_the_weights_per_token_or_per_sequence(kind, tmp_path):
-    # The sampler's and the learner's log-probs agree up to float rounding (~1e-7),
-    # so with cap 1 the weights exp(learner - sampler) above 1 (about half) are
-    # capped: per token, some tokens of a row and not others; per sequence, whole
-    # rows. With the default cap of 2 nothing is.
+def test_the_correction_caps_the_weights_per_token_or_per_sequence(
+    kind, tmp_path, monkeypatch
+):
+    # A sampler out of step with the learner (ours agree with it to float rounding,
+    # ~1e-7, whose sign is the platform's to choose): on the first task's rollouts
+    # its recorded log-probs are 1e-3 low on a turn's even tokens and 5e-4 high on
+    # its odd ones, on the second task's 1e-3 high. The weights exp(learner -
+    # sampler): per token, 1.001 on the first task's even tokens only, so cap 1
+    # caps part of each row; per sequence, every row of the first task (its shifts
+    # sum below 0) and none of the second, so whole rows. Cap 2 caps nothing.
+    out_of_step(
+        monkeypatch,
+        lambda task, k: (-1e-3 if k % 2 == 0 else 5e-4) if task == 0 else 1e-3,
+    )
+
     def corrected(cap):
         algorithm = {"rollout_correction": {"kind": kind, "cap": cap}}
         return run(tiny(algorithm=algorithm), tmp_path)
@@ -132,11 +168,12 @@ def test_the_correction_caps_the_weights_per_token_or_per_sequence(kind, tmp_pat
     assert 0 < m["rollout_correction/capped_frac"] < 1
     assert m["rollout_correction/weight_mean"] <= 1.0
     assert corrected(2.0).metrics()["rollout_correction/capped_frac"] == 0.0
-    if kind == "sequence":  # capped tokens make up whole rows
-        lengths = [len(trained(t)) for t in capped.trajectories()]
-        n = sum(lengths)
-        sums = {0}
-        for length in lengths:
-            sums |= {s + length for s in sums}
-        frac = m["rollout_correction/capped_frac"]
-        assert min(abs(frac - s / n) for s in sums) < 1e-6
+    lengths = [len(trained(t)) for t in capped.trajectories()]
+    n = sum(lengths)
+    sums = {0}
+    for length in lengths:
+        sums |= {s + length for s in sums}
+    frac = m["rollout_correction/capped_frac"]
+    whole_rows = min(abs(frac - s / n) for s in sums) < 1e-6
+    # Per sequence the capped tokens make up whole rows; per token they do not.
+    assert whole_rows == (kind == "sequence")
