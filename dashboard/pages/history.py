@@ -13,6 +13,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
 
+from dashboard import jsonsafe
 from dashboard.pages.csp import csp
 from dashboard.reads import history as task_reads
 from dashboard.runs import services
@@ -28,7 +29,10 @@ SERIES_LABELS = {
 @csp
 def task_history(request: HttpRequest, run_id: Any, task_id: str) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
-    history = task_reads.task_history(run, task_id)
+    # A task id no stored trajectory can hold (NUL: PostgreSQL text cannot) has none.
+    history = (
+        [] if jsonsafe.text_problem(task_id) else task_reads.task_history(run, task_id)
+    )
     if not history:
         raise Http404("no recorded rollout of this task in this run")
     page_data = {
@@ -69,6 +73,8 @@ def compare_task(request: HttpRequest) -> HttpResponse:
         error = f"runs: pick between {COMPARE_MIN} and {COMPARE_MAX} runs."
     elif not task_id:
         error = "task: pick a task id from the compare page."
+    elif problem := jsonsafe.text_problem(task_id):
+        error = f"task: {problem}"
     if error:
         return render(request, "pages/compare_task.html", {"error": error}, status=400)
     runs = [services.get_run_for_user(request.user, i) for i in ids]

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
+from dashboard import jsonsafe
 from dashboard.ingest import retention
 from dashboard.models import ACTIVE_STATUSES, Alert, Run, RunStatus
 from dashboard.pages import catalog, charts, configdiff
@@ -291,6 +292,10 @@ def compare(request: HttpRequest) -> HttpResponse:
             {"error": error, "runs": []},
             status=400 if ids else 200,
         )
+    problem = jsonsafe.text_problem(request.GET.get("task") or "")
+    if problem:  # no stored task id holds one (PostgreSQL text cannot)
+        error = f"task: {problem}"
+        return render(request, "compare.html", {"error": error, "runs": []}, status=400)
     runs = [services.get_run_for_user(request.user, i) for i in ids]
     best = metrics.best_rewards([r.pk for r in runs])
     alert_counts = run_reads.alert_counts([r.pk for r in runs])
