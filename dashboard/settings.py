@@ -90,6 +90,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "dashboard.site.middleware.QueryTextMiddleware",  # ?x=%00: a 400 naming x
     "dashboard.site.middleware.LoginRequiredMiddleware",
     "dashboard.site.middleware.ApiMethodNotAllowedMiddleware",  # the API's 405 as JSON
     "dashboard.api.query.UnknownQueryParameterMiddleware",  # ?typo= on the API: a 400

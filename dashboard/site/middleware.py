@@ -1,6 +1,8 @@
 """Login required everywhere, except the JSON API (which answers 401 instead of a
-redirect, see ``dashboard.api``) and views marked ``login_not_required``; and the
-API's 405 (django-ninja answers it as plain text) as JSON, like its other errors."""
+redirect, see ``dashboard.api``) and views marked ``login_not_required``; the API's
+405 (django-ninja answers it as plain text) as JSON, like its other errors; and a
+query parameter no column can hold (NUL) refused naming it before any view reads
+it."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Callable
 
 from django.contrib.auth.middleware import LoginRequiredMiddleware as _Base
 from django.http import HttpRequest, HttpResponse
+from django.utils.html import escape
 
 
 class LoginRequiredMiddleware(_Base):
@@ -44,3 +47,41 @@ class ApiMethodNotAllowedMiddleware:
         if allowed:
             out["Allow"] = allowed
         return out
+
+
+class QueryTextMiddleware:
+    """A query parameter (name or value) holding NUL is a 400 naming it: no stored
+    text can hold one (PostgreSQL refuses it mid-query, which was a 500 wherever a
+    view filtered by the parameter), so no view needs to guard each of its own. JSON
+    under ``/api/``, trackio's ``{"data": null, "error"}`` (answered 200, which its
+    client reads) under ``/trackio/``, a short page elsewhere."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        bad = [
+            name
+            for name, values in request.GET.lists()
+            if "\x00" in name or any("\x00" in v for v in values)
+        ]
+        if not bad:
+            return self.get_response(request)
+        errors = [
+            f"{name.replace(chr(0), '?')}: must not contain NUL characters"
+            for name in bad
+        ]
+        if request.path_info.startswith("/trackio/"):  # its client reads a 2xx body
+            body = {"data": None, "error": "; ".join(errors)}
+            return HttpResponse(json.dumps(body), content_type="application/json")
+        if request.path_info.startswith("/api/"):
+            body = {"detail": errors[0], "errors": errors}
+            return HttpResponse(
+                json.dumps(body), status=400, content_type="application/json"
+            )
+        page = "".join(f"<li>{escape(e)}</li>" for e in errors)
+        return HttpResponse(
+            f"<!doctype html><title>Bad request</title><h1>Bad request</h1><ul>{page}</ul>",
+            status=400,
+            content_type="text/html; charset=utf-8",
+        )
