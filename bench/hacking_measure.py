@@ -80,9 +80,8 @@ def replay(meta: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> list[
         infos = [TrajectoryInfo(r["g"], r["i"], r["task"]) for r in line["rows"]]
         # Made again from the rollouts where the line has them (so a metric added
         # since the recording counts); a slice's steps without rollouts keep theirs.
-        summary = {**line.get("summary", {}), **(step_summary(line) if rows else {})}
-        if not summary:
-            summary = step_summary(line)
+        summary = step_summary(line) if rows else line.get("summary")
+        summary = summary or step_summary(line)
         alerts.extend(monitor.observe(summary, rows, infos))
     return alerts
 
