@@ -56,3 +56,14 @@ def _auto_device_is_the_cpu():
         mp.setattr(trainer.models, "resolve_device", resolve)
         mp.setattr(trainer.policy, "resolve_device", resolve)
         yield
+
+
+@pytest.fixture(autouse=True)
+def _no_alert_sender_outlives_its_test():
+    """A test that sends alert webhooks starts this process's sender thread; left
+    running, it would look for due deliveries in later tests, which have no
+    database (or another test's). Stopped after each test that started it."""
+    yield
+    webhooks = sys.modules.get("dashboard.ingest.webhooks")
+    if webhooks is not None:
+        webhooks.stop()

@@ -56,6 +56,7 @@ KEEP_DAYS = 14
 _wake = threading.Event()
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
+_stopping: threading.Event = threading.Event()  # the running sender's stop
 _last_prune = 0.0
 
 
@@ -110,20 +111,37 @@ def payload(run_id: Any, run_name: str, alert: Alert) -> dict[str, Any]:
 def start() -> None:
     """Start this process's sender (once) and wake it: it sends what is due, this
     process's and any other's."""
-    global _thread
+    global _thread, _stopping
     with _lock:
         if _thread is None or not _thread.is_alive():
+            _stopping = threading.Event()
             _thread = threading.Thread(
-                target=_send_forever, name="alert-webhooks", daemon=True
+                target=_send_forever,
+                args=(_stopping,),
+                name="alert-webhooks",
+                daemon=True,
             )
             _thread.start()
     _wake.set()
 
 
-def _send_forever() -> None:
+def stop(timeout: float = 10.0) -> None:
+    """Stop this process's sender, if it runs, once its current look ends (tests:
+    a sender left running would reach the database between them)."""
+    global _thread
+    with _lock:
+        thread, _thread = _thread, None
+        if thread is None:
+            return
+        _stopping.set()
+    _wake.set()
+    thread.join(timeout)
+
+
+def _send_forever(stopping: threading.Event) -> None:
     from django.db import connection
 
-    while True:
+    while not stopping.is_set():
         _wake.clear()
         wait = POLL_S
         try:
@@ -134,7 +152,7 @@ def _send_forever() -> None:
             log.exception("alert webhook: the sender's look for due deliveries")
         finally:
             connection.close()  # this thread's connection, between looks
-        if wait > 0:
+        if wait > 0 and not stopping.is_set():
             _wake.wait(wait)
 
 

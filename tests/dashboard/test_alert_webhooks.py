@@ -332,3 +332,19 @@ def test_the_settings_page_sends_a_test_and_lists_the_deliveries(owner, api, rec
         and 'data-delivery="delivered"' in page
     )
     assert "&lt;b&gt;hacked&lt;/b&gt; &amp; co" in page  # the run's name, escaped
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sender_stops_when_asked_and_starts_again():
+    def senders():
+        return [t for t in threading.enumerate() if t.name == "alert-webhooks"]
+
+    webhooks.start()
+    assert len(senders()) == 1
+    webhooks.stop()
+    assert senders() == []  # joined: nothing of it reaches the database after
+    webhooks.start()
+    webhooks.start()
+    assert len(senders()) == 1
+    webhooks.stop()
+    assert senders() == []
