@@ -162,7 +162,12 @@ class _Fed:
 
     def __call__(self, module, args, kwargs):
         ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
-        self.tokens += int(mask[:, -ids.shape[1] :].sum())
+        if mask.dim() == 4:  # slot rows: a query is a token when it sees its own
+            pos = kwargs["position_ids"]  # column (blank ones see column 0 only)
+            own = mask[:, 0].gather(-1, pos.clamp(max=mask.shape[-1] - 1)[..., None])
+            self.tokens += int(((own[..., 0] == 0) & (pos < mask.shape[-1])).sum())
+        else:
+            self.tokens += int(mask[:, -ids.shape[1] :].sum())
         self.widths.append(ids.shape[0])
 
 
@@ -325,3 +330,89 @@ def test_the_loop_rolls_out_continuously_and_reproducibly(reward_fn):
     first = trajectories()
     assert len(first) == 2 * 2 * 3
     assert first == trajectories()
+
+
+def test_the_re_formed_batch_gives_the_same_episodes(swarm):
+    """A model the slot rows do not fit keeps its episodes in a batch re-formed as
+    rows leave and join: the same episodes as the sequential sampler's."""
+    env, policy = swarm
+    cfg = _cfg()
+    tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(4))
+    got = _play(policy, env, tasks, cfg, 2, in_place=False)
+    try:
+        assert sum(ro.num_turns for ro in got) > len(got)
+        _assert_same_episodes(got, _sequential(policy, env, tasks, cfg, 2))
+    finally:
+        policy.use_engine("continuous").in_place = None
+
+
+def test_slot_rows_need_full_attention_through_a_4d_mask():
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+
+    from trainer.engines.slots import supports
+
+    def model(config, attn="sdpa"):
+        config._attn_implementation = attn
+        return type("M", (), {"config": config})()
+
+    assert supports(model(LlamaConfig()))
+    assert supports(model(Qwen2Config()))  # its window is off by default
+    assert not supports(
+        model(Qwen2Config(use_sliding_window=True, max_window_layers=0))
+    )
+    assert not supports(model(MistralConfig(sliding_window=4096)))
+    assert not supports(model(LlamaConfig(), attn="flash_attention_2"))
+
+
+def test_rows_decode_in_place_and_the_buffers_shrink_as_episodes_end(swarm):
+    """A decode step writes into the slot buffers it found (no copy of the cache);
+    once no episode is left to begin, rows of ended episodes are dropped."""
+    policy = swarm[1]
+    seen: list[tuple[int, int, int]] = []  # (rows, buffer, capacity) of each step
+
+    def look(module, args, kwargs):
+        cache = kwargs["cache"]
+        if kwargs["input_ids"].shape[1] == 1 and cache.keys:
+            seen.append((cache.rows, id(cache.keys[0]), cache.capacity))
+
+    handle = policy.model.register_forward_pre_hook(look, with_kwargs=True)
+    try:
+        script, _ = _script(policy, turns=[1, 1, 1, 3], budgets=[2, 3, 4, 6])
+    finally:
+        handle.remove()
+    assert sorted(script.order) == [0, 1, 2, 3, 3, 3]
+    rows = [r for r, _, _ in seen]
+    assert rows[0] == 4 and rows[-1] == 1 and rows == sorted(rows, reverse=True)
+    same = [
+        (a, b)
+        for a, b in zip(seen, seen[1:], strict=False)
+        if (a[0], a[2]) == (b[0], b[2])
+    ]
+    assert len(same) > 10 and all(a[1] == b[1] for a, b in same)
+
+
+def test_a_pretrained_chat_model_with_lora_plays_the_sequential_samplers_episodes(
+    tmp_path,
+):
+    """The slot rows under a local model directory (its own tokenizer and chat
+    template) with LoRA adapters that change the logits."""
+    from tests.trainer.chatmodel import build_chat_model
+
+    env = _dataset_env(tmp_path)
+    path = build_chat_model(tmp_path / "models")
+    lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    torch.manual_seed(0)
+    policy = Policy.build(ModelConfig(path=str(path), lora=lora), env.vocabulary())
+    with torch.no_grad():
+        for name, param in policy.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    policy = _stopping(policy)
+    from trainer.engines.slots import supports
+
+    assert supports(policy.model)  # through peft, to the base model's config
+    cfg = _cfg(max_turns=2, max_action_tokens=12, max_total_tokens=1000)
+    tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(1))
+    got = _play(policy, env, tasks, cfg, 5)
+    assert len({len(ro.token_ids) for ro in got}) > 1  # ragged rows
+    _assert_same_episodes(got, _sequential(policy, env, tasks, cfg, 5))

@@ -1,0 +1,170 @@
+"""Episodes' KV caches kept in place: one buffer row per episode slot.
+
+Row ``r`` of every layer's key and value buffers, shape (rows, heads, capacity,
+head_dim), holds its episode's tokens at columns ``0 .. length[r] - 1``: a token's
+column is its position. A decode step writes each row's new token at its own next
+column; an episode that leaves the batch for its environment step leaves its keys
+and values where they are, and rejoins by writing its observation after them. So
+nothing is copied when rows leave or rejoin, and a decode step copies no cache at
+all (a concatenating cache copies all of it, every layer, every token).
+
+The model is told where each token goes and what it may see through its
+arguments alone: ``position_ids`` (a token's column) and a 4-D additive
+``attention_mask`` (row, 1, query, key column) that transformers passes to the
+attention as it is. A forward feeds a set of rows (:meth:`SlotCache.feed`): every
+row (the buffers are the keys and values, no copy) or some of them (their rows
+gathered). Rows fed nothing this forward, and the left padding of a row fed fewer
+tokens than others, are *blank* queries: they write to a scratch column no row
+reads and attend column 0 only, so that their softmax is defined; their outputs
+are thrown away.
+
+This layout needs a model whose layers all attend to the whole context through
+``cache.update`` (no sliding windows) with an attention that takes a 4-D mask
+(``sdpa``, ``eager``): :func:`supports` says whether a model is one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+BLANK_POSITION = 1  # a blank query's position; it attends column 0 only
+
+
+def supports(model: Any) -> bool:
+    """Whether ``model``'s attention can run on slot rows: full attention in every
+    layer, and an attention implementation that takes a 4-D mask as it is."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return False
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager"):
+        return False
+    layer_types = getattr(config, "layer_types", None) or []
+    if any(t != "full_attention" for t in layer_types):
+        return False
+    window = getattr(config, "sliding_window", None)
+    return not window or getattr(config, "use_sliding_window", True) is False
+
+
+class SlotCache:
+    """Key/value buffers of ``rows`` slots, allocated at the first forward and grown
+    (columns doubled, or rows) as needed. ``length[r]``: row r's filled columns."""
+
+    def __init__(self, rows: int, capacity: int = 64) -> None:
+        self.rows = rows
+        self.capacity = max(2, capacity)  # the last column is the scratch one
+        self.length = [0] * rows
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self._fed: torch.Tensor | None = None  # this forward's rows (None: all)
+        self._at: torch.Tensor | None = None  # (n, q): the row each query writes
+        self._cols: torch.Tensor | None = None  # (n, q): the column it writes
+        self._width = 0
+
+    # -- the model's side -------------------------------------------------------
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return max(self.length, default=0)
+
+    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+        """Write the fed rows' new keys and values at their columns; return the
+        fed rows' keys and values up to this forward's width."""
+        if layer_idx == len(self.keys):
+            b, h, _, d = key_states.shape
+            shape = (self.rows, h, self.capacity, d)
+            self.keys.append(key_states.new_zeros(shape))
+            self.values.append(value_states.new_zeros(shape))
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys[self._at, :, self._cols] = key_states.transpose(1, 2)
+        values[self._at, :, self._cols] = value_states.transpose(1, 2)
+        keys, values = keys[:, :, : self._width], values[:, :, : self._width]
+        if self._fed is not None:
+            keys, values = (
+                keys.index_select(0, self._fed),
+                values.index_select(0, self._fed),
+            )
+        return keys, values
+
+    # -- the engine's side ------------------------------------------------------
+    def feed(
+        self,
+        rows: list[int] | None,
+        tokens: list[list[int]],
+        pad_id: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> dict[str, torch.Tensor]:
+        """The model's arguments for feeding ``tokens[i]`` to row ``rows[i]`` (rows
+        None: every row, ``tokens[r]`` to row r, ``[]`` for a blank row). Tokens
+        are right-aligned, so each fed row's last token is the last query;
+        lengths advance by what each row is fed."""
+        fed = list(range(self.rows)) if rows is None else rows
+        q = max(len(t) for t in tokens)
+        starts = [self.length[r] for r in fed]
+        width = max(s + len(t) for s, t in zip(starts, tokens, strict=True))
+        self._reserve(width + 1)
+        scratch = self.capacity - 1
+        ids = [[pad_id] * (q - len(t)) + list(t) for t in tokens]
+        pos, cols = [], []
+        for s, t in zip(starts, tokens, strict=True):
+            blank = q - len(t)
+            pos.append([BLANK_POSITION] * blank + list(range(s, s + len(t))))
+            cols.append([scratch] * blank + list(range(s, s + len(t))))
+        pos_t = torch.tensor(pos, device=device)
+        real = torch.tensor(
+            [[j >= q - len(t) for j in range(q)] for t in tokens], device=device
+        )
+        key = torch.arange(width, device=device)
+        see = torch.where(
+            real[:, :, None], key <= pos_t[:, :, None], key == 0
+        )  # (n, q, width)
+        mask = torch.zeros(see.shape, dtype=dtype, device=device)
+        mask.masked_fill_(~see, torch.finfo(dtype).min)
+        self._fed = None if rows is None else torch.tensor(rows, device=device)
+        self._at = torch.tensor(fed, device=device)[:, None].expand(len(fed), q)
+        self._cols = torch.tensor(cols, device=device)
+        self._width = width
+        for r, t in zip(fed, tokens, strict=True):
+            self.length[r] += len(t)
+        return {
+            "input_ids": torch.tensor(ids, device=device),
+            "position_ids": pos_t,
+            "attention_mask": mask[:, None],
+        }
+
+    def copy_row(self, src: int, dst: int) -> None:
+        """Row ``dst`` becomes a copy of row ``src`` (a prompt read once for a
+        group's rows)."""
+        n = self.length[src]
+        for buf in (*self.keys, *self.values):
+            buf[dst, :, :n] = buf[src, :, :n]
+        self.length[dst] = n
+
+    def clear(self, row: int) -> None:
+        self.length[row] = 0
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only ``rows``, renumbered 0.. in that order (one copy of their
+        filled columns; the rest zeros, so that a masked column is never NaN)."""
+        width = max((self.length[r] for r in rows), default=0)
+        for bufs in (self.keys, self.values):
+            for i, buf in enumerate(bufs):
+                idx = torch.tensor(rows, device=buf.device)
+                new = buf.new_zeros((len(rows), *buf.shape[1:]))
+                new[:, :, :width] = buf[:, :, :width].index_select(0, idx)
+                bufs[i] = new
+        self.length = [self.length[r] for r in rows]
+        self.rows = len(rows)
+
+    def _reserve(self, columns: int) -> None:
+        """Room for ``columns`` columns plus the scratch one."""
+        if columns < self.capacity:
+            return
+        grown = max(2 * self.capacity, columns + 1)
+        for bufs in (self.keys, self.values):
+            for i, buf in enumerate(bufs):
+                r, h, _, d = buf.shape
+                new = buf.new_zeros((r, h, grown, d))
+                new[:, :, : self.capacity - 1] = buf[:, :, : self.capacity - 1]
+                bufs[i] = new
+        self.capacity = grown
