@@ -15,9 +15,12 @@ Shapes: ``single``: P = 4 prompts of ~256 tokens x G = 8 completions of up to 64
 tokens, one turn; ``swarm`` and ``dataset`` (a JSONL of word problems with the
 calculator tool): multi-turn episodes of the environment. The model is the default
 Llama of ``--size`` with random weights, whose end-of-action token would almost
-never come; a bias on the stop tokens' logits (the same for both engines) makes a
+never come; a bias on the stop tokens' logits (the same for every engine) makes a
 completion stop with probability ~1/24 per token, so lengths spread over 1..64 as a
-trained policy's do. The reference and eager engines sample the same tokens
+trained policy's do. Random weights would almost never call the calculator either
+(the ``dataset`` episodes were single-turn): a bias on its name makes it about half
+of the sampling mass, so an action begins with a call about half the time and an
+episode plays 1-4 turns (``turns_per_episode`` in the output). The reference and eager engines sample the same tokens
 (tests/trainer/test_engines.py), so they do the same work; the continuous engine
 draws from per-episode random streams, so its episodes are other samples of the
 same distribution (its token counts are printed beside theirs).
@@ -79,61 +82,72 @@ SHAPES = {
         _single_env,
         {"tasks_per_step": 4, "group_size": 8, "max_turns": 1},
         {"max_action_tokens": 64, "max_total_tokens": 1024},
+        None,
     ),
     "swarm": (
         lambda tmp: make_env("swarm", seed=0),
         {"tasks_per_step": 4, "group_size": 8, "max_turns": 6},
         {"max_action_tokens": 32, "max_total_tokens": 1024},
+        None,
     ),
     "dataset": (
         _dataset_env,
         {"tasks_per_step": 4, "group_size": 8, "max_turns": 4},
         {"max_action_tokens": 32, "max_total_tokens": 1024},
+        "calculator",  # the word whose logit is lifted: tool calls, hence turns
     ),
 }
 
 
-def _stop_bias(policy: Policy) -> None:
+def _stop_bias(policy: Policy, tool: str | None = None) -> None:
     """Raise the stop tokens' logits so that a completion ends with probability
-    ~1/STOP_EVERY per token (random weights give every token ~1/V)."""
+    ~1/STOP_EVERY per token (random weights give every token ~1/V), and ``tool``'s
+    (a word) so that it is about half of the rest."""
     vocab = policy.model.config.vocab_size
     stops = list(policy.stop_ids)
     bias = torch.zeros(vocab)
     bias[stops] = math.log(vocab / ((STOP_EVERY - 1) * len(stops)))
+    if tool is not None:
+        bias[policy.encode(tool)[0]] = math.log(vocab)
     head = policy.model.get_output_embeddings()
     head.register_forward_hook(lambda mod, args, out: out + bias.to(out.dtype))
 
 
-def _once(policy, env, tasks, cfg, engine: str, seed: int) -> tuple[float, int]:
+def _once(policy, env, tasks, cfg, engine: str, seed: int) -> tuple[float, int, float]:
+    """Seconds, action tokens sampled, mean turns an episode."""
     policy.use_engine(engine)
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     rollouts = play(policy, env, tasks, cfg, generator=gen)
     seconds = time.perf_counter() - t0
-    return seconds, sum(ro.action_tokens for ro in rollouts)
+    turns = statistics.mean(ro.num_turns for ro in rollouts)
+    return seconds, sum(ro.action_tokens for ro in rollouts), turns
 
 
 def bench_shape(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
-    make, sizes, lengths = SHAPES[shape]
+    make, sizes, lengths, tool = SHAPES[shape]
     env = make(tmp)
     torch.manual_seed(0)
     policy = Policy.build(ModelConfig(size=args.size, device="cpu"), env.vocabulary())
-    _stop_bias(policy)
+    _stop_bias(policy, tool)
     cfg = RolloutConfig(**sizes, **lengths)
     tokens_per_s: dict[str, list[float]] = {e: [] for e in ENGINES}
     tokens: dict[str, list[int]] = {e: [] for e in ENGINES}
+    turns: list[float] = []
     for r in range(args.repeats + 1):  # the first round warms up
         tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(r))
         order = ENGINES if r % 2 == 0 else ENGINES[::-1]
         for engine in order:
-            seconds, n = _once(policy, env, tasks, cfg, engine, seed=r)
+            seconds, n, t = _once(policy, env, tasks, cfg, engine, seed=r)
             if r:
                 tokens_per_s[engine].append(n / seconds)
                 tokens[engine].append(n)
+                turns.append(t)
     med = {e: statistics.median(v) for e, v in tokens_per_s.items()}
     return {
         "shape": shape,
         "rows": cfg.tasks_per_step * cfg.group_size,
+        "turns_per_episode": round(statistics.mean(turns), 2),
         "tokens_per_rollout": tokens["eager"],
         "continuous_tokens_per_rollout": tokens["continuous"],
         "same_tokens": tokens["eager"] == tokens["reference"],
