@@ -41,7 +41,7 @@ CORPUS = [
 ] * 4
 
 
-def build_chat_model(root: Path, *, seed: int = 0) -> Path:
+def build_chat_model(root: Path, *, seed: int = 0, kv_heads: int = 4) -> Path:
     """Write the model directory under ``root`` and return its path."""
     path = Path(root) / "tiny-chat"
     core = Tokenizer(models.BPE())
@@ -69,7 +69,7 @@ def build_chat_model(root: Path, *, seed: int = 0) -> Path:
         intermediate_size=128,
         num_hidden_layers=2,
         num_attention_heads=4,
-        num_key_value_heads=4,
+        num_key_value_heads=kv_heads,  # < 4: grouped-query attention
         max_position_embeddings=1024,
         tie_word_embeddings=False,
         pad_token_id=tok.pad_token_id,

@@ -168,7 +168,8 @@ class _Fed:
             self.tokens += int(((own[..., 0] == 0) & (pos < mask.shape[-1])).sum())
         else:
             self.tokens += int(mask[:, -ids.shape[1] :].sum())
-        self.widths.append(ids.shape[0])
+        cache = kwargs.get("cache")  # slot rows: its rows are the batch's width
+        self.widths.append(getattr(cache, "rows", ids.shape[0]))
 
 
 def test_an_episode_keeps_its_kv_cache_across_turns(swarm):
@@ -391,15 +392,17 @@ def test_rows_decode_in_place_and_the_buffers_shrink_as_episodes_end(swarm):
     assert len(same) > 10 and all(a[1] == b[1] for a, b in same)
 
 
+@pytest.mark.parametrize("kv_heads", [4, 2])
 def test_a_pretrained_chat_model_with_lora_plays_the_sequential_samplers_episodes(
-    tmp_path,
+    tmp_path, kv_heads
 ):
     """The slot rows under a local model directory (its own tokenizer and chat
-    template) with LoRA adapters that change the logits."""
+    template) with LoRA adapters that change the logits; with grouped-query
+    attention too (2 key/value heads for 4 query heads)."""
     from tests.trainer.chatmodel import build_chat_model
 
     env = _dataset_env(tmp_path)
-    path = build_chat_model(tmp_path / "models")
+    path = build_chat_model(tmp_path / "models", kv_heads=kv_heads)
     lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
     torch.manual_seed(0)
     policy = Policy.build(ModelConfig(path=str(path), lora=lora), env.vocabulary())
@@ -416,3 +419,33 @@ def test_a_pretrained_chat_model_with_lora_plays_the_sequential_samplers_episode
     got = _play(policy, env, tasks, cfg, 5)
     assert len({len(ro.token_ids) for ro in got}) > 1  # ragged rows
     _assert_same_episodes(got, _sequential(policy, env, tasks, cfg, 5))
+
+
+def test_slot_attention_matches_attention_row_by_row_with_grouped_heads():
+    """Each query row against its own key row, and a group's queries (an episode
+    rejoining with its observation) against their row, 4 query heads sharing 2
+    key/value heads: what attention over each row alone gives."""
+    from trainer.engines.slots import slot_attention
+
+    g = torch.Generator().manual_seed(0)
+    rows, width, dim = 3, 7, 8
+    key = torch.randn(rows, 2, width, dim, generator=g)
+    value = torch.randn(rows, 2, width, dim, generator=g)
+    query = torch.randn(rows + 2, 4, 1, dim, generator=g)  # two more: row 1's group
+    see = torch.rand(rows + 2, 1, 1, width, generator=g) > 0.4
+    see[..., 0] = True
+    mask = torch.zeros(see.shape).masked_fill(~see, torch.finfo(torch.float32).min)
+    module = torch.nn.Module()
+    got, _ = slot_attention(
+        module, query, key, value, mask, scaling=0.3, slot_groups=[(1, 3, 2)]
+    )
+    owner = [0, 1, 2, 1, 1]
+    for i, r in enumerate(owner):
+        want = torch.nn.functional.scaled_dot_product_attention(
+            query[i : i + 1],
+            key[r : r + 1].repeat_interleave(2, dim=1),
+            value[r : r + 1].repeat_interleave(2, dim=1),
+            attn_mask=mask[i : i + 1],
+            scale=0.3,
+        )
+        assert torch.allclose(got[i], want.transpose(1, 2)[0], atol=1e-6)

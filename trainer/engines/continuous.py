@@ -56,7 +56,7 @@ from trainer.engines.episodes import (  # noqa: F401  (the engine's public names
     Turn,
     episode_generators,
 )
-from trainer.engines.slots import SlotCache, supports
+from trainer.engines.slots import ATTENTION, SlotCache, supports
 
 log = logging.getLogger(__name__)
 
@@ -103,17 +103,25 @@ class ContinuousEngine(EagerEngine):
                 )
         kind = SlotRun if in_place else BatchRun
         run = kind(self.policy, driver, generators, temperature, top_p, slots)
-        if workers <= 0:
-            run.loop(None)
-            return
-        with ThreadPoolExecutor(workers, thread_name_prefix="env-step") as pool:
-            run.loop(pool)
+        config = self.policy.model.config
+        attention = config._attn_implementation
+        if in_place:  # the slot rows' attention for this run's forwards only
+            config._attn_implementation = ATTENTION
+        try:
+            if workers <= 0:
+                run.loop(None)
+                return
+            with ThreadPoolExecutor(workers, thread_name_prefix="env-step") as pool:
+                run.loop(pool)
+        finally:
+            config._attn_implementation = attention
 
 
 class SlotRun(Scheduler):
     """Episodes on the rows of a :class:`SlotCache`: row ``row[e]`` is episode e's
-    from its first token to its end; ``decoding`` holds the rows that sample next,
-    with their next-token logits in ``logits``."""
+    from its first token to its end; ``decoding`` holds the episodes that sample
+    next, with their next-token logits in ``logits``; ``extending`` those back
+    from their tool call, whose pending tokens go into the next decode forward."""
 
     def __init__(self, *args) -> None:
         super().__init__(*args)
@@ -122,13 +130,14 @@ class SlotRun(Scheduler):
         self.row: dict[int, int] = {}  # episode -> its row
         self.owner: list[int | None] = [None] * rows  # row -> its episode
         self.decoding: list[int] = []  # episodes sampling next, by row
+        self.extending: list[int] = []  # episodes fed their pending tokens next
         self.logits: torch.Tensor | None = None  # (rows, V)
         dev = self.policy.device
         self.device = torch.device(dev) if not isinstance(dev, torch.device) else dev
         self.dtype = self.policy.model.get_input_embeddings().weight.dtype
 
     def _decoding(self) -> int:
-        return len(self.decoding)
+        return len(self.decoding) + len(self.extending)
 
     def _ended(self, e: int) -> None:
         r = self.row.pop(e, None)
@@ -141,45 +150,36 @@ class SlotRun(Scheduler):
 
     def _admit(self, joining: list[int]) -> None:
         """New episodes take free rows, each distinct context read once and copied
-        to the rows that share it; returning ones are fed their pending tokens
-        after their own keys and values."""
+        to the rows that share it; returning ones wait for the next decode
+        forward, which feeds them their pending tokens after their own keys and
+        values."""
         new = [e for e in joining if e not in self.row]
-        back = [e for e in joining if e in self.row]
-        if new:
-            free = iter(r for r, o in enumerate(self.owner) if o is None)
-            for e in new:
-                self.row[e] = next(free)
-                self.owner[self.row[e]] = e
-            first: dict[tuple[int, ...], int] = {}
-            for e in new:
-                first.setdefault(tuple(self.pending[e]), e)
-            reads = list(first.values())
-            self._feed(reads)
-            for e in new:
-                src = first[tuple(self.pending[e])]
-                if src != e:
-                    self.cache.copy_row(self.row[src], self.row[e])
-                    self.logits[self.row[e]] = self.logits[self.row[src]]
-        if back:
-            self._feed(back)
-        for e in joining:
+        self.extending += [e for e in joining if e in self.row]
+        if not new:
+            return
+        free = iter(r for r, o in enumerate(self.owner) if o is None)
+        for e in new:
+            self.row[e] = next(free)
+            self.owner[self.row[e]] = e
+        first: dict[tuple[int, ...], int] = {}
+        for e in new:
+            first.setdefault(tuple(self.pending[e]), e)
+        self._feed(list(first.values()))
+        for e in new:
+            src = first[tuple(self.pending[e])]
+            if src != e:
+                self.cache.copy_row(self.row[src], self.row[e])
+                self.logits[self.row[e]] = self.logits[self.row[src]]
             self.pending[e] = []
-        self.decoding = sorted(set(self.decoding) | set(joining), key=self.row.get)
+        self.decoding = sorted(self.decoding + new, key=self.row.get)
 
-    def _feed(self, eps: list[int], tokens: list[list[int]] | None = None) -> None:
-        """One forward: episode ``eps[i]`` is fed ``tokens[i]`` (default: its
-        pending tokens); every row (no copy of the cache) when each is fed, or
-        three in four are fed one token (a decode step), else only the fed rows
-        (theirs gathered)."""
-        if tokens is None:
-            tokens = [self.pending[e] for e in eps]
+    def _feed(self, eps: list[int]) -> None:
+        """One forward of the episodes' pending tokens (new episodes' contexts, or
+        returning ones' when no row decodes): every row when each is fed (no
+        copy of the cache), else only theirs (gathered)."""
+        tokens = [self.pending[e] for e in eps]
         rows = [self.row[e] for e in eps]
-        # Blank rows cost their compute, a gather costs a copy of the fed rows'
-        # keys and values: feed every row when nearly all are fed one token each.
-        one = all(len(t) == 1 for t in tokens)
-        every = len(rows) == self.cache.rows or (
-            one and 4 * len(rows) >= 3 * self.cache.rows
-        )
+        every = len(rows) == self.cache.rows
         if every:
             per_row: list[list[int]] = [[] for _ in range(self.cache.rows)]
             for r, t in zip(rows, tokens, strict=True):
@@ -195,33 +195,48 @@ class SlotRun(Scheduler):
             **args, cache=self.cache, use_cache=True, logits_to_keep=1
         )
         logits = out.logits[:, -1, :]
-        if every and len(rows) == self.cache.rows:
-            self.logits = logits  # every row fed something
+        if every:
+            self.logits = logits
             return
         if self.logits is None:
             self.logits = logits.new_zeros((self.cache.rows, logits.shape[-1]))
-        # Only the fed rows' logits change: a row fed nothing (blank) may be
-        # decoding, with logits of its last forward not yet sampled.
-        at = torch.tensor(rows, device=logits.device)
-        self.logits[at] = logits[at] if every else logits
+        self.logits[torch.tensor(rows, device=logits.device)] = logits
 
     def _step(self) -> None:
         """Sample one token of every decoding row; the rows whose action goes on
-        are fed their token, the others stay where they are until they rejoin."""
-        eps = self.decoding
-        idx = torch.tensor([self.row[e] for e in eps], device=self.device)
-        toks, lps = self._sample(self.logits.index_select(0, idx), eps)
-        going: list[int] = []
-        fed: list[list[int]] = []
-        for k, e in enumerate(eps):
-            if self._took(e, toks[k], lps[k]):
-                self._dispatch(e)
-            else:
-                going.append(e)
-                fed.append([toks[k]])
-        self.decoding = going
+        are fed their token, in the same forward as the returning episodes'
+        pending tokens; the others stay where they are until they rejoin."""
+        going: dict[int, int] = {}  # row -> its token
+        if self.decoding:
+            eps = self.decoding
+            idx = torch.tensor([self.row[e] for e in eps], device=self.device)
+            toks, lps = self._sample(self.logits.index_select(0, idx), eps)
+            for k, e in enumerate(eps):
+                if self._took(e, toks[k], lps[k]):
+                    self._dispatch(e)
+                else:
+                    going[self.row[e]] = toks[k]
+        back, self.extending = self.extending, []
         if going:
-            self._feed(going, fed)
+            extend = {self.row[e]: self.pending[e] for e in back}
+            args = self.cache.step(
+                going, extend, self.policy.pad_id, self.device, self.dtype
+            )
+            out = self.policy.model(**args, cache=self.cache, use_cache=True)
+            logits = out.logits[:, -1, :]
+            fresh = list(going)  # rows fed a token: query r is row r
+            at = torch.tensor(fresh, device=logits.device)
+            self.logits[at] = logits[at]
+            if extend:  # each group's last query: its row's next-token logits
+                last = [first + n - 1 for _, first, n in args["slot_groups"]]
+                rows = torch.tensor(list(extend), device=logits.device)
+                self.logits[rows] = logits[torch.tensor(last, device=logits.device)]
+        elif back:
+            self._feed(back)
+        for e in back:
+            self.pending[e] = []
+        live = [e for e in self.row if self.row[e] in going] + back
+        self.decoding = sorted(live, key=self.row.get)
 
     def _compact(self) -> None:
         """No episode is left to begin and a quarter of the rows are free: keep the

@@ -28,8 +28,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
 
 BLANK_POSITION = 1  # a blank query's position; it attends column 0 only
+ATTENTION = "agentic_rl_slots"  # the attention implementation a slot run sets
 
 
 def supports(model: Any) -> bool:
@@ -110,22 +113,73 @@ class SlotCache:
             blank = q - len(t)
             pos.append([BLANK_POSITION] * blank + list(range(s, s + len(t))))
             cols.append([scratch] * blank + list(range(s, s + len(t))))
+        real = [[j >= q - len(t) for j in range(q)] for t in tokens]
+        at = [[r] * q for r in fed]
+        for r, t in zip(fed, tokens, strict=True):
+            self.length[r] += len(t)
+        self._fed = None if rows is None else torch.tensor(rows, device=device)
+        return self._arguments(ids, pos, real, at, cols, width, device, dtype)
+
+    def step(
+        self,
+        tokens: dict[int, int],
+        extend: dict[int, list[int]],
+        pad_id: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> dict[str, Any]:
+        """One forward of one query per row: row r's next token ``tokens[r]`` (a
+        blank query where a row has none), then each of ``extend[r]``'s tokens as
+        a query of its own (an episode rejoining with its observation). The
+        extending queries attend to their row's buffer through
+        :func:`slot_attention` (``slot_groups``: row, first query, count), so that
+        they share the decode step's forward without a copy of any row."""
+        ids, pos, real, at, cols = [], [], [], [], []
+        groups = []
+        for r in range(self.rows):
+            t = tokens.get(r)
+            ids.append([pad_id if t is None else t])
+            pos.append([BLANK_POSITION if t is None else self.length[r]])
+            real.append([t is not None])
+            at.append([r])
+            cols.append([None if t is None else self.length[r]])
+        for r, toks in extend.items():
+            groups.append((r, len(ids), len(toks)))
+            for j, t in enumerate(toks):
+                ids.append([t])
+                pos.append([self.length[r] + j])
+                real.append([True])
+                at.append([r])
+                cols.append([self.length[r] + j])
+        width = max(p[0] + 1 for p, ok in zip(pos, real, strict=True) if ok[0])
+        self._reserve(width + 1)
+        scratch = self.capacity - 1  # where blank queries write
+        cols = [[scratch if c[0] is None else c[0]] for c in cols]
+        for r in tokens:
+            self.length[r] += 1
+        for r, toks in extend.items():
+            self.length[r] += len(toks)
+        self._fed = None
+        args = self._arguments(ids, pos, real, at, cols, width, device, dtype)
+        args["slot_groups"] = groups
+        return args
+
+    def _arguments(self, ids, pos, real, at, cols, width, device, dtype):
+        """Store where this forward's queries write; the model's arguments, with
+        the 4-D additive mask: a real query sees its row's columns up to its own
+        position, a blank one column 0 only."""
         pos_t = torch.tensor(pos, device=device)
-        real = torch.tensor(
-            [[j >= q - len(t) for j in range(q)] for t in tokens], device=device
-        )
         key = torch.arange(width, device=device)
         see = torch.where(
-            real[:, :, None], key <= pos_t[:, :, None], key == 0
+            torch.tensor(real, device=device)[:, :, None],
+            key <= pos_t[:, :, None],
+            key == 0,
         )  # (n, q, width)
         mask = torch.zeros(see.shape, dtype=dtype, device=device)
         mask.masked_fill_(~see, torch.finfo(dtype).min)
-        self._fed = None if rows is None else torch.tensor(rows, device=device)
-        self._at = torch.tensor(fed, device=device)[:, None].expand(len(fed), q)
+        self._at = torch.tensor(at, device=device)
         self._cols = torch.tensor(cols, device=device)
         self._width = width
-        for r, t in zip(fed, tokens, strict=True):
-            self.length[r] += len(t)
         return {
             "input_ids": torch.tensor(ids, device=device),
             "position_ids": pos_t,
@@ -168,3 +222,44 @@ class SlotCache:
                 new[:, :, : self.capacity - 1] = buf[:, :, : self.capacity - 1]
                 bufs[i] = new
         self.capacity = grown
+
+
+def slot_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    slot_groups: list[tuple[int, int, int]] | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Scaled dot-product attention over slot rows (transformers' attention
+    interface, registered as ``ATTENTION``). Without ``slot_groups``: query row i
+    attends key row i. With them (:meth:`SlotCache.step`): the first ``rows``
+    queries attend their own rows, then each group's ``count`` queries, one
+    token each, attend together to their row ``r`` (a view of the buffer, no
+    copy), as one sequence would."""
+    gqa = query.shape[1] != key.shape[1]
+
+    def attend(q, k, v, m):
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=m, scale=scaling, enable_gqa=gqa
+        )
+
+    if not slot_groups:
+        out = attend(query, key, value, attention_mask)
+    else:
+        rows = key.shape[0]
+        parts = [attend(query[:rows], key, value, attention_mask[:rows])]
+        for r, first, count in slot_groups:
+            q = query[first : first + count].permute(2, 1, 0, 3)  # (1, H, n, D)
+            m = attention_mask[first : first + count].permute(1, 2, 0, 3)
+            o = attend(q, key[r : r + 1], value[r : r + 1], m)
+            parts.append(o.permute(2, 1, 0, 3))
+        out = torch.cat(parts)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(ATTENTION, slot_attention)
