@@ -141,12 +141,9 @@ class SlotRun(Scheduler):
 
     def _ended(self, e: int) -> None:
         r = self.row.pop(e, None)
-        if r is None:
-            return
-        self.owner[r] = None
-        self.cache.clear(r)
-        if self.next_new >= len(self.gens):
-            self._compact()
+        if r is not None:
+            self.owner[r] = None
+            self.cache.clear(r)
 
     def _admit(self, joining: list[int]) -> None:
         """New episodes take free rows, each distinct context read once and copied
@@ -204,8 +201,11 @@ class SlotRun(Scheduler):
 
     def _step(self) -> None:
         """Sample one token of every decoding row; the rows whose action goes on
-        are fed their token, in the same forward as the returning episodes'
-        pending tokens; the others stay where they are until they rejoin."""
+        are fed their token, in the same forward as the pending tokens of the
+        episodes back from their tool calls (those that returned by now: on the
+        decode thread, the ones whose action just ended); the others stay where
+        they are until they rejoin."""
+        self._compact()
         going: dict[int, int] = {}  # row -> its token
         if self.decoding:
             eps = self.decoding
@@ -216,36 +216,43 @@ class SlotRun(Scheduler):
                     self._dispatch(e)
                 else:
                     going[self.row[e]] = toks[k]
+            self._collect(block=False)
+            self._join_waiting()  # returning episodes: extending
         back, self.extending = self.extending, []
-        if going:
+        if going or back:
             extend = {self.row[e]: self.pending[e] for e in back}
             args = self.cache.step(
                 going, extend, self.policy.pad_id, self.device, self.dtype
             )
             out = self.policy.model(**args, cache=self.cache, use_cache=True)
-            logits = out.logits[:, -1, :]
-            fresh = list(going)  # rows fed a token: query r is row r
-            at = torch.tensor(fresh, device=logits.device)
-            self.logits[at] = logits[at]
-            if extend:  # each group's last query: its row's next-token logits
-                last = [first + n - 1 for _, first, n in args["slot_groups"]]
-                rows = torch.tensor(list(extend), device=logits.device)
-                self.logits[rows] = logits[torch.tensor(last, device=logits.device)]
-        elif back:
-            self._feed(back)
+            # Query r is row r: the logits of its next token, fed or extended.
+            rows = torch.tensor([*going, *extend], device=self.device)
+            self.logits[rows] = out.logits[:, -1, :].index_select(0, rows)
         for e in back:
             self.pending[e] = []
         live = [e for e in self.row if self.row[e] in going] + back
         self.decoding = sorted(live, key=self.row.get)
 
     def _compact(self) -> None:
-        """No episode is left to begin and a quarter of the rows are free: keep the
-        occupied rows only (one copy), so that a step computes fewer rows."""
-        used = [r for r, o in enumerate(self.owner) if o is not None]
-        if not used or 4 * (self.cache.rows - len(used)) < self.cache.rows:
+        """No episode is left to begin: rows of ended episodes are filled by the
+        last rows in use (one row's keys and values copied each), and the
+        buffers' first rows only are used, so that a step computes no row of an
+        ended episode."""
+        if self.next_new < len(self.gens):
             return
-        self.cache.keep(used)
-        if self.logits is not None:
-            self.logits = self.logits[torch.tensor(used, device=self.logits.device)]
-        self.owner = [self.owner[r] for r in used]
-        self.row = {e: r for r, e in enumerate(self.owner)}
+        used = sum(o is not None for o in self.owner)
+        if used == len(self.owner) or used == 0:
+            return
+        holes = (r for r in range(used) if self.owner[r] is None)
+        for src in range(used, len(self.owner)):
+            e = self.owner[src]
+            if e is None:
+                continue
+            dst = next(holes)
+            self.cache.move(src, dst)
+            self.logits[dst] = self.logits[src]
+            self.owner[dst], self.owner[src] = e, None
+            self.row[e] = dst
+        self.cache.shrink(used)
+        self.owner = self.owner[:used]
+        self.logits = self.logits[:used]

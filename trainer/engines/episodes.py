@@ -88,11 +88,7 @@ class Scheduler:
                     return
                 self._collect(block=True)  # nothing to decode until one returns
                 continue
-            if self.waiting:
-                joining, self.waiting = self.waiting, []
-                self._admit(joining)
-                for e in joining:
-                    self.produced[e] = ([], [])
+            self._join_waiting()
             check = self.policy.stop_check
             if check is not None and check():
                 raise Stopped("asked to stop during generation")
@@ -112,6 +108,13 @@ class Scheduler:
         """Episode e is over (after its last action, or it never began)."""
 
     # -- shared -----------------------------------------------------------------
+    def _join_waiting(self) -> None:
+        if self.waiting:
+            joining, self.waiting = self.waiting, []
+            self._admit(joining)
+            for e in joining:
+                self.produced[e] = ([], [])
+
     def _occupied(self) -> int:
         return self._decoding() + self.away + len(self.waiting)
 

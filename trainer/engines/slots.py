@@ -74,13 +74,14 @@ class SlotCache:
         fed rows' keys and values up to this forward's width."""
         if layer_idx == len(self.keys):
             b, h, _, d = key_states.shape
-            shape = (self.rows, h, self.capacity, d)
+            shape = (self.rows, h, self.capacity, d)  # rows beyond ``rows``: unused
             self.keys.append(key_states.new_zeros(shape))
             self.values.append(value_states.new_zeros(shape))
         keys, values = self.keys[layer_idx], self.values[layer_idx]
         keys[self._at, :, self._cols] = key_states.transpose(1, 2)
         values[self._at, :, self._cols] = value_states.transpose(1, 2)
-        keys, values = keys[:, :, : self._width], values[:, :, : self._width]
+        keys = keys[: self.rows, :, : self._width]
+        values = values[: self.rows, :, : self._width]
         if self._fed is not None:
             keys, values = (
                 keys.index_select(0, self._fed),
@@ -128,24 +129,30 @@ class SlotCache:
         device: torch.device,
         dtype: torch.dtype,
     ) -> dict[str, Any]:
-        """One forward of one query per row: row r's next token ``tokens[r]`` (a
-        blank query where a row has none), then each of ``extend[r]``'s tokens as
-        a query of its own (an episode rejoining with its observation). The
-        extending queries attend to their row's buffer through
-        :func:`slot_attention` (``slot_groups``: row, first query, count), so that
-        they share the decode step's forward without a copy of any row."""
+        """One forward of one query per row: row r's next token ``tokens[r]``, or
+        the last of ``extend[r]`` (an episode rejoining with its observation: its
+        other tokens follow as queries of their own that attend their row through
+        :func:`slot_attention`, ``slot_groups``: row, first query, count), or a
+        blank query. So the decode step and the rejoins share one forward, and
+        no row of the cache is copied."""
         ids, pos, real, at, cols = [], [], [], [], []
         groups = []
         for r in range(self.rows):
-            t = tokens.get(r)
+            if r in tokens:
+                t, p = tokens[r], self.length[r]
+            elif r in extend:
+                t, p = extend[r][-1], self.length[r] + len(extend[r]) - 1
+            else:
+                t, p = None, None
             ids.append([pad_id if t is None else t])
-            pos.append([BLANK_POSITION if t is None else self.length[r]])
-            real.append([t is not None])
+            pos.append([BLANK_POSITION if p is None else p])
+            real.append([p is not None])
             at.append([r])
-            cols.append([None if t is None else self.length[r]])
+            cols.append([p])
         for r, toks in extend.items():
-            groups.append((r, len(ids), len(toks)))
-            for j, t in enumerate(toks):
+            if len(toks) > 1:
+                groups.append((r, len(ids), len(toks) - 1))
+            for j, t in enumerate(toks[:-1]):
                 ids.append([t])
                 pos.append([self.length[r] + j])
                 real.append([True])
@@ -197,18 +204,19 @@ class SlotCache:
     def clear(self, row: int) -> None:
         self.length[row] = 0
 
-    def keep(self, rows: list[int]) -> None:
-        """Keep only ``rows``, renumbered 0.. in that order (one copy of their
-        filled columns; the rest zeros, so that a masked column is never NaN)."""
-        width = max((self.length[r] for r in rows), default=0)
-        for bufs in (self.keys, self.values):
-            for i, buf in enumerate(bufs):
-                idx = torch.tensor(rows, device=buf.device)
-                new = buf.new_zeros((len(rows), *buf.shape[1:]))
-                new[:, :, :width] = buf[:, :, :width].index_select(0, idx)
-                bufs[i] = new
-        self.length = [self.length[r] for r in rows]
-        self.rows = len(rows)
+    def move(self, src: int, dst: int) -> None:
+        """Row ``src``'s keys and values (its filled columns) to row ``dst``."""
+        n = self.length[src]
+        for buf in (*self.keys, *self.values):
+            buf[dst, :, :n] = buf[src, :, :n]
+        self.length[dst], self.length[src] = n, 0
+
+    def shrink(self, rows: int) -> None:
+        """Use the first ``rows`` rows only (a view of the buffers: nothing is
+        copied; a row left behind keeps finite values, so masked columns stay
+        harmless if it is used again)."""
+        self.rows = rows
+        self.length = self.length[:rows]
 
     def _reserve(self, columns: int) -> None:
         """Room for ``columns`` columns plus the scratch one."""
