@@ -11,16 +11,21 @@ all (a concatenating cache copies all of it, every layer, every token).
 The model is told where each token goes and what it may see through its
 arguments alone: ``position_ids`` (a token's column) and a 4-D additive
 ``attention_mask`` (row, 1, query, key column) that transformers passes to the
-attention as it is. A forward feeds a set of rows (:meth:`SlotCache.feed`): every
-row (the buffers are the keys and values, no copy) or some of them (their rows
-gathered). Rows fed nothing this forward, and the left padding of a row fed fewer
-tokens than others, are *blank* queries: they write to a scratch column no row
-reads and attend column 0 only, so that their softmax is defined; their outputs
-are thrown away.
+attention as it is. A forward feeds a set of rows (:meth:`SlotCache.feed`, new
+episodes' contexts): every row (the buffers are the keys and values, no copy) or
+some of them (their rows gathered). A decode step (:meth:`SlotCache.step`) is one
+query per row, plus the observations of episodes back from their tool calls, each
+token a query of its own that attends its row through :func:`slot_attention` (the
+attention a slot run sets on the model), so rejoining costs no forward and no copy.
+Rows fed nothing this forward, and the left padding of a row fed fewer tokens than
+others, are *blank* queries: they write to a scratch column no row reads and
+attend column 0 only, so that their softmax is defined; their outputs are thrown
+away.
 
 This layout needs a model whose layers all attend to the whole context through
-``cache.update`` (no sliding windows) with an attention that takes a 4-D mask
-(``sdpa``, ``eager``): :func:`supports` says whether a model is one.
+``cache.update`` (no sliding windows) with an attention chosen through
+transformers' interface (``sdpa``, ``eager``): :func:`supports` says whether a
+model is one.
 """
 
 from __future__ import annotations
@@ -51,8 +56,9 @@ def supports(model: Any) -> bool:
 
 
 class SlotCache:
-    """Key/value buffers of ``rows`` slots, allocated at the first forward and grown
-    (columns doubled, or rows) as needed. ``length[r]``: row r's filled columns."""
+    """Key/value buffers of ``rows`` slots, allocated at the first forward, their
+    columns doubled as needed; only the first ``rows`` rows are in use (``shrink``).
+    ``length[r]``: row r's filled columns."""
 
     def __init__(self, rows: int, capacity: int = 64) -> None:
         self.rows = rows
