@@ -195,7 +195,7 @@ def run_claimed(claim: Claim) -> str:
                     or sink.lost
                     or _interrupted.is_set()
                     or (demo and _pause.is_set())
-                    or lease.should_stop(claim)
+                    or lease.stop_asked(claim)
                 ),
                 checkpoint_dir=str(root),
                 resume=True,

@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -132,6 +132,19 @@ def should_stop(claim: Claim) -> bool:
         .first()
     )
     return row is None or row[0] or row[1] != claim.token or row[2] != RunStatus.RUNNING
+
+
+def stop_asked(claim: Claim) -> bool:
+    """``should_stop`` for a loop that must not die of a database blip (a locked
+    SQLite file, a restarted PostgreSQL): the error is logged, the connection closed
+    (the next question opens a new one) and the answer is no. A rank that raised
+    here would leave the others waiting in a collective it never joins."""
+    try:
+        return should_stop(claim)
+    except (OperationalError, InterfaceError) as exc:
+        log.warning("run %s: stop check failed: %r", claim.run_id, exc)
+        connection.close()
+        return False
 
 
 def finish(

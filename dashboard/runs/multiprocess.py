@@ -177,7 +177,9 @@ def train(
             log.warning("run %s: lease lost; stopping its ranks", claim.run_id)
             _stop(proc)
             return Ending("lease-lost")
-        cancelled_at = cancelled_at or (time.monotonic() if _cancelled(claim) else None)
+        cancelled_at = cancelled_at or (
+            time.monotonic() if lease.stop_asked(claim) else None
+        )
         if cancelled_at and time.monotonic() - cancelled_at > grace_s():
             # Rank 0 stops at its next step; a step that never ends is cut short.
             log.warning(
@@ -197,14 +199,6 @@ def train(
 
 def grace_s() -> float:
     return float(settings.RUN_CANCEL_GRACE_SECONDS)
-
-
-def _cancelled(claim: Claim) -> bool:
-    try:
-        return lease.should_stop(claim)
-    except (OperationalError, InterfaceError):
-        connection.close()
-        return False  # a database blip is no cancel
 
 
 def _heartbeat(claim: Claim) -> bool:

@@ -19,6 +19,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from typing import Any
@@ -32,6 +33,27 @@ class Terminated(BaseException):
 def _on_sigterm(signum: int, frame: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough
     raise Terminated
+
+
+def exit_with_parent(poll_s: float = 1.0) -> threading.Thread:
+    """End this process (``os._exit``) once its parent, torchrun, is gone.
+
+    torchrun stops its ranks with SIGTERM and, 30 s later, SIGKILL; a worker that
+    kills torchrun sooner (its cancel grace) would leave a rank behind that is
+    waiting in a collective another rank left: its SIGTERM handler cannot run until
+    the wait returns. A daemon thread sees the rank re-parented (the wait releases
+    the interpreter lock) and ends the process; torchrun put each rank in a session
+    of its own, so a signal to torchrun's group would not reach it."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
 
 
 _SIGNALLED = ("Terminated", "KeyboardInterrupt")
@@ -63,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     signal.signal(signal.SIGTERM, _on_sigterm)
+    exit_with_parent()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
     import django
 
@@ -120,7 +143,7 @@ def train_rank(args: argparse.Namespace, rank: int):
             config,
             sink or NullSink(),
             should_stop=(
-                (lambda: sink.lost or lease.should_stop(claim)) if sink else None
+                (lambda: sink.lost or lease.stop_asked(claim)) if sink else None
             ),
             checkpoint_dir=args.checkpoint_dir,
             resume=True,

@@ -107,12 +107,7 @@ class CancelWatch:
             connection.close()
 
     def _asked(self) -> bool:
-        try:
-            return lease.should_stop(self.claim)
-        except (OperationalError, InterfaceError) as exc:
-            log.warning("run %s: stop check failed: %r", self.claim.run_id, exc)
-            connection.close()
-            return False  # a database blip is no cancel
+        return lease.stop_asked(self.claim)
 
     def _end(self) -> None:
         """Past the grace period: cancelled (if the lease is still ours), then the

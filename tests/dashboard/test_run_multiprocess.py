@@ -6,9 +6,14 @@ reports become the attempt's ending."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 from dashtest import client_for, wait_for
+from django.db import OperationalError
 
 from dashboard.models import MetricPoint, Run, RunStatus, Trajectory
 from dashboard.runs import devices, execution, inprocess, lease, multiprocess, services
@@ -162,6 +167,58 @@ def test_a_worker_with_too_few_devices_fails_the_run_naming_the_field(
     assert execution.execute(run.id) == RunStatus.FAILED
     run.refresh_from_db()
     assert run.error.startswith("config.resources.processes: 2 processes asked")
+
+
+@pytest.mark.django_db(transaction=True)  # the error closes the connection
+def test_a_database_error_in_the_stop_check_is_no_stop(owner, tiny_config, monkeypatch):
+    # A rank 0 that raised here would leave the other ranks in a collective.
+    run = services.launch_run(owner, tiny_config)
+    claim = lease.claim(run.id)
+    assert claim is not None and lease.stop_asked(claim) is False
+
+    def locked(claim):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(lease, "should_stop", locked)
+    assert lease.stop_asked(claim) is False
+    monkeypatch.undo()
+    services.cancel_run(run)
+    assert lease.stop_asked(claim) is True
+
+
+def test_a_rank_ends_when_torchrun_is_gone(tmp_path):
+    # A parent (torchrun's stand-in) starts a child that watches it and sleeps as a
+    # rank blocked in a collective would; SIGKILL to the parent ends the child.
+    script = (
+        "import subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import time; from dashboard.runs.rank import exit_with_parent; "
+        "exit_with_parent(0.05); print(flush=True); time.sleep(600)'], "
+        "start_new_session=True, stdout=subprocess.PIPE)\n"
+        "child.stdout.readline()\n"  # watching
+        "print(child.pid, flush=True)\n"
+        "child.wait()\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True
+    )
+    child = int(parent.stdout.readline())
+    try:
+        assert _alive(child)
+        parent.kill()
+        parent.wait()
+        assert wait_for(lambda: not _alive(child), timeout=20)
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_the_claim_is_read_back_by_the_ranks_only_while_the_attempt_holds_it(
