@@ -1,7 +1,8 @@
 """GPU throughput of the trainer with a larger model config in bf16.
 
     python bench/gpu_bench.py [--size large|0.5b] [--steps 5] [--batch 16x8]
-                              [--engine eager|compiled|reference] [--peak-tflops T]
+                              [--engine eager|compiled|continuous|reference]
+                              [--peak-tflops T]
 
 Prints rollout (generated tokens/s) and update (trained tokens/s) throughput per step
 and their medians, and the update's model FLOPs utilisation: 6 x parameters x trained
@@ -69,7 +70,9 @@ def main() -> int:
         help="profile the third step (torch.profiler): its top CUDA kernels to PATH",
     )
     ap.add_argument(
-        "--engine", default="eager", help="rollout.engine: eager, compiled, reference"
+        "--engine",
+        default="eager",
+        help="rollout.engine: eager, compiled, continuous, reference",
     )
     args = ap.parse_args()
     import torch

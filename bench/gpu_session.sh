@@ -33,7 +33,7 @@ step() {  # step NAME SECONDS CMD...
 }
 PYT="python3 -m pytest -p no:cacheprovider -p no:django -q -o addopts= --timeout=300"
 step gpu_tests ${TESTS_SECS:-240} $PYT -rA tests/trainer/test_gpu.py tests/trainer/test_gpu_path.py
-for engine in ${ENGINES:-eager compiled}; do
+for engine in ${ENGINES:-eager compiled continuous}; do
   secs_var="BENCH_SECS_$engine"
   step "bench_0.5b_$engine" "${!secs_var:-${BENCH_SECS:-240}}" python3 bench/gpu_bench.py --size 0.5b --steps ${STEPS:-5} --engine "$engine" --profile "$OUT/profile_$engine.txt"
 done

@@ -143,6 +143,33 @@ def test_an_episode_does_not_depend_on_what_else_is_in_the_batch(swarm, slots, w
         assert [s.token_ids for s in a.segments] == [s.token_ids for s in b.segments]
 
 
+def test_episode_generators_move_to_the_logits_device_unless_told_not_to(
+    swarm, monkeypatch
+):
+    """On a GPU each episode's noise is drawn there (``episodes.on_device``, run
+    on CUDA by tests/trainer/test_gpu.py); on the CPU the host generators stay,
+    and ``noise_on_device = False`` keeps them anywhere."""
+    from trainer.engines import continuous
+
+    env, policy = swarm
+    seen: list[str] = []
+    real = continuous.on_device
+
+    def spy(generators, device):
+        seen.append(str(device))
+        return real(generators, device)
+
+    monkeypatch.setattr(continuous, "on_device", spy)
+    cfg = _cfg()
+    tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(4))
+    moved = _play(policy, env, tasks, cfg, 2)
+    kept = _play(policy, env, tasks, cfg, 2, noise_on_device=False)
+    assert seen == [str(policy.device)]  # asked once, for the policy's device
+    _assert_same_episodes(moved, kept)  # the CPU's generators are the host's
+    gens = episode_generators(torch.Generator().manual_seed(0), 3)
+    assert real(gens, "cpu") == gens
+
+
 def test_greedy_decoding_plays_exactly_the_lock_step_loops_episodes(swarm):
     """Temperature 0 draws nothing: the two schedules must agree token for token."""
     env, policy = swarm

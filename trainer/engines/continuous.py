@@ -31,6 +31,10 @@ the environment's threads answer, and they are the tokens a sequential sampler
 differ from the lock-step loop's, which draws the whole batch's noise from one
 generator per step; per episode, both are exact samples of the same policy, so the
 two are equal in distribution (and equal token for token at temperature 0).
+On a GPU each episode's generator is re-made on the device from its seed
+(:func:`trainer.engines.episodes.on_device`; ``noise_on_device``): still one
+stream per episode, independent of the batch, but the device's numbers, so the
+tokens are not the eager engine's there.
 
 **Threads.** Only the work :meth:`EpisodeDriver.act` returns (the environment
 step) runs on the worker threads (``workers``), one call per episode at a time;
@@ -55,6 +59,7 @@ from trainer.engines.episodes import (  # noqa: F401  (the engine's public names
     Scheduler,
     Turn,
     episode_generators,
+    on_device,
 )
 from trainer.engines.slots import ATTENTION, SlotCache, supports
 
@@ -75,6 +80,9 @@ class ContinuousEngine(EagerEngine):
     workers = 0
     slots: int | None = None  # episodes in the decode batch at most (None: all)
     in_place: bool | None = None  # slot rows (None: where the model supports them)
+    # Each episode's noise drawn where the logits are (episodes.on_device); False:
+    # from the host generators, as the eager engine draws (a GPU test compares).
+    noise_on_device = True
 
     @torch.no_grad()
     def run_episodes(
@@ -101,6 +109,8 @@ class ContinuousEngine(EagerEngine):
                     "rows (sliding windows or its own masks); its decode batch is "
                     "re-formed as episodes leave and join"
                 )
+        if self.noise_on_device:
+            generators = on_device(generators, self.policy.device)
         kind = SlotRun if in_place else BatchRun
         run = kind(self.policy, driver, generators, temperature, top_p, slots)
         config = self.policy.model.config

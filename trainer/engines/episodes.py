@@ -11,7 +11,8 @@ re-formed as rows leave and join, for models the slot rows do not fit).
 **Random streams.** Each episode samples from its own generator and takes exactly
 one Exp(1) noise vector from it per sampled token (``argmax(p / q)``, what
 ``torch.multinomial`` computes), so its tokens depend on its own context and seed
-alone (see :mod:`trainer.engines.continuous`).
+alone (see :mod:`trainer.engines.continuous`); on a GPU the generators live on the
+device (:func:`on_device`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,24 @@ def episode_generators(generator: torch.Generator | None, n: int) -> list:
     ``generator`` in episode order (None: the global generator's draws)."""
     seeds = torch.randint(0, 2**62, (n,), generator=generator).tolist()
     return [torch.Generator().manual_seed(s) for s in seeds]
+
+
+def on_device(generators: list, device: torch.device | str) -> list:
+    """The episodes' generators re-made on ``device`` (not the CPU), each seeded
+    with its host generator's seed, so that its noise is drawn where the logits
+    are: a host generator costs a rows x vocabulary block of Exp(1) draws on the
+    CPU and its copy to the device every token (151k x 128 rows: 77 MB). Each
+    episode keeps a stream of its own (its tokens still depend on its context
+    and seed alone), but the device's generator (Philox on CUDA) draws other
+    numbers than the host's, so they are not the eager engine's tokens. The
+    generators must be fresh (as :func:`episode_generators` makes them): a
+    generator's seed, not its state, is what carries over."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return list(generators)
+    return [
+        torch.Generator(device=device).manual_seed(g.initial_seed()) for g in generators
+    ]
 
 
 class Scheduler:
@@ -152,7 +171,11 @@ class Scheduler:
             tok = logits.argmax(-1)
         else:
             probs = sampling_probs(logits, self.temperature, self.top_p)
-            noise = torch.empty((len(eps), probs.shape[-1]), dtype=torch.float32)
+            noise = torch.empty(
+                (len(eps), probs.shape[-1]),
+                dtype=torch.float32,
+                device=self.gens[eps[0]].device,  # see on_device
+            )
             for k, e in enumerate(eps):
                 noise[k].exponential_(1, generator=self.gens[e])
             tok = (probs / noise.to(probs.device)).argmax(-1)
