@@ -1,7 +1,7 @@
 """Rollout throughput: the reference loop vs the eager and continuous engines, interleaved.
 
-    python bench/rollout_bench.py [--shape single|swarm|dataset|all] [--repeats 5]
-                                  [--size small] [--threads 2]
+    python bench/rollout_bench.py [--shape single|swarm|dataset|dataset_chat|all]
+                                  [--repeats 5] [--size small] [--threads 2]
 
 Each repeat rolls out the same seeded batch once through each engine
 (``trainer.engines``: ``reference``, the KV-cache loop the eager engine replaced,
@@ -24,6 +24,14 @@ episode plays 1-4 turns (``turns_per_episode`` in the output). The reference and
 (tests/trainer/test_engines.py), so they do the same work; the continuous engine
 draws from per-episode random streams, so its episodes are other samples of the
 same distribution (its token counts are printed beside theirs).
+
+``dataset_chat``: the ``dataset``-with-calculator shape as a new user meets it,
+with a chat model directory (byte-level BPE, ChatML template, ``<tool_call>`` a
+special token; ``tests/trainer/chatmodel.py``, 134k parameters) and
+``bench.trl_compare``'s ~256-token word problems: ~370-token contexts with the
+system prompt. ``<tool_call>`` is lifted to ~1/CALL_EVERY a token, so about half
+the actions write one (random weights never close it: the environment answers
+with an error, another turn). ``--size`` does not apply to it.
 """
 
 from __future__ import annotations
@@ -77,6 +85,18 @@ def _single_env(tmp: Path) -> Environment:
     return make_env("dataset", {"path": str(path), "tools": []})
 
 
+def _dataset_chat_env(tmp: Path) -> tuple[Environment, str]:
+    """The ``dataset`` environment with the calculator as a new user meets it: a
+    chat model directory (byte-level BPE, ChatML template, the tool tags as
+    special tokens) and ~256-token word problems (``bench.trl_compare``'s
+    realistic shape), under the default system prompt that describes the tool."""
+    from bench.trl_compare import Work, realistic_inputs
+
+    work = realistic_inputs(Work(shape="realistic"), tmp / "chat")
+    env = make_env("dataset", {"path": work.data_path, "tools": ["calculator"]})
+    return env, work.model_path
+
+
 SHAPES = {
     "single": (
         _single_env,
@@ -96,7 +116,14 @@ SHAPES = {
         {"max_action_tokens": 32, "max_total_tokens": 1024},
         "calculator",  # the word whose logit is lifted: tool calls, hence turns
     ),
+    "dataset_chat": (
+        _dataset_chat_env,
+        {"tasks_per_step": 4, "group_size": 8, "max_turns": 4},
+        {"max_action_tokens": 32, "max_total_tokens": 2048},
+        "<tool_call>",  # lifted to ~1/CALL_EVERY a token: about half the actions
+    ),
 }
+CALL_EVERY = 35  # dataset_chat: P(an action of ~24 tokens writes no call) ~ 1/2
 
 
 def _stop_bias(policy: Policy, tool: str | None = None) -> None:
@@ -107,46 +134,59 @@ def _stop_bias(policy: Policy, tool: str | None = None) -> None:
     stops = list(policy.stop_ids)
     bias = torch.zeros(vocab)
     bias[stops] = math.log(vocab / ((STOP_EVERY - 1) * len(stops)))
-    if tool is not None:
+    if tool is not None and tool.startswith("<"):  # a special token: its id
+        bias[policy.tokenizer.convert_tokens_to_ids(tool)] = math.log(
+            vocab / (CALL_EVERY - 1)
+        )
+    elif tool is not None:
         bias[policy.encode(tool)[0]] = math.log(vocab)
     head = policy.model.get_output_embeddings()
     head.register_forward_hook(lambda mod, args, out: out + bias.to(out.dtype))
 
 
-def _once(policy, env, tasks, cfg, engine: str, seed: int) -> tuple[float, int, float]:
-    """Seconds, action tokens sampled, mean turns an episode."""
+def _once(policy, env, tasks, cfg, engine: str, seed: int):
+    """Seconds, action tokens sampled, mean turns an episode, mean prompt tokens."""
     policy.use_engine(engine)
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     rollouts = play(policy, env, tasks, cfg, generator=gen)
     seconds = time.perf_counter() - t0
     turns = statistics.mean(ro.num_turns for ro in rollouts)
-    return seconds, sum(ro.action_tokens for ro in rollouts), turns
+    prompt = statistics.mean(len(ro.segments[0].token_ids) for ro in rollouts)
+    return seconds, sum(ro.action_tokens for ro in rollouts), turns, prompt
 
 
 def bench_shape(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
     make, sizes, lengths, tool = SHAPES[shape]
     env = make(tmp)
+    model = ModelConfig(size=args.size, device="cpu")
+    if isinstance(env, tuple):  # an environment and its chat model directory
+        env, path = env
+        model = ModelConfig(path=path, device="cpu")
     torch.manual_seed(0)
-    policy = Policy.build(ModelConfig(size=args.size, device="cpu"), env.vocabulary())
+    policy = Policy.build(model, env.vocabulary())
     _stop_bias(policy, tool)
     cfg = RolloutConfig(**sizes, **lengths)
     tokens_per_s: dict[str, list[float]] = {e: [] for e in ENGINES}
     tokens: dict[str, list[int]] = {e: [] for e in ENGINES}
     turns: list[float] = []
+    prompt: list[float] = []
     for r in range(args.repeats + 1):  # the first round warms up
         tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(r))
         order = ENGINES if r % 2 == 0 else ENGINES[::-1]
         for engine in order:
-            seconds, n, t = _once(policy, env, tasks, cfg, engine, seed=r)
+            seconds, n, t, p = _once(policy, env, tasks, cfg, engine, seed=r)
             if r:
                 tokens_per_s[engine].append(n / seconds)
                 tokens[engine].append(n)
                 turns.append(t)
+                prompt.append(p)
     med = {e: statistics.median(v) for e, v in tokens_per_s.items()}
     return {
         "shape": shape,
         "rows": cfg.tasks_per_step * cfg.group_size,
+        "model": "chat model directory" if model.path else model.size,
+        "prompt_tokens": round(statistics.mean(prompt), 1),
         "turns_per_episode": round(statistics.mean(turns), 2),
         "tokens_per_rollout": tokens["eager"],
         "continuous_tokens_per_rollout": tokens["continuous"],
