@@ -55,6 +55,30 @@ def supports(model: Any) -> bool:
     return not window or getattr(config, "use_sliding_window", True) is False
 
 
+class _Queries:
+    """A forward's queries, one list per query row: token ids, positions, real or
+    blank, the buffer row and the column each writes."""
+
+    def __init__(self, pad_id: int, scratch: int) -> None:
+        self.pad_id, self.scratch = pad_id, scratch  # where blank queries write
+        self.ids: list[list[int]] = []
+        self.pos: list[list[int]] = []
+        self.real: list[list[bool]] = []
+        self.at: list[list[int]] = []
+        self.cols: list[list[int]] = []
+
+    def add(self, row: int, tokens: list[int], start: int, width: int) -> None:
+        """``tokens`` for ``row`` at positions ``start``.., right-aligned in a
+        query row of ``width`` (blank queries before them)."""
+        blank = width - len(tokens)
+        span = list(range(start, start + len(tokens)))
+        self.ids.append([self.pad_id] * blank + list(tokens))
+        self.pos.append([BLANK_POSITION] * blank + span)
+        self.real.append([False] * blank + [True] * len(tokens))
+        self.at.append([row] * width)
+        self.cols.append([self.scratch] * blank + span)
+
+
 class SlotCache:
     """Key/value buffers of ``rows`` slots, allocated at the first forward, their
     columns doubled as needed; only the first ``rows`` rows are in use (``shrink``).
@@ -110,22 +134,14 @@ class SlotCache:
         lengths advance by what each row is fed."""
         fed = list(range(self.rows)) if rows is None else rows
         q = max(len(t) for t in tokens)
-        starts = [self.length[r] for r in fed]
-        width = max(s + len(t) for s, t in zip(starts, tokens, strict=True))
+        width = max(self.length[r] + len(t) for r, t in zip(fed, tokens, strict=True))
         self._reserve(width + 1)
-        scratch = self.capacity - 1
-        ids = [[pad_id] * (q - len(t)) + list(t) for t in tokens]
-        pos, cols = [], []
-        for s, t in zip(starts, tokens, strict=True):
-            blank = q - len(t)
-            pos.append([BLANK_POSITION] * blank + list(range(s, s + len(t))))
-            cols.append([scratch] * blank + list(range(s, s + len(t))))
-        real = [[j >= q - len(t) for j in range(q)] for t in tokens]
-        at = [[r] * q for r in fed]
+        queries = _Queries(pad_id, self.capacity - 1)
         for r, t in zip(fed, tokens, strict=True):
+            queries.add(r, t, self.length[r], q)
             self.length[r] += len(t)
         self._fed = None if rows is None else torch.tensor(rows, device=device)
-        return self._arguments(ids, pos, real, at, cols, width, device, dtype)
+        return self._arguments(queries, width, device, dtype)
 
     def step(
         self,
@@ -141,60 +157,53 @@ class SlotCache:
         :func:`slot_attention`, ``slot_groups``: row, first query, count), or a
         blank query. So the decode step and the rejoins share one forward, and
         no row of the cache is copied."""
-        ids, pos, real, at, cols = [], [], [], [], []
-        groups = []
+        width = 1 + max(
+            [self.length[r] for r in tokens]
+            + [self.length[r] + len(t) - 1 for r, t in extend.items()]
+        )
+        self._reserve(width + 1)
+        queries = _Queries(pad_id, self.capacity - 1)
         for r in range(self.rows):
             if r in tokens:
-                t, p = tokens[r], self.length[r]
+                queries.add(r, [tokens[r]], self.length[r], 1)
             elif r in extend:
-                t, p = extend[r][-1], self.length[r] + len(extend[r]) - 1
+                n = len(extend[r])
+                queries.add(r, extend[r][-1:], self.length[r] + n - 1, 1)
             else:
-                t, p = None, None
-            ids.append([pad_id if t is None else t])
-            pos.append([BLANK_POSITION if p is None else p])
-            real.append([p is not None])
-            at.append([r])
-            cols.append([p])
+                queries.add(r, [], 0, 1)
+        groups = []
         for r, toks in extend.items():
             if len(toks) > 1:
-                groups.append((r, len(ids), len(toks) - 1))
+                groups.append((r, len(queries.ids), len(toks) - 1))
             for j, t in enumerate(toks[:-1]):
-                ids.append([t])
-                pos.append([self.length[r] + j])
-                real.append([True])
-                at.append([r])
-                cols.append([self.length[r] + j])
-        width = max(p[0] + 1 for p, ok in zip(pos, real, strict=True) if ok[0])
-        self._reserve(width + 1)
-        scratch = self.capacity - 1  # where blank queries write
-        cols = [[scratch if c[0] is None else c[0]] for c in cols]
+                queries.add(r, [t], self.length[r] + j, 1)
         for r in tokens:
             self.length[r] += 1
         for r, toks in extend.items():
             self.length[r] += len(toks)
         self._fed = None
-        args = self._arguments(ids, pos, real, at, cols, width, device, dtype)
+        args = self._arguments(queries, width, device, dtype)
         args["slot_groups"] = groups
         return args
 
-    def _arguments(self, ids, pos, real, at, cols, width, device, dtype):
+    def _arguments(self, queries: _Queries, width, device, dtype):
         """Store where this forward's queries write; the model's arguments, with
         the 4-D additive mask: a real query sees its row's columns up to its own
         position, a blank one column 0 only."""
-        pos_t = torch.tensor(pos, device=device)
+        pos_t = torch.tensor(queries.pos, device=device)
         key = torch.arange(width, device=device)
         see = torch.where(
-            torch.tensor(real, device=device)[:, :, None],
+            torch.tensor(queries.real, device=device)[:, :, None],
             key <= pos_t[:, :, None],
             key == 0,
         )  # (n, q, width)
         mask = torch.zeros(see.shape, dtype=dtype, device=device)
         mask.masked_fill_(~see, torch.finfo(dtype).min)
-        self._at = torch.tensor(at, device=device)
-        self._cols = torch.tensor(cols, device=device)
+        self._at = torch.tensor(queries.at, device=device)
+        self._cols = torch.tensor(queries.cols, device=device)
         self._width = width
         return {
-            "input_ids": torch.tensor(ids, device=device),
+            "input_ids": torch.tensor(queries.ids, device=device),
             "position_ids": pos_t,
             "attention_mask": mask[:, None],
         }
