@@ -26,6 +26,7 @@ This module knows nothing of Django or of how processes are launched.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import math
 import random
@@ -277,6 +278,15 @@ class Parallel:
         dist.barrier()
 
     def close(self) -> None:
+        """Free the DDP wrapper, then the process group. In that order: DDP's
+        reducer holds the group, and a reducer that drops the group's last
+        reference destroys it with the interpreter lock held, joining gloo's
+        worker threads while one of them waits for that lock to free a tensor a
+        collective used (PyTorch #56297): the rank hangs at its end. Freed first,
+        the reducer leaves the group to ``destroy_process_group``, which
+        releases the lock while the workers finish."""
+        self._scorer = None
+        gc.collect()  # the wrapper sits in reference cycles (hooks, modules)
         if dist.is_initialized():
             dist.destroy_process_group()
 

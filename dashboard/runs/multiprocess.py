@@ -9,9 +9,11 @@ records reach it through ``trainer.distributed``. Nothing else passes between th
 
 Each rank says how it ended in a small report file (``write_report``); the worker
 reads them when torchrun is done and turns them into the attempt's ending
-(:func:`ending`). A rank with no report died without a word (SIGKILL, the
-out-of-memory killer, a segfault): torchrun tore the group down, the run is fine, the
-attempt is requeued and resumes from its last checkpoint. A rank that raised makes the
+(:func:`ending`); once every rank has reported, torchrun gets ``EXIT_GRACE_S`` to
+exit before it is stopped (a rank hung in its clean-up changes no ending). A rank
+with no report died without a word (SIGKILL, the out-of-memory killer, a
+segfault): torchrun tore the group down, the run is fine, the attempt is requeued
+and resumes from its last checkpoint. A rank that raised makes the
 run fail with its message (the earliest one: the others' errors follow from it).
 
 This module knows the lease and the files, not the trainer.
@@ -42,6 +44,8 @@ log = logging.getLogger(__name__)
 # How a rank ended: a trainer's result, or "failed" (it raised), "terminated"
 # (torchrun stopped it because another rank ended), "lost" (the lease was gone).
 ENDED_WELL = ("succeeded", "cancelled")
+# Seconds torchrun may run on once every rank has written its report.
+EXIT_GRACE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -163,13 +167,26 @@ def train(
     cmd = command(claim.run_id, claim.attempt, processes, root, reports)
     log.info("run %s attempt %s: %s", claim.run_id, claim.attempt, " ".join(cmd))
     proc = subprocess.Popen(cmd, env=env)
-    cancelled_at = None
+    cancelled_at = reported_at = None
     while True:
         try:
             returncode = proc.wait(timeout=settings.RUN_HEARTBEAT_SECONDS)
             break
         except subprocess.TimeoutExpired:
             pass
+        if reported_at is None and len(read_reports(reports)) == processes:
+            reported_at = time.monotonic()
+        if reported_at and time.monotonic() - reported_at > EXIT_GRACE_S:
+            # Every rank said how it ended, and one has not exited: hung in its
+            # clean-up (a process group's teardown can deadlock), nothing lost.
+            log.warning(
+                "run %s: every rank reported but torchrun is still running after "
+                "%g s; stopping it",
+                claim.run_id,
+                EXIT_GRACE_S,
+            )
+            _stop(proc, grace_s=5.0)
+            return ending(read_reports(reports), processes, -1)
         if interrupted():
             _stop(proc)
             return Ending("interrupted")

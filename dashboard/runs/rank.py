@@ -16,6 +16,7 @@ as ``terminated``, so that only a rank that died without a word has no report.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import sys
@@ -35,16 +36,28 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
 def exit_with_parent(poll_s: float = 1.0) -> threading.Thread:
-    """End this process (``os._exit``) once its parent, torchrun, is gone.
+    """End this process once its parent, torchrun, is gone.
 
     torchrun stops its ranks with SIGTERM and, 30 s later, SIGKILL; a worker that
-    kills torchrun sooner (its cancel grace) would leave a rank behind that is
-    waiting in a collective another rank left: its SIGTERM handler cannot run until
-    the wait returns. A daemon thread sees the rank re-parented (the wait releases
-    the interpreter lock) and ends the process; torchrun put each rank in a session
-    of its own, so a signal to torchrun's group would not reach it."""
+    kills torchrun sooner (its cancel grace, or ranks that reported but do not
+    exit) would leave behind a rank that SIGTERM does not reach: one blocked in
+    native code, whose handler cannot run, or hung holding the interpreter lock.
+    On Linux the kernel sends this process SIGKILL when its parent dies
+    (``PR_SET_PDEATHSIG``), whatever it is doing; elsewhere, and as a second
+    line, a daemon thread sees the rank re-parented and calls ``os._exit``.
+    torchrun put each rank in a session of its own, so a signal to torchrun's
+    group would not reach it."""
     parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        except (OSError, AttributeError):  # no prctl: the thread alone
+            pass
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -10,6 +10,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+import types
 
 import pytest
 from dashtest import client_for, wait_for
@@ -292,6 +295,96 @@ def test_a_cancel_stops_every_rank_at_the_next_step(
     run.refresh_from_db()
     assert (run.status, run.attempt, run.error) == ("cancelled", 1, "")
     assert run.last_step < 500 and run.attempts.get().outcome == "cancelled"
+
+
+def stuck_trainer(config, sink, *, parallel, **kwargs):
+    """A rank 0 that never asks ``should_stop``, and a rank 1 that SIGTERM does
+    not reach (as a rank blocked in native code, whose handler cannot run)."""
+    if parallel.rank == 1:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_ranks_that_do_not_stop_are_ended_after_the_grace_and_none_is_left(
+    owner, tiny_config, settings, enqueued, monkeypatch, tmp_path
+):
+    # The worker gives torchrun 5 s after the grace, less than torchrun gives a
+    # rank (30 s) before its SIGKILL: rank 1 outlived torchrun until the ranks
+    # watched their parent.
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    monkeypatch.setenv("RUN_TRAINER", f"{__name__}.stuck_trainer")
+    here = os.path.dirname(__file__)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, os.getcwd()]))
+    settings.RUNS_DIR = tmp_path / "runs"
+    settings.WORKER_DEVICES = 2
+    settings.RUN_CANCEL_GRACE_SECONDS = 1
+    run = services.launch_run(owner, two_process(tiny_config, steps=500))
+    outcome = inprocess.submit(str(run.id))
+    wait_for(lambda: len(_rank_pids(run.id)) == 2, 120, message="two ranks")
+    services.cancel_run(run)
+    assert outcome.result(timeout=120) == RunStatus.CANCELLED
+    run.refresh_from_db()
+    assert run.status == "cancelled" and "did not stop within 1 s" in run.error
+    try:
+        assert wait_for(lambda: not _rank_pids(run.id), 15, message="no rank left")
+    finally:
+        for pid in _rank_pids(run.id):
+            os.kill(pid, signal.SIGKILL)
+
+
+def lingering_trainer(config, sink, **kwargs):
+    """Trains nothing and succeeds, leaving a thread that keeps the process from
+    exiting after its report (as a rank hung in its clean-up)."""
+    threading.Thread(target=time.sleep, args=(600,), daemon=False).start()
+    return types.SimpleNamespace(status="succeeded", error=None)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_ranks_that_reported_but_do_not_exit_are_stopped_and_the_run_ends(
+    owner, tiny_config, settings, enqueued, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    monkeypatch.setenv("RUN_TRAINER", f"{__name__}.lingering_trainer")
+    here = os.path.dirname(__file__)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, os.getcwd()]))
+    monkeypatch.setattr(multiprocess, "EXIT_GRACE_S", 1.0)
+    settings.RUNS_DIR = tmp_path / "runs"
+    settings.WORKER_DEVICES = 2
+    run = services.launch_run(owner, two_process(tiny_config, steps=500))
+    outcome = inprocess.submit(str(run.id))
+    try:
+        assert outcome.result(timeout=120) == RunStatus.SUCCEEDED
+        run.refresh_from_db()
+        assert (run.status, run.error) == ("succeeded", "")
+        assert wait_for(lambda: not _rank_pids(run.id), 15, message="no rank left")
+    finally:
+        for pid in _rank_pids(run.id):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _rank_pids(run_id) -> list[int]:
+    """Live processes running ``dashboard.runs.rank`` for this run."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        ours = (
+            b"dashboard.runs.rank" in args
+            and b"torch.distributed.run" not in args  # torchrun itself
+            and str(run_id).encode() in args
+        )
+        if ours and _alive(int(entry)):
+            pids.append(int(entry))
+    return pids
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ import torch.multiprocessing as mp
 import trainer.loop as loop
 import trainer.sampling as sampling
 from rewards.types import RewardBreakdown, RewardResult
-from trainer.config import TrainConfig
+from trainer.config import ModelConfig, TrainConfig
 from trainer.envs.base import make_env
 from trainer.events import ListSink, NullSink
 
@@ -362,3 +362,27 @@ def _initial_params(name: str) -> dict[str, torch.Tensor]:
 def test_a_single_process_refuses_a_config_that_asks_for_two():
     with pytest.raises(ValueError, match="resources.processes"):
         loop.train(_config("token_mean", 2), make_env("calc", seed=0), reward)
+
+
+def test_closing_frees_the_ddp_wrapper_before_the_process_group():
+    """A reducer that outlives ``destroy_process_group`` holds the group's last
+    reference and destroys it later with the interpreter lock held, which can
+    deadlock against gloo's workers (a rank that never exits): ``close`` frees
+    the wrapper first."""
+    import weakref
+
+    import torch.distributed as dist
+
+    from trainer.distributed import start
+    from trainer.policy import Policy
+
+    par = start("cpu", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world=1)
+    try:
+        policy = Policy.build(ModelConfig(size="tiny"), ["a", "b"])
+        par.wrap(policy.model)
+        wrapper = weakref.ref(par._scorer)
+        reducer = weakref.ref(par._scorer.reducer)
+    finally:
+        par.close()
+    assert wrapper() is None and reducer() is None
+    assert not dist.is_initialized()
