@@ -5,6 +5,7 @@ reports become the attempt's ending."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -314,25 +315,16 @@ def test_ranks_that_do_not_stop_are_ended_after_the_grace_and_none_is_left(
     # The worker gives torchrun 5 s after the grace, less than torchrun gives a
     # rank (30 s) before its SIGKILL: rank 1 outlived torchrun until the ranks
     # watched their parent.
-    monkeypatch.setenv("DATABASE_URL", database_url())
-    monkeypatch.setenv("RUN_TRAINER", f"{__name__}.stuck_trainer")
-    here = os.path.dirname(__file__)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, os.getcwd()]))
-    settings.RUNS_DIR = tmp_path / "runs"
-    settings.WORKER_DEVICES = 2
     settings.RUN_CANCEL_GRACE_SECONDS = 1
-    run = services.launch_run(owner, two_process(tiny_config, steps=500))
-    outcome = inprocess.submit(str(run.id))
-    wait_for(lambda: len(_rank_pids(run.id)) == 2, 120, message="two ranks")
-    services.cancel_run(run)
-    assert outcome.result(timeout=120) == RunStatus.CANCELLED
-    run.refresh_from_db()
-    assert run.status == "cancelled" and "did not stop within 1 s" in run.error
-    try:
-        assert wait_for(lambda: not _rank_pids(run.id), 15, message="no rank left")
-    finally:
-        for pid in _rank_pids(run.id):
-            os.kill(pid, signal.SIGKILL)
+    run, outcome = _launch_with_trainer(
+        "stuck_trainer", owner, tiny_config, settings, monkeypatch, tmp_path
+    )
+    with _no_rank_left(run.id):
+        wait_for(lambda: len(_rank_pids(run.id)) == 2, 120, message="two ranks")
+        services.cancel_run(run)
+        assert outcome.result(timeout=120) == RunStatus.CANCELLED
+        run.refresh_from_db()
+        assert run.status == "cancelled" and "did not stop within 1 s" in run.error
 
 
 def lingering_trainer(config, sink, **kwargs):
@@ -347,22 +339,37 @@ def lingering_trainer(config, sink, **kwargs):
 def test_ranks_that_reported_but_do_not_exit_are_stopped_and_the_run_ends(
     owner, tiny_config, settings, enqueued, monkeypatch, tmp_path
 ):
-    monkeypatch.setenv("DATABASE_URL", database_url())
-    monkeypatch.setenv("RUN_TRAINER", f"{__name__}.lingering_trainer")
-    here = os.path.dirname(__file__)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, os.getcwd()]))
     monkeypatch.setattr(multiprocess, "EXIT_GRACE_S", 1.0)
-    settings.RUNS_DIR = tmp_path / "runs"
-    settings.WORKER_DEVICES = 2
-    run = services.launch_run(owner, two_process(tiny_config, steps=500))
-    outcome = inprocess.submit(str(run.id))
-    try:
+    run, outcome = _launch_with_trainer(
+        "lingering_trainer", owner, tiny_config, settings, monkeypatch, tmp_path
+    )
+    with _no_rank_left(run.id):
         assert outcome.result(timeout=120) == RunStatus.SUCCEEDED
         run.refresh_from_db()
         assert (run.status, run.error) == ("succeeded", "")
-        assert wait_for(lambda: not _rank_pids(run.id), 15, message="no rank left")
+
+
+def _launch_with_trainer(trainer, owner, tiny_config, settings, monkeypatch, tmp_path):
+    """A two-process run whose ranks run this module's ``trainer``."""
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    monkeypatch.setenv("RUN_TRAINER", f"{__name__}.{trainer}")
+    here = os.path.dirname(__file__)  # the ranks import this module
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, os.getcwd()]))
+    settings.RUNS_DIR = tmp_path / "runs"
+    settings.WORKER_DEVICES = 2
+    run = services.launch_run(owner, two_process(tiny_config, steps=500))
+    return run, inprocess.submit(str(run.id))
+
+
+@contextlib.contextmanager
+def _no_rank_left(run_id):
+    """After the block, no rank of the run may be alive within 15 s (any left is
+    killed, so that a failure leaves nothing behind)."""
+    try:
+        yield
+        assert wait_for(lambda: not _rank_pids(run_id), 15, message="no rank left")
     finally:
-        for pid in _rank_pids(run.id):
+        for pid in _rank_pids(run_id):
             os.kill(pid, signal.SIGKILL)
 
 
