@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 
@@ -105,20 +106,36 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from dashboard.runs.multiprocess import ENDED_WELL, Report, write_report
 
+    written: list = []
+
+    def report_once(report: Report) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the report is what counts
+        write_report(args.reports, report)
+        written.append(report)
+
     try:
-        report = train_rank(args, rank)
+        report = train_rank(args, rank, report_once)
     except BaseException as exc:  # outside the training (its set-up, its clean-up)
-        if isinstance(exc, SystemExit) or not stopped_by_signal(exc):
+        if written:  # the clean-up after the report failed: the report stands
+            report = written[0]
+        elif isinstance(exc, SystemExit) or not stopped_by_signal(exc):
             raise
-        # Ctrl-C reaches a terminal's ranks too
-        report = Report(rank, "terminated", "stopped by torchrun", at=time.time())
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the report is all that is left
-    write_report(args.reports, report)
+        else:  # Ctrl-C reaches a terminal's ranks too
+            report = Report(rank, "terminated", "stopped by torchrun", at=time.time())
+    if not written:
+        report_once(report)
     return 0 if report.status in ENDED_WELL else 1
 
 
-def train_rank(args: argparse.Namespace, rank: int):
-    """Train this rank's share of the claimed attempt; its ``Report``."""
+def train_rank(
+    args: argparse.Namespace,
+    rank: int,
+    reported: Callable[[Any], None] = lambda report: None,
+):
+    """Train this rank's share of the claimed attempt; its ``Report``, also handed
+    to ``reported`` before the process group is taken down: that teardown can
+    hang (PyTorch #56297), and once every rank has reported the worker ends the
+    attempt whether or not torchrun exits (``multiprocess.EXIT_GRACE_S``)."""
     from django.conf import settings
     from django.db import connection
     from django.utils.module_loading import import_string
@@ -143,48 +160,53 @@ def train_rank(args: argparse.Namespace, rank: int):
     sink = parallel = None
     detail = ""
     try:
-        config = TrainConfig.model_validate(claim.config)
-        parallel = start(config.model.device, config.resources.strategy)
-        if parallel.main:
-            sink = RunSink(
-                claim,
-                interval_s=settings.RUN_FRAME_INTERVAL_MS / 1000,
-                heartbeat_s=settings.RUN_HEARTBEAT_SECONDS,
+        try:
+            config = TrainConfig.model_validate(claim.config)
+            parallel = start(config.model.device, config.resources.strategy)
+            if parallel.main:
+                sink = RunSink(
+                    claim,
+                    interval_s=settings.RUN_FRAME_INTERVAL_MS / 1000,
+                    heartbeat_s=settings.RUN_HEARTBEAT_SECONDS,
+                )
+            runner = import_string(settings.RUN_TRAINER)
+            result = runner(
+                config,
+                sink or NullSink(),
+                should_stop=(
+                    (lambda: sink.lost or lease.stop_asked(claim)) if sink else None
+                ),
+                checkpoint_dir=args.checkpoint_dir,
+                resume=True,
+                endpoints=judge_endpoints(),
+                parallel=parallel,
+                **init_kwargs(config),
             )
-        runner = import_string(settings.RUN_TRAINER)
-        result = runner(
-            config,
-            sink or NullSink(),
-            should_stop=(
-                (lambda: sink.lost or lease.stop_asked(claim)) if sink else None
-            ),
-            checkpoint_dir=args.checkpoint_dir,
-            resume=True,
-            endpoints=judge_endpoints(),
-            parallel=parallel,
-            **init_kwargs(config),
-        )
-        status = result.status if result.status in RunStatus.values else "failed"
-        message = one_line(getattr(result, "error", None) or "")
-    except BaseException as exc:  # dcp's CheckpointException is a BaseException
-        if isinstance(exc, (SystemExit, GeneratorExit)):
-            raise
-        if stopped_by_signal(exc):
-            status, message = "terminated", "stopped by torchrun"
+            status = result.status if result.status in RunStatus.values else "failed"
+            message = one_line(getattr(result, "error", None) or "")
+        except BaseException as exc:  # dcp's CheckpointException is a BaseException
+            if isinstance(exc, (SystemExit, GeneratorExit)):
+                raise
+            if stopped_by_signal(exc):
+                status, message = "terminated", "stopped by torchrun"
+            else:
+                status, message = "failed", failure_message(exc)
+                detail = traceback.format_exc()
+        finally:
+            at = time.time()  # before the sink's last flush: the failures' order
+            if sink is not None:
+                sink.close()
+        if sink is not None and sink.lost:
+            report = Report(rank, "lost", "the lease was lost", at=at)
         else:
-            status, message = "failed", failure_message(exc)
-            detail = traceback.format_exc()
+            last_step = sink.last_step if sink is not None else None
+            report = Report(rank, status, message, detail, last_step, at)
+        reported(report)  # before the teardown below, which can hang
+        return report
     finally:
-        at = time.time()  # before the sink's last flush: the failures' order
-        if sink is not None:
-            sink.close()
         if parallel is not None:
             parallel.close()
         connection.close()
-    if sink is not None and sink.lost:
-        return Report(rank, "lost", "the lease was lost", at=at)
-    last_step = sink.last_step if sink is not None else None
-    return Report(rank, status, message, detail, last_step, at)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import types
 
@@ -327,21 +326,21 @@ def test_ranks_that_do_not_stop_are_ended_after_the_grace_and_none_is_left(
         assert run.status == "cancelled" and "did not stop within 1 s" in run.error
 
 
-def lingering_trainer(config, sink, **kwargs):
-    """Trains nothing and succeeds, leaving a thread that keeps the process from
-    exiting after its report (as a rank hung in its clean-up)."""
-    threading.Thread(target=time.sleep, args=(600,), daemon=False).start()
+def hanging_teardown_trainer(config, sink, *, parallel, **kwargs):
+    """Trains nothing and succeeds; taking the process group down then hangs (as
+    PyTorch's can, #56297)."""
+    parallel.close = lambda: time.sleep(600)
     return types.SimpleNamespace(status="succeeded", error=None)
 
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_ranks_that_reported_but_do_not_exit_are_stopped_and_the_run_ends(
+def test_ranks_that_hang_in_their_teardown_are_stopped_and_the_run_ends(
     owner, tiny_config, settings, enqueued, monkeypatch, tmp_path
 ):
     monkeypatch.setattr(multiprocess, "EXIT_GRACE_S", 1.0)
     run, outcome = _launch_with_trainer(
-        "lingering_trainer", owner, tiny_config, settings, monkeypatch, tmp_path
+        "hanging_teardown_trainer", owner, tiny_config, settings, monkeypatch, tmp_path
     )
     with _no_rank_left(run.id):
         assert outcome.result(timeout=120) == RunStatus.SUCCEEDED
