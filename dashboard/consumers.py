@@ -37,7 +37,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 
 from dashboard.live import streaming
-from dashboard.live.subscription import Subscription, Timing
+from dashboard.live.subscription import Subscription, Timing, within
 from dashboard.reads import stream
 from dashboard.runs import services
 
@@ -74,7 +74,7 @@ class RunHub:
             self.subscriptions[run_id] = sub
             self.readers[run_id] = asyncio.get_running_loop().create_task(sub.run())
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(sub.joined.wait(), JOIN_WAIT_S)
+            await within(sub.joined.wait(), JOIN_WAIT_S)
 
     async def leave(self, run_id: str, consumer: RunConsumer) -> None:
         sockets = self.sockets.get(run_id)

@@ -104,7 +104,7 @@ class Subscription:
 
     async def _join(self) -> bool:
         try:
-            await asyncio.wait_for(
+            await within(
                 self.layer.group_add(self.group, self.channel), self.timing.timeout_s
             )
         except Exception as exc:  # the broker is away (or too slow): try again
@@ -148,7 +148,7 @@ class Subscription:
         self._probe_back.clear()
         probe = {"type": PROBE, "probe": token}
         try:
-            await asyncio.wait_for(
+            await within(
                 self.layer.group_send(self.group, probe), self.timing.timeout_s
             )
         except Exception as exc:
@@ -180,6 +180,19 @@ class Subscription:
                 await self.on_message(message)
             except Exception:  # one bad delivery must not end the subscription
                 log.exception("group %s: on_message failed", self.group)
+
+
+async def within(awaitable: Awaitable[Any], timeout: float) -> Any:
+    """``asyncio.wait_for`` that never loses a cancellation. On Python 3.11 a task
+    cancelled just as the awaited call finished gets the call's result from
+    ``wait_for`` instead of its ``CancelledError`` (fixed in 3.12, gh-86296): a
+    subscription whose last page left would run on, joined to its group, and a page
+    opened later would get every frame twice."""
+    result = await asyncio.wait_for(awaitable, timeout)
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+    return result
 
 
 def _failure(task: asyncio.Future) -> str:

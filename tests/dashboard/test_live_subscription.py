@@ -195,6 +195,46 @@ async def test_a_cancelled_subscription_leaves_its_group():
     assert layer.members("g") == []
 
 
+class CancelledAsItAnswers(FlakyLayer):
+    """A layer whose ``name`` call cancels the subscription's task once it has its
+    answer: the cancel and the answer arrive together (a page leaving while a join
+    or a probe is answered)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name, self.task = name, None
+
+    def _answered(self, name: str) -> None:
+        if name == self.name and self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    async def group_add(self, group, channel):
+        await super().group_add(group, channel)
+        self._answered("group_add")
+
+    async def group_send(self, group, message):
+        await super().group_send(group, message)
+        self._answered("group_send")
+
+
+@pytest.mark.parametrize("call", ["group_add", "group_send"])
+async def test_a_cancel_that_arrives_with_the_layers_answer_still_ends_the_subscription(
+    call,
+):
+    """On Python 3.11 ``asyncio.wait_for`` returns the answer and drops the cancel
+    (gh-86296); the subscription would run on, joined, and a page opened later on
+    the same run would get each frame twice."""
+    layer = CancelledAsItAnswers(call)
+    watcher = Watcher(layer)
+    async with watcher:
+        layer.task = watcher.task
+        done, _ = await asyncio.wait({watcher.task}, timeout=3)
+        assert done, f"a cancel during {call} was lost: the subscription runs on"
+        assert watcher.task.cancelled()
+    assert layer.members("g") == []
+
+
 # --- the hub and the run page's socket -------------------------------------------------
 @pytest.fixture
 def flaky(monkeypatch):
