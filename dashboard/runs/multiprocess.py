@@ -1,9 +1,10 @@
 """A run of several processes on a worker: torchrun starts the ranks, the worker waits.
 
-The worker that claimed the run (``dashboard.runs.execution``) starts ``python -m
-torch.distributed.run --standalone --nproc-per-node N -m dashboard.runs.rank RUN ATTEMPT``,
-as the trainer CLI does, and heartbeats the lease while the group lives (the ranks
-take a while to start). Each rank sets Django up and joins the process group; rank 0
+The worker that claimed the run (``dashboard.runs.execution``) starts torchrun
+(``python -m dashboard.runs.torchrun --standalone --nproc-per-node N -m
+dashboard.runs.rank RUN ATTEMPT``: torchrun that dies with the worker, as the ranks
+die with torchrun), as the trainer CLI does, and heartbeats the lease while the group
+lives (the ranks take a while to start). Each rank sets Django up and joins the process group; rank 0
 owns the run's sink (and so its heartbeat too) and polls for a cancel, the others'
 records reach it through ``trainer.distributed``. Nothing else passes between them.
 
@@ -127,13 +128,15 @@ def ending(reports: dict[int, Report], processes: int, returncode: int) -> Endin
     return Ending("finished", main.status, main.message, last_step=main.last_step)
 
 
+# torchrun, ending with the worker's thread that starts it (dashboard.runs.torchrun).
+TORCHRUN = (sys.executable, "-m", "dashboard.runs.torchrun")
+
+
 def command(run_id: Any, attempt: int, processes: int, root: Path, reports: Path):
     """torchrun with the rank module, on this machine (``--standalone`` picks a free
     rendezvous port)."""
     return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
+        *TORCHRUN,
         "--standalone",
         f"--nproc-per-node={processes}",
         "--module",

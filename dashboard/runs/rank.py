@@ -41,7 +41,8 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def exit_with_parent(poll_s: float = 1.0) -> threading.Thread:
-    """End this process once its parent, torchrun, is gone.
+    """End this process once its parent, torchrun, is gone (``dashboard.runs.torchrun``
+    asks the same of torchrun for its worker).
 
     torchrun stops its ranks with SIGTERM and, 30 s later, SIGKILL; a worker that
     kills torchrun sooner (its cancel grace, or ranks that reported but do not

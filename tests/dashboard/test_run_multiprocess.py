@@ -216,6 +216,52 @@ def test_a_rank_ends_when_torchrun_is_gone(tmp_path):
             os.kill(child, signal.SIGKILL)
 
 
+@pytest.mark.slow
+def test_torchrun_and_its_ranks_end_when_the_worker_is_killed(tmp_path):
+    # A worker (a process that starts torchrun as multiprocess.train does and waits)
+    # is killed outright: torchrun dies with it, and its rank, blocked as in a
+    # collective, dies with torchrun. Nothing is left for the reaper's next attempt.
+    rank = (
+        "import os, time; from dashboard.runs.rank import exit_with_parent; "
+        f"exit_with_parent(0.05); open({str(tmp_path / 'rank')!r}, 'w')"
+        ".write(str(os.getpid())); time.sleep(600)"
+    )
+    launch = [
+        *multiprocess.TORCHRUN,
+        "--standalone",
+        "--nproc-per-node=1",
+        "--no-python",
+        sys.executable,
+        "-c",
+        rank,
+    ]
+    worker_code = (
+        "import subprocess, sys\n"
+        f"torchrun = subprocess.Popen({launch!r})\n"
+        "print(torchrun.pid, flush=True)\n"
+        "torchrun.wait()\n"
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-c", worker_code], stdout=subprocess.PIPE, text=True
+    )
+    torchrun = int(worker.stdout.readline())
+    pid_file = tmp_path / "rank"
+    try:
+        assert wait_for(lambda: pid_file.exists() and pid_file.read_text(), 60)
+        rank_pid = int(pid_file.read_text())
+        assert _alive(torchrun) and _alive(rank_pid)
+        worker.kill()
+        worker.wait()
+        assert wait_for(lambda: not _alive(torchrun), timeout=20), "torchrun outlived"
+        assert wait_for(lambda: not _alive(rank_pid), timeout=20), "a rank outlived"
+    finally:
+        left = [torchrun]
+        with contextlib.suppress(OSError, ValueError):
+            left.append(int(pid_file.read_text()))
+        for pid in filter(_alive, left):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -385,7 +431,7 @@ def _rank_pids(run_id) -> list[int]:
             continue
         ours = (
             b"dashboard.runs.rank" in args
-            and b"torch.distributed.run" not in args  # torchrun itself
+            and multiprocess.TORCHRUN[-1].encode() not in args  # torchrun itself
             and str(run_id).encode() in args
         )
         if ours and _alive(int(entry)):
