@@ -14,9 +14,11 @@ one in ``page_guard.violations``; both must stay empty.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -196,7 +198,26 @@ class Server:
         ``timeout`` seconds (a cancel that was not honoured)."""
         if not self.proc or self.proc.poll() is not None:
             return []
+        if not self._has_active_runs():
+            return []  # nothing to cancel: no Django process to start (seconds each)
         return self.script(_STOP_LEFTOVERS.format(timeout=timeout))
+
+    def _has_active_runs(self) -> bool:
+        """Whether the server's database holds a queued or running run of ours, read
+        straight from its SQLite file."""
+        from dashboard.models import ACTIVE_STATUSES, Run
+
+        db = self.var_dir / "dashboard.sqlite3"
+        with contextlib.closing(
+            sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
+        ) as c:
+            marks = ",".join("?" * len(ACTIVE_STATUSES))
+            (count,) = c.execute(
+                f"SELECT COUNT(*) FROM {Run._meta.db_table} "
+                f"WHERE status IN ({marks}) AND NOT external",
+                [str(status) for status in ACTIVE_STATUSES],
+            ).fetchone()
+        return count > 0
 
     def stop(self) -> None:
         if self in _STARTED:
