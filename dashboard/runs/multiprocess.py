@@ -4,9 +4,10 @@ The worker that claimed the run (``dashboard.runs.execution``) starts torchrun
 (``python -m dashboard.runs.torchrun --standalone --nproc-per-node N -m
 dashboard.runs.rank RUN ATTEMPT``: torchrun that dies with the worker, as the ranks
 die with torchrun), as the trainer CLI does, and heartbeats the lease while the group
-lives (the ranks take a while to start). Each rank sets Django up and joins the process group; rank 0
-owns the run's sink (and so its heartbeat too) and polls for a cancel, the others'
-records reach it through ``trainer.distributed``. Nothing else passes between them.
+lives (the ranks take a while to start). Each rank sets Django up and joins the
+process group; rank 0 owns the run's sink (and so its heartbeat too) and polls for a
+cancel, the others' records reach it through ``trainer.distributed``. Nothing else
+passes between them.
 
 Each rank says how it ended in a small report file (``write_report``); the worker
 reads them when torchrun is done and turns them into the attempt's ending

@@ -1,4 +1,4 @@
-"""torchrun as a worker starts it: ending with the worker (``dashboard.runs.multiprocess``)::
+"""torchrun as a worker starts it, ending with the worker::
 
     python -m dashboard.runs.torchrun [torchrun's arguments]
 
