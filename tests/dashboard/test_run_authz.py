@@ -108,7 +108,9 @@ async def _connect(user, run_id, origin=b"http://localhost"):
     if user is not None:
         headers.append((b"cookie", await sync_to_async(_session_cookie)(user)))
     comm = WebsocketCommunicator(application, f"/ws/runs/{run_id}/", headers=headers)
-    connected, code = await comm.connect()
+    # A page's join may wait up to JOIN_WAIT_S (5 s) for the run's group before the
+    # hello; channels' default 1 s would fail on a slow machine, not on a bug.
+    connected, code = await comm.connect(timeout=10)
     return comm, connected, code
 
 
@@ -124,7 +126,7 @@ async def test_websocket_authorisation(role, close_code, users, run):
     comm, connected, _ = await _connect(users[role], run.id)
     assert connected is True
     if close_code is None:
-        hello = json.loads(await comm.receive_from(timeout=5))
+        hello = json.loads(await comm.receive_from(timeout=10))
         assert hello["type"] == "hello" and hello["last_step"] == 6
         await comm.disconnect()
     else:
@@ -168,14 +170,14 @@ async def test_websocket_forwards_frames_of_its_run_only(
     other_run = await sync_to_async(services.launch_run)(owner, tiny_config)
     comm, connected, _ = await _connect(owner, run.id)
     assert connected
-    await comm.receive_from(timeout=5)  # hello
+    await comm.receive_from(timeout=10)  # hello
     await sync_to_async(frames.send)(
         other_run.id, FrameParts(steps={1: {"reward": 1.0}})
     )
     await sync_to_async(frames.send)(
         run.id, FrameParts(steps={7: {"reward": 0.5, "kl": "NaN"}})
     )
-    frame = json.loads(await comm.receive_from(timeout=5))
+    frame = json.loads(await comm.receive_from(timeout=10))
     assert frame["run"] == str(run.id) and frame["steps"] == [
         {"step": 7, "metrics": {"reward": 0.5, "kl": "NaN"}}
     ]
@@ -197,14 +199,14 @@ async def test_one_process_joins_a_run_group_once_whatever_the_number_of_pages(
     for _ in range(3):
         comm, connected, _ = await _connect(owner, run.id)
         assert connected
-        await comm.receive_from(timeout=5)  # hello
+        await comm.receive_from(timeout=10)  # hello
         pages.append(comm)
     layer = get_channel_layer()
     if isinstance(layer, InMemoryChannelLayer):
         assert len(layer.groups[streaming.group_name(run.id)]) == 1
     await sync_to_async(frames.send)(run.id, FrameParts(steps={9: {"reward": 1.0}}))
     for comm in pages:
-        assert json.loads(await comm.receive_from(timeout=5))["steps"][0]["step"] == 9
+        assert json.loads(await comm.receive_from(timeout=10))["steps"][0]["step"] == 9
     for comm in pages:
         await comm.disconnect()
     assert str(run.id) not in hub().sockets and str(run.id) not in hub().readers
