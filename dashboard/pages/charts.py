@@ -100,10 +100,31 @@ def _kl_beta(config: dict[str, Any]) -> float | None:
         return None
 
 
+def _environment(config: dict[str, Any]):
+    """The class of the run's environment; None when it is not registered here (a
+    plugin this process has not loaded, an external run's name)."""
+    import trainer.envs  # noqa: F401  (registers the built-ins)
+    from trainer.envs.base import ENVIRONMENTS
+
+    env = config.get("env") if isinstance(config, dict) else None
+    name = env.get("name") if isinstance(env, dict) else None
+    if not isinstance(name, str) or name not in ENVIRONMENTS:
+        return None
+    return ENVIRONMENTS.get(name)
+
+
 def empty_text(chart_id: str, config: dict[str, Any]) -> str:
     """What a chart with no points says: why none will come, when that is known."""
     if chart_id == "kl" and _kl_beta(config) == 0.0:
         return "No KL penalty in this run (kl_beta = 0): KL is not computed."
+    if chart_id == "critical":
+        env = _environment(config)
+        if env is not None and not env.orchestrates:
+            return (
+                f"No sub-agents in this run: critical steps are counted for episodes "
+                f"that fan out to sub-agents (the swarm environment); {env.name} "
+                "episodes have none."
+            )
     return "No data yet."
 
 

@@ -87,6 +87,7 @@ def test_a_queued_run_says_where_it_stands_then_shows_its_warm_start(
     )
     # A chart empty for a reason of its own keeps it (this run has no KL term).
     assert "No KL penalty" in _chart_placeholder(page, "kl")
+    assert "calc episodes have none" in _chart_placeholder(page, "critical")
     ui.shot(page, shots, "queue_warm_start_seeded")
     runs = page.goto(f"{live.url}/runs/")
     assert runs.ok

@@ -98,6 +98,11 @@ class Environment(ABC):
     # worker threads (one call per session at a time). False (the default, e.g. a
     # plugin's environment): every step runs on the decode thread.
     steps_in_threads: bool = False
+    # True: episodes fan out to sub-agents and carry a ``stages`` fact (the reward's
+    # critical path, the run page's "Critical steps and parallelism" chart). A
+    # plugin's environment that reports stages sets it; the chart draws whatever
+    # arrives either way, the flag only says, while it is empty, why.
+    orchestrates: ClassVar[bool] = False
 
     def __init__(
         self, params: EnvParams | Mapping[str, Any] | None = None, *, seed: int = 0

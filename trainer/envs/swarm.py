@@ -112,6 +112,7 @@ class SwarmEnv(Environment):
     """Orchestrate frozen sub-agents over a dependency DAG of subtasks."""
 
     steps_in_threads = True  # sessions share only read-only state
+    orchestrates = True  # an orchestrator's stages of sub-agents
 
     name = "swarm"
     label = "orchestrator with parallel sub-agents (PARL)"
