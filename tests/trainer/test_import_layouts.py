@@ -169,11 +169,10 @@ def test_without_metrics_the_reward_weights_say_how_many_columns_are_rewards():
 
 
 def test_a_completions_file_without_prompts_is_a_clear_error(dash, tmp_path, capsys):
-    import pandas as pd
-
     (tmp_path / "completions").mkdir()
-    pd.DataFrame({"step": [1], "text": ["x"]}).to_parquet(
-        tmp_path / "completions" / "completions_00001.parquet"
+    layouts.write_parquet(
+        tmp_path / "completions" / "completions_00001.parquet",
+        {"step": [1], "text": ["x"]},
     )
     assert run_import(dash, "trl", tmp_path) == 2
     assert "step 1: rows need prompt and completion columns" in capsys.readouterr().err
