@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import trainer.envs  # noqa: F401  (registers the built-in environments)
+from trainer.envs.base import ENVIRONMENTS
 from trainer.metric_help import (
     CHART_HELP,
     SUMMARY_LABELS,
@@ -103,9 +105,6 @@ def _kl_beta(config: dict[str, Any]) -> float | None:
 def _environment(config: dict[str, Any]):
     """The class of the run's environment; None when it is not registered here (a
     plugin this process has not loaded, an external run's name)."""
-    import trainer.envs  # noqa: F401  (registers the built-ins)
-    from trainer.envs.base import ENVIRONMENTS
-
     env = config.get("env") if isinstance(config, dict) else None
     name = env.get("name") if isinstance(env, dict) else None
     if not isinstance(name, str) or name not in ENVIRONMENTS:
@@ -121,7 +120,7 @@ def empty_text(chart_id: str, config: dict[str, Any]) -> str:
         env = _environment(config)
         if env is not None and not env.orchestrates:
             return (
-                f"No sub-agents in this run: critical steps are counted for episodes "
+                "No sub-agents in this run: critical steps are counted for episodes "
                 f"that fan out to sub-agents (the swarm environment); {env.name} "
                 "episodes have none."
             )
