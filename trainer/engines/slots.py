@@ -56,14 +56,15 @@ def supports(model: Any) -> bool:
 
 
 class _Queries:
-    """A forward's queries, one list per query row: token ids, positions, real or
-    blank, the buffer row and the column each writes."""
+    """A forward's queries, one list per query row: token ids, positions, the last
+    column each sees (its own position; 0 for a blank one), the buffer row and the
+    column each writes."""
 
     def __init__(self, pad_id: int, scratch: int) -> None:
         self.pad_id, self.scratch = pad_id, scratch  # where blank queries write
         self.ids: list[list[int]] = []
         self.pos: list[list[int]] = []
-        self.real: list[list[bool]] = []
+        self.sees: list[list[int]] = []
         self.at: list[list[int]] = []
         self.cols: list[list[int]] = []
 
@@ -74,7 +75,7 @@ class _Queries:
         span = list(range(start, start + len(tokens)))
         self.ids.append([self.pad_id] * blank + list(tokens))
         self.pos.append([BLANK_POSITION] * blank + span)
-        self.real.append([False] * blank + [True] * len(tokens))
+        self.sees.append([0] * blank + span)
         self.at.append([row] * width)
         self.cols.append([self.scratch] * blank + span)
 
@@ -190,23 +191,15 @@ class SlotCache:
         """Store where this forward's queries write; the model's arguments, with
         the 4-D additive mask: a real query sees its row's columns up to its own
         position, a blank one column 0 only."""
-        pos_t = torch.tensor(queries.pos, device=device)
-        key = torch.arange(width, device=device)
-        see = torch.where(
-            torch.tensor(queries.real, device=device)[:, :, None],
-            key <= pos_t[:, :, None],
-            key == 0,
-        )  # (n, q, width)
+        ids, pos, sees, at, cols = torch.tensor(
+            [queries.ids, queries.pos, queries.sees, queries.at, queries.cols],
+            device=device,
+        ).unbind(0)
+        see = torch.arange(width, device=device) <= sees[:, :, None]  # (n, q, width)
         mask = torch.zeros(see.shape, dtype=dtype, device=device)
         mask.masked_fill_(~see, torch.finfo(dtype).min)
-        self._at = torch.tensor(queries.at, device=device)
-        self._cols = torch.tensor(queries.cols, device=device)
-        self._width = width
-        return {
-            "input_ids": torch.tensor(queries.ids, device=device),
-            "position_ids": pos_t,
-            "attention_mask": mask[:, None],
-        }
+        self._at, self._cols, self._width = at, cols, width
+        return {"input_ids": ids, "position_ids": pos, "attention_mask": mask[:, None]}
 
     def copy_row(self, src: int, dst: int) -> None:
         """Row ``dst`` becomes a copy of row ``src`` (a prompt read once for a
@@ -238,11 +231,12 @@ class SlotCache:
         if columns < self.capacity:
             return
         grown = max(2 * self.capacity, columns + 1)
+        r = self.rows  # rows left behind by ``shrink`` are not carried over
         for bufs in (self.keys, self.values):
             for i, buf in enumerate(bufs):
-                r, h, _, d = buf.shape
+                _, h, _, d = buf.shape
                 new = buf.new_zeros((r, h, grown, d))
-                new[:, :, : self.capacity - 1] = buf[:, :, : self.capacity - 1]
+                new[:, :, : self.capacity - 1] = buf[:r, :, : self.capacity - 1]
                 bufs[i] = new
         self.capacity = grown
 
