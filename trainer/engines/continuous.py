@@ -61,6 +61,7 @@ from trainer.engines.episodes import (  # noqa: F401  (the engine's public names
     episode_generators,
     on_device,
 )
+from trainer.engines.lean import lean_forward
 from trainer.engines.slots import ATTENTION, SlotCache, supports
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,10 @@ class ContinuousEngine(EagerEngine):
     # Each episode's noise drawn where the logits are (episodes.on_device); False:
     # from the host generators, as the eager engine draws (a GPU test compares).
     noise_on_device = True
+    # The slot rows' forward as plain tensor calls where the model allows it
+    # (trainer.engines.lean: the model's logits, less per-call overhead); False:
+    # the model's own forward.
+    lean = True
 
     @torch.no_grad()
     def run_episodes(
@@ -111,8 +116,11 @@ class ContinuousEngine(EagerEngine):
                 )
         if self.noise_on_device:
             generators = on_device(generators, self.policy.device)
-        kind = SlotRun if in_place else BatchRun
-        run = kind(self.policy, driver, generators, temperature, top_p, slots)
+        if in_place:
+            run = SlotRun(self.policy, driver, generators, temperature, top_p, slots)
+            run.lean = self._lean()
+        else:
+            run = BatchRun(self.policy, driver, generators, temperature, top_p, slots)
         config = self.policy.model.config
         attention = config._attn_implementation
         if in_place:  # the slot rows' attention for this run's forwards only
@@ -125,6 +133,16 @@ class ContinuousEngine(EagerEngine):
                 run.loop(pool)
         finally:
             config._attn_implementation = attention
+
+    def _lean(self):
+        """The lean forward for this rollout, or None (the model's forward)."""
+        if not self.lean:
+            return None
+        lean, why = lean_forward(self.policy.model)
+        if lean is None and why != getattr(self, "_lean_said", None):
+            self._lean_said = why
+            log.info("continuous engine: the model's own forward runs: %s", why)
+        return lean
 
 
 class SlotRun(Scheduler):
@@ -145,6 +163,17 @@ class SlotRun(Scheduler):
         dev = self.policy.device
         self.device = torch.device(dev) if not isinstance(dev, torch.device) else dev
         self.dtype = self.policy.model.get_input_embeddings().weight.dtype
+        self.lean = None  # trainer.engines.lean's forward, else the model's
+
+    def _forward(self, args, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits of the last query of query rows ``rows`` (None: all)."""
+        if self.lean is not None:
+            return self.lean(self.cache, **args, rows=rows)
+        out = self.policy.model(
+            **args, cache=self.cache, use_cache=True, logits_to_keep=1
+        )
+        logits = out.logits[:, -1, :]
+        return logits if rows is None else logits.index_select(0, rows)
 
     def _decoding(self) -> int:
         return len(self.decoding) + len(self.extending)
@@ -198,10 +227,7 @@ class SlotRun(Scheduler):
             args = self.cache.feed(
                 rows, tokens, self.policy.pad_id, self.device, self.dtype
             )
-        out = self.policy.model(
-            **args, cache=self.cache, use_cache=True, logits_to_keep=1
-        )
-        logits = out.logits[:, -1, :]
+        logits = self._forward(args)
         if every:
             self.logits = logits
             return
@@ -234,10 +260,9 @@ class SlotRun(Scheduler):
             args = self.cache.step(
                 going, extend, self.policy.pad_id, self.device, self.dtype
             )
-            out = self.policy.model(**args, cache=self.cache, use_cache=True)
             # Query r is row r: the logits of its next token, fed or extended.
             rows = torch.tensor([*going, *extend], device=self.device)
-            self.logits[rows] = out.logits[:, -1, :].index_select(0, rows)
+            self.logits[rows] = self._forward(args, rows)
         for e in back:
             self.pending[e] = []
         live = [e for e in self.row if self.row[e] in going] + back

@@ -1,0 +1,301 @@
+"""The continuous engine's lean forward (trainer/engines/lean.py): the slot rows'
+forward of Llama-family models as plain tensor calls must give the model's own
+logits, follow its weights as the optimiser changes them, and step aside (the
+model's forward runs) wherever it cannot know that."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import pytest
+import torch
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+import trainer.engines.lean as lean_mod
+from trainer.config import ModelConfig
+from trainer.engines.lean import LeanForward, lean_forward
+from trainer.engines.slots import ATTENTION, SlotCache
+from trainer.envs.base import make_env
+from trainer.policy import Policy
+from trainer.rollout import play
+
+SMALL = {
+    "vocab_size": 50,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 256,
+}
+
+
+def _model(cls, config_cls, **kw):
+    torch.manual_seed(0)
+    config = config_cls(**{**SMALL, **kw})
+    config._attn_implementation = "sdpa"
+    model = cls(config).eval()
+    with torch.no_grad():  # transformers starts biases at zero: make them count
+        for name, param in model.named_parameters():
+            if name.endswith("bias"):
+                param.normal_(0, 0.5)
+    return model
+
+
+FAMILIES = {
+    "llama": lambda: _model(LlamaForCausalLM, LlamaConfig),
+    "llama-gqa": lambda: _model(LlamaForCausalLM, LlamaConfig, num_key_value_heads=2),
+    "llama-biases": lambda: _model(
+        LlamaForCausalLM, LlamaConfig, attention_bias=True, mlp_bias=True
+    ),
+    "llama3-rope": lambda: _model(
+        LlamaForCausalLM,
+        LlamaConfig,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    ),
+    "qwen2": lambda: _model(Qwen2ForCausalLM, Qwen2Config, num_key_value_heads=2),
+    "qwen3": lambda: _model(
+        Qwen3ForCausalLM, Qwen3Config, num_key_value_heads=2, head_dim=8
+    ),
+    "mistral": lambda: _model(
+        MistralForCausalLM, MistralConfig, sliding_window=None, num_key_value_heads=2
+    ),
+}
+
+
+def _forwards(model, run):
+    """What ``run`` (the model's forward or the lean one) gives on a slot-row
+    prefill of three ragged rows, a decode step with a row rejoining with three
+    tokens and a blank row, and a prefill of some rows only (gathered)."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 50, (40,), generator=g).tolist()
+    cpu, f32 = torch.device("cpu"), torch.float32
+    cache = SlotCache(3, capacity=4)  # grown twice on the way
+    out = [run(cache, cache.feed(None, [ids[:7], ids[7:9], ids[9:20]], 0, cpu, f32))]
+    args = cache.step({0: ids[20]}, {2: ids[21:24]}, 0, cpu, f32)
+    out.append(run(cache, args, torch.tensor([0, 2])))
+    args = cache.feed([1], [ids[24:30]], 0, cpu, f32)
+    out.append(run(cache, args))
+    return out
+
+
+def _by_model(model):
+    def run(cache, args, rows=None):
+        config = model.config
+        kept, config._attn_implementation = config._attn_implementation, ATTENTION
+        try:
+            logits = model(**args, cache=cache, use_cache=True).logits[:, -1]
+        finally:
+            config._attn_implementation = kept
+        return logits if rows is None else logits.index_select(0, rows)
+
+    return run
+
+
+def _by_lean(model):
+    lean, why = lean_forward(model)
+    assert lean is not None, why
+    return lambda cache, args, rows=None: lean(cache, **args, rows=rows)
+
+
+def _assert_same(model):
+    with torch.no_grad():
+        want = _forwards(model, _by_model(model))
+        got = _forwards(model, _by_lean(model))
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_lean_forward_gives_the_models_logits(family):
+    _assert_same(FAMILIES[family]())
+
+
+def test_it_follows_the_weights_as_the_optimiser_changes_them():
+    model = FAMILIES["llama-gqa"]()
+    _assert_same(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    model.train()
+    model(
+        input_ids=torch.tensor([[1, 2, 3, 4]]), labels=torch.tensor([[1, 2, 3, 4]])
+    ).loss.backward()
+    opt.step()
+    model.eval()
+    _assert_same(model)  # the concatenated q/k/v and gate/up weights were remade
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight.mul_(3)  # in place, by hand
+    _assert_same(model)
+
+
+def test_weights_on_an_accelerator_are_not_held_twice():
+    """Off the CPU each projection is its own product (no concatenated copy)."""
+    from trainer.engines.lean import _fused
+
+    cpu = (torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    assert _fused(cpu)[0].shape == (6, 4)
+    meta = tuple(torch.nn.Linear(4, 4, device="meta") for _ in range(2))
+    assert _fused(meta) is None
+    assert _fused(meta[:1])[0] is meta[0].weight
+
+
+def test_lora_projections_are_called_as_their_modules():
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(
+        FAMILIES["qwen2"](),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"]),
+    )
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    model.eval()
+    _assert_same(model)
+    lean, _ = lean_forward(model)
+    assert lean.layers[0].qkv is None and lean.layers[0].gate_up is None
+    assert lean.layers[0].o is not None  # o_proj has no adapter: its weight
+
+
+def test_the_heads_hooks_apply_and_any_other_hook_hands_back_to_the_model():
+    model = FAMILIES["llama"]()
+    bias = torch.zeros(50)
+    bias[7] = 50.0
+    head = model.get_output_embeddings().register_forward_hook(
+        lambda mod, args, out: out + bias
+    )
+    try:
+        _assert_same(model)
+        with torch.no_grad():
+            got = _forwards(model, _by_lean(model))
+        assert all((logits.argmax(-1) == 7).all() for logits in got)
+        other = model.model.layers[1].mlp.register_forward_pre_hook(lambda m, a: None)
+        lean, why = lean_forward(model)
+        assert (
+            lean is None
+            and why == "a hook on model.layers.1.mlp (the model's forward runs it)"
+        )
+        other.remove()
+        assert lean_forward(model)[0] is not None
+    finally:
+        head.remove()
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (
+            lambda: _model(
+                MistralForCausalLM,
+                MistralConfig,
+                sliding_window=None,
+                hidden_act="gelu",
+            ),
+            "hidden_act 'gelu' (SiLU MLPs only)",
+        ),
+        (
+            lambda: torch.nn.Linear(2, 2),
+            "model type None is not one of llama, mistral, qwen2, qwen3",
+        ),
+    ],
+)
+def test_what_it_does_not_know_it_leaves_to_the_model(make, reason):
+    model = make()
+    assert lean_forward(model) == (None, reason)
+
+
+def test_a_norm_it_does_not_know_is_refused():
+    model = FAMILIES["llama"]()
+    model.model.layers[1].post_attention_layernorm = torch.nn.LayerNorm(32)
+    assert lean_forward(model) == (None, "a LayerNorm where an RMS norm goes")
+
+
+def test_attention_dropout_in_training_mode_is_the_models():
+    model = _model(LlamaForCausalLM, LlamaConfig, attention_dropout=0.1)
+    assert lean_forward(model)[0] is not None
+    model.train()
+    assert lean_forward(model) == (None, "attention dropout in training mode")
+
+
+def test_a_forward_that_does_not_agree_with_the_model_is_not_used(monkeypatch, caplog):
+    """A planted break (the rotation skipped): the check against the model's own
+    forward finds it, and the slot rows keep the model's forward."""
+    monkeypatch.setattr(lean_mod, "_rotate", lambda x, cos, sin: x)
+    model = FAMILIES["llama"]()
+    with caplog.at_level(logging.INFO, logger="trainer.engines.lean"):
+        assert lean_forward(model) == (None, "its logits differ from the model's")
+    assert "differ" in caplog.text
+    monkeypatch.undo()
+    assert LeanForward(model).agrees()
+
+
+@pytest.fixture(scope="module")
+def swarm():
+    env = make_env("swarm", seed=0)
+    torch.manual_seed(0)
+    policy = Policy.build(ModelConfig(size="tiny"), env.vocabulary(), temperature=0.9)
+    lift = torch.zeros(policy.model.config.vocab_size)
+    lift[list(policy.stop_ids)] = 3.0
+    policy.model.get_output_embeddings().register_forward_hook(
+        lambda mod, args, out: out + lift
+    )
+    return env, policy
+
+
+def test_the_engine_rolls_out_the_same_episodes_with_or_without_it(swarm, monkeypatch):
+    """Through the real rollout: the lean forward runs (counted) and the episodes
+    are the model's forward's, token for token."""
+    from trainer.config import RolloutConfig
+
+    env, policy = swarm
+    cfg = RolloutConfig(
+        tasks_per_step=2,
+        group_size=3,
+        max_turns=4,
+        max_action_tokens=10,
+        max_total_tokens=400,
+    )
+    tasks = env.sample_tasks(2, random.Random(3))
+    calls = []
+    real = LeanForward.__call__
+    monkeypatch.setattr(
+        LeanForward,
+        "__call__",
+        lambda self, *a, **k: calls.append(1) or real(self, *a, **k),
+    )
+
+    def episodes(use_lean):
+        policy.use_engine("continuous").lean = use_lean
+        got = play(policy, env, tasks, cfg, generator=torch.Generator().manual_seed(4))
+        return [
+            ([s.token_ids for s in ro.segments], [s.logprobs for s in ro.segments])
+            for ro in got
+        ]
+
+    with_model = episodes(False)
+    assert not calls
+    with_lean = episodes(True)
+    assert len(calls) > 10
+    assert [t for t, _ in with_lean] == [t for t, _ in with_model]
+    assert sum(len(t) for t, _ in with_lean) > 6  # some turns
+    for (_, a), (_, b) in zip(with_lean, with_model, strict=True):
+        for x, y in zip(a, b, strict=True):
+            if x is not None:
+                torch.testing.assert_close(
+                    torch.tensor(x), torch.tensor(y), rtol=0, atol=1e-6
+                )

@@ -1,0 +1,342 @@
+"""The slot rows' forward for Llama-family models as plain tensor calls.
+
+On a CPU a small model's decode step costs the framework's per-module and per-call
+overhead more than its arithmetic: transformers' ``LlamaForCausalLM`` takes ~2.3
+ms a slot-row decode forward at one row of the default ``small`` model on 2 cores
+and ~5.1 ms at 15 rows; :class:`LeanForward`, the same arithmetic as tensor calls,
+~1.2 and ~2.6 ms (``bench/rollout_bench.py``'s ``dataset`` shape is ~100 such
+forwards a rollout). It computes what the model's forward computes over
+:class:`~trainer.engines.slots.SlotCache` rows: on the CPU, the query, key and
+value projections in one matrix product and the gate and up projections in
+another (their weights concatenated, remade when the optimiser changes them; on an
+accelerator each projection is its own product, so no weight is held twice), one
+rotation for the query and key heads with the rotary tables indexed by position,
+the norms through ``torch.nn.functional.rms_norm`` in float32 (transformers' steps
+in other dtypes), and the final norm and the head on each row's last query only.
+On this machine its logits are the model's bit for bit. The head is called as the
+module it is, so its hooks (a logit bias, as the bench and tests set) apply; a
+projection that is not a plain ``nn.Linear`` (LoRA's) is called as its module.
+
+It is used only where it is known to give the model's logits:
+
+* a family whose decoder layer it writes (:data:`FAMILIES`: Llama, Mistral without
+  sliding windows, Qwen2, Qwen3), SiLU MLPs, RMS norms;
+* no hook on any module but the head (a hook elsewhere, FSDP's among them, would be
+  skipped), no attention dropout in training mode: checked at every rollout;
+* its first forwards on a model agree with the model's own on a slot-row prefill
+  and a decode step with a rejoining row (:meth:`LeanForward.agrees`).
+
+Otherwise the slot rows go through the model's forward, as before, and
+:func:`lean_forward` says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.engines.slots import SlotCache, slot_attention
+
+log = logging.getLogger(__name__)
+
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+# Rotary variants whose frequencies do not depend on the forward's length: their
+# cos/sin are a table indexed by position (others are computed each forward).
+STATIC_ROPE = ("default", "linear", "llama3", "yarn")
+
+_BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def lean_forward(model: nn.Module) -> tuple[LeanForward | None, str]:
+    """The lean forward of ``model`` for this rollout, or None and why not. Built
+    (and checked against the model) once per model, its weights refreshed when the
+    optimiser has changed them."""
+    hooked = _hooked(model)
+    if hooked:
+        return None, f"a hook on {hooked} (the model's forward runs it)"
+    config = getattr(_base(model), "config", None)
+    if model.training and getattr(config, "attention_dropout", 0.0):
+        return None, "attention dropout in training mode"
+    lean = _BUILT.get(model)
+    if lean is None:
+        reason = _unsupported(model)
+        if reason is None:
+            lean = LeanForward(model)
+            reason = None if lean.agrees() else "its logits differ from the model's"
+        if reason is not None:
+            lean = _Unsupported(reason)
+        _BUILT[model] = lean
+    if isinstance(lean, _Unsupported):
+        return None, lean.reason
+    lean.refresh()
+    return lean, ""
+
+
+class _Unsupported:
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _base(model: nn.Module) -> nn.Module:
+    """The causal LM under peft's wrappers (LoRA layers are in it, in place)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
+def _unsupported(model: nn.Module) -> str | None:
+    base = _base(model)
+    config = getattr(base, "config", None)
+    kind = getattr(config, "model_type", None)
+    if kind not in FAMILIES:
+        return f"model type {kind!r} is not one of {', '.join(FAMILIES)}"
+    if getattr(config, "hidden_act", None) != "silu":
+        return f"hidden_act {config.hidden_act!r} (SiLU MLPs only)"
+    decoder = getattr(base, "model", None)
+    layers = getattr(decoder, "layers", None)
+    if layers is None or not hasattr(decoder, "rotary_emb"):
+        return "no decoder layers or rotary embedding where Llama keeps them"
+    if type(decoder.embed_tokens) is not nn.Embedding:
+        return f"its embedding is a {type(decoder.embed_tokens).__name__}"
+    norms = [decoder.norm]
+    for layer in layers:
+        norms += [layer.input_layernorm, layer.post_attention_layernorm]
+        attn = layer.self_attn
+        norms += [getattr(attn, n) for n in ("q_norm", "k_norm") if hasattr(attn, n)]
+    for norm in norms:
+        if not type(norm).__name__.endswith("RMSNorm"):
+            return f"a {type(norm).__name__} where an RMS norm goes"
+    return None
+
+
+def _hooked(model: nn.Module) -> str | None:
+    """The first module (but the head) with a forward hook, or None."""
+    from torch.nn.modules import module as mod
+
+    head = getattr(_base(model), "get_output_embeddings", lambda: None)()
+
+    if mod._global_forward_hooks or mod._global_forward_pre_hooks:
+        return "every module (a global hook)"
+    for name, m in model.named_modules():
+        if m is head:
+            continue
+        if m._forward_hooks or m._forward_pre_hooks:
+            return name or "the model"
+    return None
+
+
+class _Layer:
+    """One decoder layer's parts: fused projections where plain, else modules."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.norm1, self.norm2 = layer.input_layernorm, layer.post_attention_layernorm
+        self.q_norm = getattr(attn, "q_norm", None)
+        self.k_norm = getattr(attn, "k_norm", None)
+        self.qkv_mods = (attn.q_proj, attn.k_proj, attn.v_proj)
+        self.gate_up_mods = (mlp.gate_proj, mlp.up_proj)
+        self.o_mods, self.down_mods = (attn.o_proj,), (mlp.down_proj,)
+        self.scaling = attn.scaling
+        self.head_dim = attn.head_dim
+        self.kv_heads = attn.k_proj.out_features // attn.head_dim
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.qkv = _fused(self.qkv_mods)
+        self.gate_up = _fused(self.gate_up_mods)
+        self.o = _fused(self.o_mods)  # one module: its own weight, no copy
+        self.down = _fused(self.down_mods)
+
+
+def _fused(mods: tuple[nn.Module, ...]):
+    """The modules' weights (and biases) concatenated, or None: each is called,
+    because one of them is not a plain ``nn.Linear`` (LoRA's wraps it), or because
+    the weights are on an accelerator, whose memory holds no second copy."""
+    if any(type(m) is not nn.Linear for m in mods):
+        return None
+    if len(mods) == 1:
+        return mods[0].weight, mods[0].bias
+    if mods[0].weight.device.type != "cpu":
+        return None
+    weight = torch.cat([m.weight for m in mods])
+    if all(m.bias is None for m in mods):
+        return weight, None
+    bias = [
+        m.bias if m.bias is not None else m.weight.new_zeros(m.out_features)
+        for m in mods
+    ]
+    return weight, torch.cat(bias)
+
+
+def _project(x: torch.Tensor, fused, mods) -> list[torch.Tensor]:
+    if fused is None:
+        return [m(x) for m in mods]
+    if len(mods) == 1:
+        return [F.linear(x, *fused)]
+    return list(F.linear(x, *fused).split([m.out_features for m in mods], dim=-1))
+
+
+def _rms(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """transformers' RMS norm: in float32, the weight times the result cast back."""
+    eps = norm.variance_epsilon
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return norm.weight * h.to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class LeanForward:
+    """The slot rows' forward of a Llama-family ``model``: logits of each fed row's
+    last query (see the module's docstring)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        base = _base(model)
+        decoder = base.model
+        self.embed = decoder.embed_tokens
+        self.norm = decoder.norm
+        self.rotary = decoder.rotary_emb
+        self.head = base.get_output_embeddings()
+        self.layers = [_Layer(layer) for layer in decoder.layers]
+        self.static_rope = getattr(self.rotary, "rope_type", "default") in STATIC_ROPE
+        self._table: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._versions: tuple[int, ...] | None = None
+
+    def refresh(self) -> None:
+        """Remake the concatenated weights if the optimiser (or anyone) changed a
+        weight in place since they were made, or replaced it."""
+        params = [
+            p
+            for layer in self.layers
+            for m in layer.qkv_mods
+            + layer.gate_up_mods
+            + layer.o_mods
+            + layer.down_mods
+            for p in m.parameters(recurse=False)
+        ]
+        versions = tuple(v for p in params for v in (p._version, p.data_ptr()))
+        if versions != self._versions:
+            for layer in self.layers:
+                layer.refresh()
+            self._versions = versions
+
+    def _rope(self, x: torch.Tensor, pos: torch.Tensor, columns: int):
+        """cos and sin for ``pos`` (n, q), shaped (n, q, 1, head_dim)."""
+        if not self.static_rope:
+            cos, sin = self.rotary(x, pos)
+            return cos.unsqueeze(2), sin.unsqueeze(2)
+        table = self._table
+        if (
+            table is None
+            or table[0].shape[0] < columns
+            or (table[0].device, table[0].dtype) != (x.device, x.dtype)
+        ):
+            size = max(columns, 2 * (0 if table is None else table[0].shape[0]), 256)
+            every = torch.arange(size, device=x.device)[None]
+            cos, sin = self.rotary(x, every)
+            self._table = (cos[0], sin[0])
+        cos, sin = self._table
+        return cos[pos].unsqueeze(2), sin[pos].unsqueeze(2)
+
+    def _qkv(self, layer: _Layer, h: torch.Tensor, cos, sin):
+        """Queries, keys (rotated) and values, (n, q, heads, head_dim) each."""
+        n, q, _ = h.shape
+        if layer.qkv is not None and layer.q_norm is None:
+            # One product, and one rotation for the query and key heads together.
+            y = F.linear(h, *layer.qkv).view(n, q, -1, layer.head_dim)
+            heads = layer.qkv_mods[0].out_features // layer.head_dim
+            qk = _rotate(y[:, :, : heads + layer.kv_heads], cos, sin)
+            return qk[:, :, :heads], qk[:, :, heads:], y[:, :, heads + layer.kv_heads :]
+        shape = (n, q, -1, layer.head_dim)
+        qs, ks, vs = (t.view(shape) for t in _project(h, layer.qkv, layer.qkv_mods))
+        if layer.q_norm is not None:
+            qs, ks = _rms(layer.q_norm, qs), _rms(layer.k_norm, ks)
+        return _rotate(qs, cos, sin), _rotate(ks, cos, sin), vs
+
+    @torch.no_grad()
+    def __call__(
+        self,
+        cache: SlotCache,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        slot_groups: list | None = None,
+        rows: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(r, V) logits of the last query of query rows ``rows`` (None: all)."""
+        n, q = input_ids.shape
+        x = F.embedding(input_ids, self.embed.weight)
+        cos, sin = self._rope(x, position_ids, cache.capacity)
+        for i, layer in enumerate(self.layers):
+            qs, ks, vs = self._qkv(layer, _rms(layer.norm1, x), cos, sin)
+            keys, values = cache.update(ks.transpose(1, 2), vs.transpose(1, 2), i)
+            out, _ = slot_attention(
+                None,
+                qs.transpose(1, 2),
+                keys,
+                values,
+                attention_mask,
+                scaling=layer.scaling,
+                slot_groups=slot_groups,
+            )
+            x = x + _project(out.reshape(n, q, -1), layer.o, layer.o_mods)[0]
+            h = _rms(layer.norm2, x)
+            gate, up = _project(h, layer.gate_up, layer.gate_up_mods)
+            x = x + _project(F.silu(gate) * up, layer.down, layer.down_mods)[0]
+        last = x[:, -1:]
+        if rows is not None:
+            last = last.index_select(0, rows)
+        return self.head(_rms(self.norm, last))[:, -1]
+
+    @torch.no_grad()
+    def agrees(self) -> bool:
+        """Whether this forward gives the model's logits on a slot-row prefill of
+        two rows, then a decode step in which one row decodes and the other
+        rejoins with two tokens (a group), as a rollout's forwards are."""
+        config = _base(self.model).config
+        device = self.embed.weight.device
+        dtype = self.embed.weight.dtype
+        vocab = config.vocab_size
+        g = torch.Generator().manual_seed(0)
+        prompt = torch.randint(0, vocab, (9,), generator=g).tolist()
+        self.refresh()
+        got, want = [], []
+        for run, out in ((self._run_model, want), (self._run_lean, got)):
+            cache = SlotCache(2, capacity=8)
+            args = cache.feed(None, [prompt[:5], prompt[5:7]], 0, device, dtype)
+            out.append(run(cache, args, None))
+            args = cache.step({0: prompt[7]}, {1: prompt[7:9]}, 0, device, dtype)
+            out.append(run(cache, args, torch.tensor([0, 1], device=device)))
+        for a, b in zip(got, want, strict=True):
+            scale = float(b.abs().max()) or 1.0
+            if a.shape != b.shape or not torch.allclose(
+                a, b, rtol=1e-4, atol=1e-4 * scale
+            ):
+                log.info("lean forward: its logits differ from the model's; not used")
+                return False
+        return True
+
+    def _run_model(self, cache, args, rows):
+        from trainer.engines.slots import ATTENTION
+
+        config = self.model.config
+        kept = config._attn_implementation
+        config._attn_implementation = ATTENTION
+        try:
+            out = self.model(**args, cache=cache, use_cache=True)
+        finally:
+            config._attn_implementation = kept
+        logits = out.logits[:, -1, :]
+        return logits if rows is None else logits.index_select(0, rows)
+
+    def _run_lean(self, cache, args, rows):
+        return self(cache, **args, rows=rows)
