@@ -143,15 +143,23 @@ def test_it_follows_the_weights_as_the_optimiser_changes_them():
     _assert_same(model)
 
 
-def test_weights_on_an_accelerator_are_not_held_twice():
-    """Off the CPU each projection is its own product (no concatenated copy)."""
+def test_weights_are_held_twice_only_on_the_cpu_and_for_a_small_model(monkeypatch):
+    """Off the CPU, or past the copy limit, each projection is its own product
+    (no concatenated copy), and the logits are the same."""
     from trainer.engines.lean import _fused
 
     cpu = (torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
     assert _fused(cpu)[0].shape == (6, 4)
-    meta = tuple(torch.nn.Linear(4, 4, device="meta") for _ in range(2))
-    assert _fused(meta) is None
-    assert _fused(meta[:1])[0] is meta[0].weight
+    assert _fused(cpu, concatenate=False) is None
+    assert _fused(cpu[:1], concatenate=False)[0] is cpu[0].weight
+    model = FAMILIES["qwen2"]()
+    assert LeanForward(model).concatenate
+    monkeypatch.setattr(lean_mod, "COPY_LIMIT", 1000)
+    lean = LeanForward(model)
+    assert not lean.concatenate
+    lean.refresh()
+    assert lean.layers[0].qkv is None and lean.layers[0].o is not None
+    assert lean.agrees()
 
 
 def test_lora_projections_are_called_as_their_modules():

@@ -9,7 +9,8 @@ forwards a rollout). It computes what the model's forward computes over
 :class:`~trainer.engines.slots.SlotCache` rows: on the CPU, the query, key and
 value projections in one matrix product and the gate and up projections in
 another (their weights concatenated, remade when the optimiser changes them; on an
-accelerator each projection is its own product, so no weight is held twice), one
+accelerator, or past :data:`COPY_LIMIT`, each projection is its own product, so no
+weight is held twice), one
 rotation for the query and key heads with the rotary tables indexed by position,
 the norms through ``torch.nn.functional.rms_norm`` in float32 (transformers' steps
 in other dtypes), and the final norm and the head on each row's last query only.
@@ -47,6 +48,11 @@ FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 # Rotary variants whose frequencies do not depend on the forward's length: their
 # cos/sin are a table indexed by position (others are computed each forward).
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")
+
+# The most the concatenated q/k/v and gate/up weights may hold a second time: about
+# a 100M-parameter model's (the small models whose forwards the per-call overhead
+# rules); a bigger one's projections are each its own product.
+COPY_LIMIT = 256 * 2**20
 
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -142,24 +148,29 @@ class _Layer:
         self.scaling = attn.scaling
         self.head_dim = attn.head_dim
         self.kv_heads = attn.k_proj.out_features // attn.head_dim
-        self.refresh()
+        self.qkv = self.gate_up = self.o = self.down = None  # see refresh
 
-    def refresh(self) -> None:
-        self.qkv = _fused(self.qkv_mods)
-        self.gate_up = _fused(self.gate_up_mods)
-        self.o = _fused(self.o_mods)  # one module: its own weight, no copy
-        self.down = _fused(self.down_mods)
+    def refresh(self, concatenate: bool) -> None:
+        self.qkv = _fused(self.qkv_mods, concatenate)
+        self.gate_up = _fused(self.gate_up_mods, concatenate)
+        self.o = _fused(self.o_mods, concatenate)  # one module: its own weight
+        self.down = _fused(self.down_mods, concatenate)
+
+    def copied_bytes(self) -> int:
+        """What concatenating the q/k/v and gate/up weights holds a second time."""
+        mods = self.qkv_mods + self.gate_up_mods
+        return sum(m.weight.numel() * m.weight.element_size() for m in mods)
 
 
-def _fused(mods: tuple[nn.Module, ...]):
+def _fused(mods: tuple[nn.Module, ...], concatenate: bool = True):
     """The modules' weights (and biases) concatenated, or None: each is called,
-    because one of them is not a plain ``nn.Linear`` (LoRA's wraps it), or because
-    the weights are on an accelerator, whose memory holds no second copy."""
+    because one of them is not a plain ``nn.Linear`` (LoRA's wraps it) or the
+    weights are not to be held twice (``concatenate`` False)."""
     if any(type(m) is not nn.Linear for m in mods):
         return None
     if len(mods) == 1:
         return mods[0].weight, mods[0].bias
-    if mods[0].weight.device.type != "cpu":
+    if not concatenate:
         return None
     weight = torch.cat([m.weight for m in mods])
     if all(m.bias is None for m in mods):
@@ -207,6 +218,11 @@ class LeanForward:
         self.rotary = decoder.rotary_emb
         self.head = base.get_output_embeddings()
         self.layers = [_Layer(layer) for layer in decoder.layers]
+        # Concatenated weights on the CPU, for a model whose copies stay small; on
+        # an accelerator its memory is the update's.
+        self.concatenate = self.embed.weight.device.type == "cpu" and (
+            sum(layer.copied_bytes() for layer in self.layers) <= COPY_LIMIT
+        )
         self.static_rope = getattr(self.rotary, "rope_type", "default") in STATIC_ROPE
         self._table: tuple[torch.Tensor, torch.Tensor] | None = None
         self._versions: tuple[int, ...] | None = None
@@ -226,7 +242,7 @@ class LeanForward:
         versions = tuple(v for p in params for v in (p._version, p.data_ptr()))
         if versions != self._versions:
             for layer in self.layers:
-                layer.refresh()
+                layer.refresh(self.concatenate)
             self._versions = versions
 
     def _rope(self, x: torch.Tensor, pos: torch.Tensor, columns: int):
