@@ -2,14 +2,16 @@
 
     python bench/gpu_bench.py [--size large|0.5b] [--steps 5] [--batch 16x8]
                               [--engine eager|compiled|continuous|reference]
-                              [--peak-tflops T]
+                              [--no-lean] [--peak-tflops T]
 
 Prints rollout (generated tokens/s) and update (trained tokens/s) throughput per step
 and their medians, and the update's model FLOPs utilisation: 6 x parameters x trained
 tokens per second (forward and backward, the usual convention: the attention's own
 FLOPs and any extra scoring pass are not counted as useful work) over the device's
 dense bf16 peak (a table of known devices, or ``--peak-tflops``). The goal for the
-0.5b config on an H200 is at least 40%. Exits 0 with a 'skipped' line where there is
+0.5b config on an H200 is at least 40%. ``--no-lean``: the eager and continuous
+engines decode through the model's own forward instead of
+``trainer.engines.lean`` (to compare the two on a device). Exits 0 with a 'skipped' line where there is
 no CUDA device, so it is safe to run anywhere.
 """
 
@@ -74,8 +76,17 @@ def main() -> int:
         default="eager",
         help="rollout.engine: eager, compiled, continuous, reference",
     )
+    ap.add_argument(
+        "--no-lean",
+        action="store_true",
+        help="decode through the model's forward, not trainer.engines.lean",
+    )
     args = ap.parse_args()
     import torch
+
+    from trainer.engines.eager import EagerEngine
+
+    EagerEngine.lean = not args.no_lean  # the continuous engine inherits it
 
     if not torch.cuda.is_available():
         print("gpu_bench: skipped (no CUDA device visible)")

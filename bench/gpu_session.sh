@@ -37,6 +37,9 @@ for engine in ${ENGINES:-eager compiled continuous}; do
   secs_var="BENCH_SECS_$engine"
   step "bench_0.5b_$engine" "${!secs_var:-${BENCH_SECS:-240}}" python3 bench/gpu_bench.py --size 0.5b --steps ${STEPS:-5} --engine "$engine" --profile "$OUT/profile_$engine.txt"
 done
+for engine in ${LEAN_OFF_ENGINES:-}; do  # the same engines without the lean forward
+  step "bench_0.5b_${engine}_no_lean" "${BENCH_SECS:-240}" python3 bench/gpu_bench.py --size 0.5b --steps ${STEPS:-5} --engine "$engine" --no-lean
+done
 if [ "$MODE" = full ]; then
   step trainer_tests_on_cuda ${SUITE_SECS:-300} $PYT -n 12 -vv --continue-on-collection-errors tests/trainer tests/rewards
   grep -E "(FAILED|ERROR) " "$OUT/trainer_tests_on_cuda.log" | sed "s/^\[gw[0-9]*\] //" | sort | uniq | head -80

@@ -11,6 +11,7 @@ import random
 import pytest
 import torch
 from transformers import (
+    DynamicCache,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -24,6 +25,7 @@ from transformers import (
 import trainer.engines.lean as lean_mod
 from trainer.config import ModelConfig
 from trainer.engines.lean import LeanForward, lean_forward
+from trainer.engines.prefill import reserve
 from trainer.engines.slots import ATTENTION, SlotCache
 from trainer.envs.base import make_env
 from trainer.policy import Policy
@@ -113,10 +115,45 @@ def _by_lean(model):
     return lambda cache, args, rows=None: lean(cache, **args, rows=rows)
 
 
+def _decodes(model, lean):
+    """A prefill of left-padded rows, then three decode steps over its cache with
+    room reserved, as the eager engine makes them (one row's mask closed after
+    its first step): each forward's logits, by the model's forward or by
+    ``lean``."""
+    ids = torch.tensor([[3, 4, 5, 6, 7], [0, 0, 0, 8, 9]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 0, 1, 1]])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache, pos, logits = DynamicCache(), positions[:, -1:] + 1, []
+
+    def forward(tok, mask, pos):
+        if lean is not None:
+            return lean.over_cache(cache, tok, mask, pos)
+        out = model(
+            input_ids=tok,
+            attention_mask=mask,
+            position_ids=pos,
+            cache=cache,
+            use_cache=True,
+        )
+        return out.logits[:, -1]
+
+    logits.append(forward(ids, mask, positions))
+    reserve(cache, 3)
+    for step, keep in enumerate(([1, 1], [1, 0], [1, 0])):
+        mask = torch.cat([mask, torch.tensor(keep)[:, None]], dim=1)
+        logits.append(forward(torch.tensor([[10 + step], [20 + step]]), mask, pos))
+        pos = pos + 1
+    return logits
+
+
 def _assert_same(model):
     with torch.no_grad():
         want = _forwards(model, _by_model(model))
         got = _forwards(model, _by_lean(model))
+        lean = lean_forward(model)[0]
+        assert lean.cache_ok
+        want += _decodes(model, None)
+        got += _decodes(model, lean)
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
@@ -202,6 +239,18 @@ def test_the_heads_hooks_apply_and_any_other_hook_hands_back_to_the_model():
         assert lean_forward(model)[0] is not None
     finally:
         head.remove()
+
+
+def test_transformers_output_capturing_hooks_do_not_count():
+    """Asking the model for hidden states (as PPO's value head does) leaves
+    transformers' capturing hooks on its layers; they record nothing in the lean
+    forward's calls, so it stays on."""
+    model = FAMILIES["llama"]()
+    with torch.no_grad():
+        model(input_ids=torch.tensor([[1, 2, 3]]), output_hidden_states=True)
+    assert any(layer._forward_hooks for layer in model.model.layers)
+    assert lean_forward(model)[0] is not None
+    _assert_same(model)
 
 
 @pytest.mark.parametrize(
@@ -307,3 +356,42 @@ def test_the_engine_rolls_out_the_same_episodes_with_or_without_it(swarm, monkey
                 torch.testing.assert_close(
                     torch.tensor(x), torch.tensor(y), rtol=0, atol=1e-6
                 )
+
+
+def test_the_eager_engine_decodes_through_it_with_the_reference_loops_tokens(swarm):
+    """The default engine's decode steps go through the lean forward (counted),
+    and give the reference loop's tokens and log-probs for the same seed."""
+    _, policy = swarm
+    contexts = [[policy.bos_id, 5, 6, 7], [policy.bos_id, 8], [policy.bos_id, 5, 6, 7]]
+    calls = []
+    real = LeanForward.over_cache
+
+    def counted(self, *a, **k):
+        calls.append(1)
+        return real(self, *a, **k)
+
+    def generate(engine, use_lean=True):
+        eng = policy.use_engine(engine)
+        eng.lean = use_lean
+        return eng.generate(
+            contexts,
+            [12, 12, 5],
+            temperature=0.9,
+            top_p=1.0,
+            generator=torch.Generator().manual_seed(7),
+            with_logprobs=True,
+        )
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(LeanForward, "over_cache", counted)
+        got = generate("eager")
+        # Every decode step (the last token is not fed; the prefill is the model's).
+        assert len(calls) == max(map(len, got.tokens)) - 1
+        calls.clear()
+        off = generate("eager", use_lean=False)
+        assert not calls
+    want = generate("reference")
+    assert got.tokens == want.tokens == off.tokens
+    assert max(map(len, got.tokens)) > 2
+    for a, b in zip(got.logprobs, want.logprobs, strict=True):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=0, atol=1e-5)

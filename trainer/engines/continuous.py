@@ -61,7 +61,6 @@ from trainer.engines.episodes import (  # noqa: F401  (the engine's public names
     episode_generators,
     on_device,
 )
-from trainer.engines.lean import lean_forward
 from trainer.engines.slots import ATTENTION, SlotCache, supports
 
 log = logging.getLogger(__name__)
@@ -84,10 +83,6 @@ class ContinuousEngine(EagerEngine):
     # Each episode's noise drawn where the logits are (episodes.on_device); False:
     # from the host generators, as the eager engine draws (a GPU test compares).
     noise_on_device = True
-    # The slot rows' forward as plain tensor calls where the model allows it
-    # (trainer.engines.lean: the model's logits, less per-call overhead); False:
-    # the model's own forward.
-    lean = True
 
     @torch.no_grad()
     def run_episodes(
@@ -133,16 +128,6 @@ class ContinuousEngine(EagerEngine):
                 run.loop(pool)
         finally:
             config._attn_implementation = attention
-
-    def _lean(self):
-        """The lean forward for this rollout, or None (the model's forward)."""
-        if not self.lean:
-            return None
-        lean, why = lean_forward(self.policy.model)
-        if lean is None and why != getattr(self, "_lean_said", None):
-            self._lean_said = why
-            log.info("continuous engine: the model's own forward runs: %s", why)
-        return lean
 
 
 class SlotRun(Scheduler):

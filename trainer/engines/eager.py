@@ -1,6 +1,6 @@
 """The eager engine: a KV-cache decode loop whose compute follows the live rows.
 
-Three things make it faster than the reference loop it replaced, with the same
+Four things make it faster than the reference loop it replaced, with the same
 tokens and log-probs row by row for a fixed seed:
 
 * **Finished rows leave the batch.** When a row stops (a stop token or its
@@ -19,6 +19,11 @@ tokens and log-probs row by row for a fixed seed:
   step does not depend on the batch size: dropping rows costs O(B) at most once
   per row that finishes.
 
+* **Decode steps skip the module stack.** For Llama-family models a decode step
+  is :meth:`trainer.engines.lean.LeanForward.over_cache`: the model's arithmetic,
+  mask and attention as plain tensor calls (the model's logits; the model's own
+  forward wherever that is not known, and for the prefill, one forward a call).
+
 Sampling draws the same random numbers as ``torch.multinomial`` (which, for one
 sample per row, takes Exp(1) noise ``q`` of the batch's shape from the generator
 and picks ``argmax(p / q)``): the noise of the *whole* batch, finished rows
@@ -32,12 +37,17 @@ the device, so drawing it does not sync either.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from trainer.engines.base import ENGINES, Generation, RolloutEngine
+from trainer.engines.lean import lean_forward
 from trainer.engines.prefill import prefill, reserve
 from trainer.engines.reference import sampling_probs, token_logprobs
 from trainer.stopping import Stopped
+
+log = logging.getLogger(__name__)
 
 
 @ENGINES.register("eager")
@@ -46,6 +56,24 @@ class EagerEngine(RolloutEngine):
 
     # Steps between two reads of the finished flags; None: by device (see above).
     sync_every: int | None = None
+    # Decode steps (and the continuous engine's slot rows) through the lean
+    # forward where the model allows it (trainer.engines.lean: the model's
+    # logits, less per-call overhead); False: the model's own forward.
+    lean = True
+
+    def _lean(self, over_cache: bool = False):
+        """The lean forward for this generation, or None (the model's forward);
+        ``over_cache``: for decode steps over a transformers cache."""
+        if not self.lean:
+            return None
+        lean, why = lean_forward(self.policy.model)
+        if lean is not None and over_cache and not lean.cache_ok:
+            lean, why = None, "its forwards over a cache differ from the model's"
+        if lean is None and why != getattr(self, "_lean_said", None):
+            self._lean_said = why
+            name = type(self).__name__
+            log.info("%s: the model's own forward runs: %s", name, why)
+        return lean
 
     def steps_per_sync(self) -> int:
         if self.sync_every is not None:
@@ -63,7 +91,8 @@ class EagerEngine(RolloutEngine):
         generator: torch.Generator | None,
         with_logprobs: bool,
     ) -> Generation:
-        run = _Decode(self.policy, contexts, budgets, with_logprobs)
+        lean = self._lean(over_cache=True)
+        run = _Decode(self.policy, contexts, budgets, with_logprobs, lean)
         run.loop(temperature, top_p, generator, self.steps_per_sync())
         return run.result(budgets)
 
@@ -78,8 +107,10 @@ class _Decode:
         contexts: list[list[int]],
         budgets: list[int],
         with_logprobs: bool,
+        lean=None,  # trainer.engines.lean's forward for decode steps (None: the model's)
     ) -> None:
         self.policy = policy
+        self.lean = lean
         dev = self.dev = policy.device
         self.B = len(contexts)
         self.steps = max(max(budgets), 0)
@@ -175,6 +206,12 @@ class _Decode:
     def _forward(self) -> None:
         """Feed the sampled tokens of the rows in the batch; their next logits."""
         self.mask = torch.cat([self.mask, (~self.done).long().unsqueeze(1)], dim=1)
+        if self.lean is not None:
+            self.logits = self.lean.over_cache(
+                self.out.cache, self.tok.unsqueeze(1), self.mask, self.next_pos
+            )
+            self.next_pos = self.next_pos + 1
+            return
         self.out = self.policy.model(
             input_ids=self.tok.unsqueeze(1),
             attention_mask=self.mask,

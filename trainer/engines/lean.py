@@ -1,45 +1,56 @@
-"""The slot rows' forward for Llama-family models as plain tensor calls.
+"""Llama-family forwards as plain tensor calls, for the rollout engines' decoding.
 
 On a CPU a small model's decode step costs the framework's per-module and per-call
 overhead more than its arithmetic: transformers' ``LlamaForCausalLM`` takes ~2.3
 ms a slot-row decode forward at one row of the default ``small`` model on 2 cores
 and ~5.1 ms at 15 rows; :class:`LeanForward`, the same arithmetic as tensor calls,
 ~1.2 and ~2.6 ms (``bench/rollout_bench.py``'s ``dataset`` shape is ~100 such
-forwards a rollout). It computes what the model's forward computes over
-:class:`~trainer.engines.slots.SlotCache` rows: on the CPU, the query, key and
-value projections in one matrix product and the gate and up projections in
-another (their weights concatenated, remade when the optimiser changes them; on an
+forwards a rollout). It computes what the model's forward computes, over
+:class:`~trainer.engines.slots.SlotCache` rows (the continuous engine,
+``__call__``) or over a transformers cache with a 2-D padding mask and
+transformers' own causal mask and ``sdpa`` attention (the eager engine's decode
+steps, :meth:`LeanForward.over_cache`): on the CPU, the query, key and value
+projections in one matrix product and the gate and up projections in another
+(their weights concatenated, remade when the optimiser changes them; on an
 accelerator, or past :data:`COPY_LIMIT`, each projection is its own product, so no
-weight is held twice), one
-rotation for the query and key heads with the rotary tables indexed by position,
-the norms through ``torch.nn.functional.rms_norm`` in float32 (transformers' steps
-in other dtypes), and the final norm and the head on each row's last query only.
-On this machine its logits are the model's bit for bit. The head is called as the
-module it is, so its hooks (a logit bias, as the bench and tests set) apply; a
-projection that is not a plain ``nn.Linear`` (LoRA's) is called as its module.
+weight is held twice), one rotation for the query and key heads with the rotary
+tables indexed by position, the norms through ``torch.nn.functional.rms_norm`` in
+float32 (transformers' steps in other dtypes), and the final norm and the head on
+each row's last position only. Its logits are the model's to float32 rounding
+(~1e-7 here: a matrix product rounds by its shape, and the model's head runs over
+every position it is given, this one's over each row's last), so an engine samples
+the same tokens through it and records log-probs that agree to that rounding, as
+the eager engine's agree with the reference loop's. The head is called as the module it is, so its hooks (a logit bias, as the
+bench and tests set) apply; a projection that is not a plain ``nn.Linear`` (LoRA's)
+is called as its module.
 
 It is used only where it is known to give the model's logits:
 
 * a family whose decoder layer it writes (:data:`FAMILIES`: Llama, Mistral without
   sliding windows, Qwen2, Qwen3), SiLU MLPs, RMS norms;
 * no hook on any module but the head (a hook elsewhere, FSDP's among them, would be
-  skipped), no attention dropout in training mode: checked at every rollout;
-* its first forwards on a model agree with the model's own on a slot-row prefill
-  and a decode step with a rejoining row (:meth:`LeanForward.agrees`).
+  skipped), no attention dropout in training mode: checked at every generation;
+* its first forwards on a model agree with the model's own (:meth:`LeanForward.
+  agrees`): a slot-row prefill and a decode step with a rejoining row, and, for
+  ``over_cache`` (``cache_ok``), a decode step over a left-padded prefill's cache.
 
-Otherwise the slot rows go through the model's forward, as before, and
-:func:`lean_forward` says why.
+Otherwise the model's forward runs, as before, and :func:`lean_forward` says why.
 """
 
 from __future__ import annotations
 
 import logging
 import weakref
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import DynamicCache
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from trainer.engines.prefill import reserve
 from trainer.engines.slots import SlotCache, slot_attention
 
 log = logging.getLogger(__name__)
@@ -53,6 +64,9 @@ STATIC_ROPE = ("default", "linear", "llama3", "yarn")
 # a 100M-parameter model's (the small models whose forwards the per-call overhead
 # rules); a bigger one's projections are each its own product.
 COPY_LIMIT = 256 * 2**20
+
+# Where transformers' output-capturing hooks live (see _hooked).
+_CAPTURING = "transformers.utils.output_capturing"
 
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -119,17 +133,20 @@ def _unsupported(model: nn.Module) -> str | None:
 
 
 def _hooked(model: nn.Module) -> str | None:
-    """The first module (but the head) with a forward hook, or None."""
+    """The first module (but the head) with a forward hook that does something
+    here, or None. transformers' output-capturing hooks (installed on the layers
+    the first time hidden states are asked for, as the value head asks) record
+    nothing unless a forward asks them to, so they are not counted."""
     from torch.nn.modules import module as mod
 
     head = getattr(_base(model), "get_output_embeddings", lambda: None)()
-
     if mod._global_forward_hooks or mod._global_forward_pre_hooks:
         return "every module (a global hook)"
     for name, m in model.named_modules():
         if m is head:
             continue
-        if m._forward_hooks or m._forward_pre_hooks:
+        hooks = [*m._forward_hooks.values(), *m._forward_pre_hooks.values()]
+        if any(getattr(h, "__module__", None) != _CAPTURING for h in hooks):
             return name or "the model"
     return None
 
@@ -140,6 +157,7 @@ class _Layer:
     def __init__(self, layer: nn.Module) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.norm1, self.norm2 = layer.input_layernorm, layer.post_attention_layernorm
+        self.attn = attn  # transformers' attention functions read its settings
         self.q_norm = getattr(attn, "q_norm", None)
         self.k_norm = getattr(attn, "k_norm", None)
         self.qkv_mods = (attn.q_proj, attn.k_proj, attn.v_proj)
@@ -200,6 +218,15 @@ def _rms(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return norm.weight * h.to(x.dtype)
 
 
+def _close(got: list[torch.Tensor], want: list[torch.Tensor]) -> bool:
+    """Logits the same to float rounding (relative to the largest)."""
+    for a, b in zip(got, want, strict=True):
+        scale = float(b.abs().max()) or 1.0
+        if a.shape != b.shape or not torch.allclose(a, b, rtol=1e-4, atol=1e-4 * scale):
+            return False
+    return True
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
@@ -216,6 +243,7 @@ class LeanForward:
         self.embed = decoder.embed_tokens
         self.norm = decoder.norm
         self.rotary = decoder.rotary_emb
+        self.config = base.config
         self.head = base.get_output_embeddings()
         self.layers = [_Layer(layer) for layer in decoder.layers]
         # Concatenated weights on the CPU, for a model whose copies stay small; on
@@ -226,6 +254,7 @@ class LeanForward:
         self.static_rope = getattr(self.rotary, "rope_type", "default") in STATIC_ROPE
         self._table: tuple[torch.Tensor, torch.Tensor] | None = None
         self._versions: tuple[int, ...] | None = None
+        self.cache_ok = False  # over_cache gives the model's logits (see agrees)
 
     def refresh(self) -> None:
         """Remake the concatenated weights if the optimiser (or anyone) changed a
@@ -246,10 +275,10 @@ class LeanForward:
             self._versions = versions
 
     def _rope(self, x: torch.Tensor, pos: torch.Tensor, columns: int):
-        """cos and sin for ``pos`` (n, q), shaped (n, q, 1, head_dim)."""
+        """cos and sin for ``pos`` (n, q), shaped (n, 1, q, head_dim)."""
         if not self.static_rope:
             cos, sin = self.rotary(x, pos)
-            return cos.unsqueeze(2), sin.unsqueeze(2)
+            return cos.unsqueeze(1), sin.unsqueeze(1)
         table = self._table
         if (
             table is None
@@ -261,21 +290,24 @@ class LeanForward:
             cos, sin = self.rotary(x, every)
             self._table = (cos[0], sin[0])
         cos, sin = self._table
-        return cos[pos].unsqueeze(2), sin[pos].unsqueeze(2)
+        return cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)
 
     def _qkv(self, layer: _Layer, h: torch.Tensor, cos, sin):
-        """Queries, keys (rotated) and values, (n, q, heads, head_dim) each."""
+        """Queries, keys (rotated) and values, (n, heads, q, head_dim) each, laid
+        out as transformers lays them (the attention kernel's rounding follows
+        its inputs' layout)."""
         n, q, _ = h.shape
         if layer.qkv is not None and layer.q_norm is None:
             # One product, and one rotation for the query and key heads together.
-            y = F.linear(h, *layer.qkv).view(n, q, -1, layer.head_dim)
+            y = F.linear(h, *layer.qkv).view(n, q, -1, layer.head_dim).transpose(1, 2)
             heads = layer.qkv_mods[0].out_features // layer.head_dim
-            qk = _rotate(y[:, :, : heads + layer.kv_heads], cos, sin)
-            return qk[:, :, :heads], qk[:, :, heads:], y[:, :, heads + layer.kv_heads :]
+            qk = _rotate(y[:, : heads + layer.kv_heads], cos, sin)
+            return qk[:, :heads], qk[:, heads:], y[:, heads + layer.kv_heads :]
         shape = (n, q, -1, layer.head_dim)
         qs, ks, vs = (t.view(shape) for t in _project(h, layer.qkv, layer.qkv_mods))
         if layer.q_norm is not None:
             qs, ks = _rms(layer.q_norm, qs), _rms(layer.k_norm, ks)
+        qs, ks, vs = qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2)
         return _rotate(qs, cos, sin), _rotate(ks, cos, sin), vs
 
     @torch.no_grad()
@@ -288,22 +320,66 @@ class LeanForward:
         slot_groups: list | None = None,
         rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """(r, V) logits of the last query of query rows ``rows`` (None: all)."""
-        n, q = input_ids.shape
-        x = F.embedding(input_ids, self.embed.weight)
-        cos, sin = self._rope(x, position_ids, cache.capacity)
-        for i, layer in enumerate(self.layers):
-            qs, ks, vs = self._qkv(layer, _rms(layer.norm1, x), cos, sin)
-            keys, values = cache.update(ks.transpose(1, 2), vs.transpose(1, 2), i)
-            out, _ = slot_attention(
+        """Slot rows: (r, V) logits of the last query of query rows ``rows``
+        (None: all)."""
+
+        def attend(i: int, layer: _Layer, q, k, v) -> torch.Tensor:
+            keys, values = cache.update(k, v, i)
+            return slot_attention(
                 None,
-                qs.transpose(1, 2),
+                q,
                 keys,
                 values,
                 attention_mask,
                 scaling=layer.scaling,
                 slot_groups=slot_groups,
-            )
+            )[0]
+
+        x = F.embedding(input_ids, self.embed.weight)
+        return self._layers(x, position_ids, cache.capacity, attend, rows)
+
+    @torch.no_grad()
+    def over_cache(
+        self,
+        cache: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+    ) -> torch.Tensor:
+        """The model's forward over a transformers ``Cache`` and a 2-D padding mask
+        (the eager engine's decode steps; a left-padded prefill gives the
+        model's logits too): (B, V) logits of each row's last position. The mask and the
+        attention are transformers' own (the model's ``sdpa``), so only the
+        module stack is left out."""
+        x = F.embedding(input_ids, self.embed.weight)
+        mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=x,
+            attention_mask=attention_mask,
+            cache=cache,
+            position_ids=position_ids,
+        )
+        attention = ALL_ATTENTION_FUNCTIONS["sdpa"]
+
+        def attend(i: int, layer: _Layer, q, k, v) -> torch.Tensor:
+            keys, values = cache.update(k, v, i)
+            return attention(
+                layer.attn, q, keys, values, mask, dropout=0.0, scaling=layer.scaling
+            )[0]
+
+        columns = cache.get_seq_length() + input_ids.shape[1]
+        return self._layers(x, position_ids, columns, attend, None)
+
+    def _layers(self, x, position_ids, columns: int, attend, rows) -> torch.Tensor:
+        """The decoder layers over embeddings ``x`` (n, q, hidden), ``attend``
+        writing each layer's keys and values and attending (queries, keys and
+        values (n, heads, q, head_dim); out (n, q, heads, head_dim)); the head
+        on the last position of rows ``rows``."""
+        n, q = x.shape[:2]
+        cos, sin = self._rope(x, position_ids, columns)
+        for i, layer in enumerate(self.layers):
+            qs, ks, vs = self._qkv(layer, _rms(layer.norm1, x), cos, sin)
+            out = attend(i, layer, qs, ks, vs)
             x = x + _project(out.reshape(n, q, -1), layer.o, layer.o_mods)[0]
             h = _rms(layer.norm2, x)
             gate, up = _project(h, layer.gate_up, layer.gate_up_mods)
@@ -317,13 +393,13 @@ class LeanForward:
     def agrees(self) -> bool:
         """Whether this forward gives the model's logits on a slot-row prefill of
         two rows, then a decode step in which one row decodes and the other
-        rejoins with two tokens (a group), as a rollout's forwards are."""
-        config = _base(self.model).config
+        rejoins with two tokens (a group), as a rollout's forwards are; and
+        (``over_cache``) on a decode step over a left-padded prefill's cache,
+        as the eager engine's are (only with the model's ``sdpa`` attention)."""
         device = self.embed.weight.device
         dtype = self.embed.weight.dtype
-        vocab = config.vocab_size
         g = torch.Generator().manual_seed(0)
-        prompt = torch.randint(0, vocab, (9,), generator=g).tolist()
+        prompt = torch.randint(0, self.config.vocab_size, (9,), generator=g).tolist()
         self.refresh()
         got, want = [], []
         for run, out in ((self._run_model, want), (self._run_lean, got)):
@@ -332,14 +408,42 @@ class LeanForward:
             out.append(run(cache, args, None))
             args = cache.step({0: prompt[7]}, {1: prompt[7:9]}, 0, device, dtype)
             out.append(run(cache, args, torch.tensor([0, 1], device=device)))
-        for a, b in zip(got, want, strict=True):
-            scale = float(b.abs().max()) or 1.0
-            if a.shape != b.shape or not torch.allclose(
-                a, b, rtol=1e-4, atol=1e-4 * scale
-            ):
-                log.info("lean forward: its logits differ from the model's; not used")
-                return False
+        if not _close(got, want):
+            log.info("lean forward: its logits differ from the model's; not used")
+            return False
+        self.cache_ok = self.config._attn_implementation == "sdpa" and _close(
+            *(self._decode_once(prompt, lean) for lean in (True, False))
+        )
         return True
+
+    def _decode_once(self, prompt: list[int], lean: bool) -> list[torch.Tensor]:
+        """A prefill of two left-padded rows by the model, then a decode step over
+        its cache (room reserved, as the eager engine's) by this forward or the
+        model's: its logits."""
+        device = self.embed.weight.device
+        ids = torch.tensor([prompt[:5], [0, 0] + prompt[5:8]], device=device)
+        mask = torch.tensor([[1] * 5, [0, 0, 1, 1, 1]], device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        tok = torch.tensor([[prompt[8]], [prompt[0]]], device=device)
+        cache = DynamicCache()
+        self._model_logits(cache, ids, mask, positions)
+        reserve(cache, 4)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        positions = positions[:, -1:] + 1
+        if lean:
+            return [self.over_cache(cache, tok, mask, positions)]
+        return [self._model_logits(cache, tok, mask, positions)]
+
+    def _model_logits(self, cache, ids, mask, positions) -> torch.Tensor:
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1]
 
     def _run_model(self, cache, args, rows):
         from trainer.engines.slots import ATTENTION
