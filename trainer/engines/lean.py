@@ -233,8 +233,9 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class LeanForward:
-    """The slot rows' forward of a Llama-family ``model``: logits of each fed row's
-    last query (see the module's docstring)."""
+    """The decoder of a Llama-family ``model`` as tensor calls: the logits of each
+    row's last position, over slot rows (``__call__``) or a transformers cache
+    (``over_cache``); see the module's docstring."""
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -294,8 +295,7 @@ class LeanForward:
 
     def _qkv(self, layer: _Layer, h: torch.Tensor, cos, sin):
         """Queries, keys (rotated) and values, (n, heads, q, head_dim) each, laid
-        out as transformers lays them (the attention kernel's rounding follows
-        its inputs' layout)."""
+        out as transformers lays them."""
         n, q, _ = h.shape
         if layer.qkv is not None and layer.q_norm is None:
             # One product, and one rotation for the query and key heads together.
