@@ -199,6 +199,20 @@ def test_weights_are_held_twice_only_on_the_cpu_and_for_a_small_model(monkeypatc
     assert lean.agrees()
 
 
+def test_a_model_that_is_gone_leaves_nothing_behind():
+    """What is kept per model does not keep the model (nor its weights) alive:
+    a worker that trains one run after another frees each run's model."""
+    import gc
+    import weakref
+
+    model = FAMILIES["llama"]()
+    assert lean_forward(model)[0] is not None
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None
+
+
 def test_lora_projections_are_called_as_their_modules():
     from peft import LoraConfig, get_peft_model
 

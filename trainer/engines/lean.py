@@ -238,7 +238,8 @@ class LeanForward:
     (``over_cache``); see the module's docstring."""
 
     def __init__(self, model: nn.Module) -> None:
-        self.model = model
+        # Weakly: _BUILT's entry for the model (a weak key) must not keep it alive.
+        self._model = weakref.ref(model)
         base = _base(model)
         decoder = base.model
         self.embed = decoder.embed_tokens
@@ -435,7 +436,7 @@ class LeanForward:
         return [self._model_logits(cache, tok, mask, positions)]
 
     def _model_logits(self, cache, ids, mask, positions) -> torch.Tensor:
-        out = self.model(
+        out = self._model()(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
@@ -448,11 +449,12 @@ class LeanForward:
     def _run_model(self, cache, args, rows):
         from trainer.engines.slots import ATTENTION
 
-        config = self.model.config
+        model = self._model()
+        config = model.config
         kept = config._attn_implementation
         config._attn_implementation = ATTENTION
         try:
-            out = self.model(**args, cache=cache, use_cache=True)
+            out = model(**args, cache=cache, use_cache=True)
         finally:
             config._attn_implementation = kept
         logits = out.logits[:, -1, :]
