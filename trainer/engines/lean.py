@@ -26,8 +26,8 @@ is called as its module.
 
 It is used only where it is known to give the model's logits:
 
-* a family whose decoder layer it writes (:data:`FAMILIES`: Llama, Mistral without
-  sliding windows, Qwen2, Qwen3), SiLU MLPs, RMS norms;
+* a family whose decoder layer it writes (:data:`~trainer.engines.lean_fit.FAMILIES`: Llama, Mistral without
+  sliding windows, Qwen2, Qwen3), SiLU MLPs, RMS norms (:mod:`trainer.engines.lean_fit`);
 * no hook on any module but the head (a hook elsewhere, FSDP's among them, would be
   skipped), no attention dropout in training mode: checked at every generation;
 * its first forwards on a model agree with the model's own (:meth:`LeanForward.
@@ -50,12 +50,12 @@ from transformers import DynamicCache
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from trainer.engines.lean_fit import base_model, hooked, unsupported
 from trainer.engines.prefill import reserve
 from trainer.engines.slots import SlotCache, slot_attention
 
 log = logging.getLogger(__name__)
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 # Rotary variants whose frequencies do not depend on the forward's length: their
 # cos/sin are a table indexed by position (others are computed each forward).
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")
@@ -65,9 +65,6 @@ STATIC_ROPE = ("default", "linear", "llama3", "yarn")
 # rules); a bigger one's projections are each its own product.
 COPY_LIMIT = 256 * 2**20
 
-# Where transformers' output-capturing hooks live (see _hooked).
-_CAPTURING = "transformers.utils.output_capturing"
-
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -75,15 +72,15 @@ def lean_forward(model: nn.Module) -> tuple[LeanForward | None, str]:
     """The lean forward of ``model`` for this rollout, or None and why not. Built
     (and checked against the model) once per model, its weights refreshed when the
     optimiser has changed them."""
-    hooked = _hooked(model)
-    if hooked:
-        return None, f"a hook on {hooked} (the model's forward runs it)"
-    config = getattr(_base(model), "config", None)
+    where = hooked(model)
+    if where:
+        return None, f"a hook on {where} (the model's forward runs it)"
+    config = getattr(base_model(model), "config", None)
     if model.training and getattr(config, "attention_dropout", 0.0):
         return None, "attention dropout in training mode"
     lean = _BUILT.get(model)
     if lean is None:
-        reason = _unsupported(model)
+        reason = unsupported(model)
         if reason is None:
             lean = LeanForward(model)
             reason = None if lean.agrees() else "its logits differ from the model's"
@@ -99,56 +96,6 @@ def lean_forward(model: nn.Module) -> tuple[LeanForward | None, str]:
 class _Unsupported:
     def __init__(self, reason: str) -> None:
         self.reason = reason
-
-
-def _base(model: nn.Module) -> nn.Module:
-    """The causal LM under peft's wrappers (LoRA layers are in it, in place)."""
-    get = getattr(model, "get_base_model", None)
-    return get() if callable(get) else model
-
-
-def _unsupported(model: nn.Module) -> str | None:
-    base = _base(model)
-    config = getattr(base, "config", None)
-    kind = getattr(config, "model_type", None)
-    if kind not in FAMILIES:
-        return f"model type {kind!r} is not one of {', '.join(FAMILIES)}"
-    if getattr(config, "hidden_act", None) != "silu":
-        return f"hidden_act {config.hidden_act!r} (SiLU MLPs only)"
-    decoder = getattr(base, "model", None)
-    layers = getattr(decoder, "layers", None)
-    if layers is None or not hasattr(decoder, "rotary_emb"):
-        return "no decoder layers or rotary embedding where Llama keeps them"
-    if type(decoder.embed_tokens) is not nn.Embedding:
-        return f"its embedding is a {type(decoder.embed_tokens).__name__}"
-    norms = [decoder.norm]
-    for layer in layers:
-        norms += [layer.input_layernorm, layer.post_attention_layernorm]
-        attn = layer.self_attn
-        norms += [getattr(attn, n) for n in ("q_norm", "k_norm") if hasattr(attn, n)]
-    for norm in norms:
-        if not type(norm).__name__.endswith("RMSNorm"):
-            return f"a {type(norm).__name__} where an RMS norm goes"
-    return None
-
-
-def _hooked(model: nn.Module) -> str | None:
-    """The first module (but the head) with a forward hook that does something
-    here, or None. transformers' output-capturing hooks (installed on the layers
-    the first time hidden states are asked for, as the value head asks) record
-    nothing unless a forward asks them to, so they are not counted."""
-    from torch.nn.modules import module as mod
-
-    head = getattr(_base(model), "get_output_embeddings", lambda: None)()
-    if mod._global_forward_hooks or mod._global_forward_pre_hooks:
-        return "every module (a global hook)"
-    for name, m in model.named_modules():
-        if m is head:
-            continue
-        hooks = [*m._forward_hooks.values(), *m._forward_pre_hooks.values()]
-        if any(getattr(h, "__module__", None) != _CAPTURING for h in hooks):
-            return name or "the model"
-    return None
 
 
 class _Layer:
@@ -240,7 +187,7 @@ class LeanForward:
     def __init__(self, model: nn.Module) -> None:
         # Weakly: _BUILT's entry for the model (a weak key) must not keep it alive.
         self._model = weakref.ref(model)
-        base = _base(model)
+        base = base_model(model)
         decoder = base.model
         self.embed = decoder.embed_tokens
         self.norm = decoder.norm
