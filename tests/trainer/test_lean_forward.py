@@ -159,14 +159,33 @@ def _assert_same(model):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.fixture(params=["dense", "packed"])
+def products(request, monkeypatch):
+    """The projections' products as F.linear's, or through oneDNN's packed
+    weights (every product packed: the test models' are below PACK_MIN)."""
+    if request.param == "packed":
+        if not lean_mod.can_pack(torch.zeros(1)):
+            pytest.skip("this torch build has no oneDNN")
+        monkeypatch.setattr(lean_mod, "PACK_MIN", 0)
+    return request.param
+
+
+def _packed(model) -> bool:
+    lean = lean_forward(model)[0]
+    return all(p.packed for layer in lean.layers for p in (layer.qkv, layer.down))
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_the_lean_forward_gives_the_models_logits(family):
-    _assert_same(FAMILIES[family]())
+def test_the_lean_forward_gives_the_models_logits(family, products):
+    model = FAMILIES[family]()
+    _assert_same(model)
+    assert _packed(model) == (products == "packed")
 
 
-def test_it_follows_the_weights_as_the_optimiser_changes_them():
+def test_it_follows_the_weights_as_the_optimiser_changes_them(products):
     model = FAMILIES["llama-gqa"]()
     _assert_same(model)
+    assert _packed(model) == (products == "packed")
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     model.train()
     model(
@@ -186,9 +205,10 @@ def test_weights_are_held_twice_only_on_the_cpu_and_for_a_small_model(monkeypatc
     from trainer.engines.lean import _fused
 
     cpu = (torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
-    assert _fused(cpu)[0].shape == (6, 4)
+    assert _fused(cpu).weight.shape == (6, 4)
     assert _fused(cpu, concatenate=False) is None
-    assert _fused(cpu[:1], concatenate=False)[0] is cpu[0].weight
+    own = _fused(cpu[:1], concatenate=False).weight
+    assert own.data_ptr() == cpu[0].weight.data_ptr()
     model = FAMILIES["qwen2"]()
     assert LeanForward(model).concatenate
     monkeypatch.setattr(lean_mod, "COPY_LIMIT", 1000)
@@ -197,6 +217,28 @@ def test_weights_are_held_twice_only_on_the_cpu_and_for_a_small_model(monkeypatc
     lean.refresh()
     assert lean.layers[0].qkv is None and lean.layers[0].o is not None
     assert lean.agrees()
+
+
+def test_products_are_packed_on_the_cpu_from_a_size_and_where_onednn_is_on(
+    monkeypatch,
+):
+    """oneDNN's packed products for the projections of PACK_MIN weights or more
+    (below it F.linear costs less a call), not where oneDNN is turned off or
+    PACK is False; the logits are the model's either way."""
+    if not lean_mod.can_pack(torch.zeros(1)):
+        pytest.skip("this torch build has no oneDNN")
+    model = FAMILIES["llama"]()  # q/k/v: 96 x 32 weights; gate/up 128 x 32
+    monkeypatch.setattr(lean_mod, "PACK_MIN", 96 * 32 + 1)
+    lean = LeanForward(model)
+    lean.refresh()
+    layer = lean.layers[0]
+    assert layer.gate_up.packed and not layer.qkv.packed and not layer.o.packed
+    assert lean.agrees()
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert not LeanForward(model).pack
+    monkeypatch.setattr(lean_mod, "PACK", False)
+    assert not LeanForward(model).pack
+    assert not lean_mod.can_pack(torch.zeros(1, dtype=torch.bfloat16))
 
 
 def test_a_model_that_is_gone_leaves_nothing_behind():
