@@ -419,6 +419,25 @@ def test_rows_decode_in_place_and_the_buffers_shrink_as_episodes_end(swarm):
     assert len(same) > 10 and all(a[1] == b[1] for a, b in same)
 
 
+def test_grown_buffers_keep_the_rows_columns_and_hold_zeros_past_them():
+    """A grown buffer keeps each row's filled columns and holds zeros past them,
+    the old scratch column's leftovers (here NaN) not carried over: masked
+    columns are added to, not skipped, so they must be finite."""
+    from trainer.engines.slots import SlotCache
+
+    cache = SlotCache(2, capacity=4)
+    cpu, f32 = torch.device("cpu"), torch.float32
+    cache.feed(None, [[1, 2], [3]], 0, cpu, f32)
+    cache.update(torch.ones(2, 1, 2, 3), torch.ones(2, 1, 2, 3), 0)
+    for buf in (*cache.keys, *cache.values):
+        buf[:, :, 3:].fill_(float("nan"))  # whatever memory held
+    cache.feed(None, [[4, 5, 6, 7], []], 0, cpu, f32)  # past the capacity
+    assert cache.capacity > 4
+    for buf in (*cache.keys, *cache.values):
+        assert (buf[0, :, :2] == 1).all() and (buf[1, :, :1] == 1).all()
+        assert (buf[:, :, 3:] == 0).all()  # the old scratch column and past it
+
+
 @pytest.mark.parametrize("kv_heads", [4, 2])
 def test_a_pretrained_chat_model_with_lora_plays_the_sequential_samplers_episodes(
     tmp_path, kv_heads

@@ -386,10 +386,11 @@ class LeanForward:
         for i, layer in enumerate(self.layers):
             qs, ks, vs = self._qkv(layer, _rms(layer.norm1, x), cos, sin)
             out = attend(i, layer, qs, ks, vs)
+            # In place where the tensor is this forward's own (the same numbers).
             x = x + _project(out.reshape(n, q, -1), layer.o, layer.o_mods)[0]
             h = _rms(layer.norm2, x)
             gate, up = _project(h, layer.gate_up, layer.gate_up_mods)
-            x = x + _project(F.silu(gate) * up, layer.down, layer.down_mods)[0]
+            x += _project(F.silu(gate).mul_(up), layer.down, layer.down_mods)[0]
         last = x[:, -1:]
         if rows is not None:
             last = last.index_select(0, rows)
