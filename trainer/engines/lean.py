@@ -13,7 +13,8 @@ steps, :meth:`LeanForward.over_cache`): on the CPU, the query, key and value
 projections in one matrix product and the gate and up projections in another
 (their weights concatenated, remade when the optimiser changes them; on an
 accelerator, or past :data:`COPY_LIMIT`, each projection is its own product, so no
-weight is held twice), one rotation for the query and key heads with the rotary
+weight is held twice), a product of :data:`PACK_MIN` weights or more through oneDNN
+from a packed copy of its weight (CPU, float32), one rotation for the query and key heads with the rotary
 tables indexed by position, the norms through ``torch.nn.functional.rms_norm`` in
 float32 (transformers' steps in other dtypes), and the final norm and the head on
 each row's last position only. Its logits are the model's to float32 rounding
