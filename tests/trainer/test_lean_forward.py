@@ -23,6 +23,7 @@ from transformers import (
 )
 
 import trainer.engines.lean as lean_mod
+import trainer.engines.lean_products as products_mod
 from trainer.config import ModelConfig
 from trainer.engines.lean import LeanForward, lean_forward
 from trainer.engines.prefill import reserve
@@ -164,9 +165,9 @@ def products(request, monkeypatch):
     """The projections' products as F.linear's, or through oneDNN's packed
     weights (every product packed: the test models' are below PACK_MIN)."""
     if request.param == "packed":
-        if not lean_mod.can_pack(torch.zeros(1)):
+        if not products_mod.can_pack(torch.zeros(1)):
             pytest.skip("this torch build has no oneDNN")
-        monkeypatch.setattr(lean_mod, "PACK_MIN", 0)
+        monkeypatch.setattr(products_mod, "PACK_MIN", 0)
     return request.param
 
 
@@ -202,12 +203,12 @@ def test_it_follows_the_weights_as_the_optimiser_changes_them(products):
 def test_weights_are_held_twice_only_on_the_cpu_and_for_a_small_model(monkeypatch):
     """Off the CPU, or past the copy limit, each projection is its own product
     (no concatenated copy), and the logits are the same."""
-    from trainer.engines.lean import _fused
+    from trainer.engines.lean_products import fused
 
     cpu = (torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
-    assert _fused(cpu).weight.shape == (6, 4)
-    assert _fused(cpu, concatenate=False) is None
-    own = _fused(cpu[:1], concatenate=False).weight
+    assert fused(cpu).weight.shape == (6, 4)
+    assert fused(cpu, concatenate=False) is None
+    own = fused(cpu[:1], concatenate=False).weight
     assert own.data_ptr() == cpu[0].weight.data_ptr()
     model = FAMILIES["qwen2"]()
     assert LeanForward(model).concatenate
@@ -225,10 +226,10 @@ def test_products_are_packed_on_the_cpu_from_a_size_and_where_onednn_is_on(
     """oneDNN's packed products for the projections of PACK_MIN weights or more
     (below it F.linear costs less a call), not where oneDNN is turned off or
     PACK is False; the logits are the model's either way."""
-    if not lean_mod.can_pack(torch.zeros(1)):
+    if not products_mod.can_pack(torch.zeros(1)):
         pytest.skip("this torch build has no oneDNN")
     model = FAMILIES["llama"]()  # q/k/v: 96 x 32 weights; gate/up 128 x 32
-    monkeypatch.setattr(lean_mod, "PACK_MIN", 96 * 32 + 1)
+    monkeypatch.setattr(products_mod, "PACK_MIN", 96 * 32 + 1)
     lean = LeanForward(model)
     lean.refresh()
     layer = lean.layers[0]
@@ -236,9 +237,9 @@ def test_products_are_packed_on_the_cpu_from_a_size_and_where_onednn_is_on(
     assert lean.agrees()
     with torch.backends.mkldnn.flags(enabled=False):
         assert not LeanForward(model).pack
-    monkeypatch.setattr(lean_mod, "PACK", False)
+    monkeypatch.setattr(products_mod, "PACK", False)
     assert not LeanForward(model).pack
-    assert not lean_mod.can_pack(torch.zeros(1, dtype=torch.bfloat16))
+    assert not products_mod.can_pack(torch.zeros(1, dtype=torch.bfloat16))
 
 
 def test_a_model_that_is_gone_leaves_nothing_behind():

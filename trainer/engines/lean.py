@@ -13,8 +13,9 @@ steps, :meth:`LeanForward.over_cache`): on the CPU, the query, key and value
 projections in one matrix product and the gate and up projections in another
 (their weights concatenated, remade when the optimiser changes them; on an
 accelerator, or past :data:`COPY_LIMIT`, each projection is its own product, so no
-weight is held twice), a product of :data:`PACK_MIN` weights or more through oneDNN
-from a packed copy of its weight (CPU, float32), one rotation for the query and key heads with the rotary
+weight is held twice), a product of
+:data:`~trainer.engines.lean_products.PACK_MIN` weights or more through oneDNN from
+a packed copy of its weight (CPU, float32), one rotation for the query and key heads with the rotary
 tables indexed by position, the norms through ``torch.nn.functional.rms_norm`` in
 float32 (transformers' steps in other dtypes), and the final norm and the head on
 each row's last position only. Its logits are the model's to float32 rounding
@@ -52,6 +53,7 @@ from transformers.masking_utils import create_causal_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from trainer.engines.lean_fit import base_model, hooked, unsupported
+from trainer.engines.lean_products import can_pack, fused, project
 from trainer.engines.prefill import reserve
 from trainer.engines.slots import SlotCache, slot_attention
 
@@ -65,16 +67,6 @@ STATIC_ROPE = ("default", "linear", "llama3", "yarn")
 # a 100M-parameter model's (the small models whose forwards the per-call overhead
 # rules); a bigger one's projections are each its own product.
 COPY_LIMIT = 256 * 2**20
-
-# On the CPU, a projection of at least PACK_MIN weights multiplies through oneDNN
-# from a packed copy of its weight: 1.5-3.5x faster than F.linear at a decode
-# step's 1-32 rows (256-2048 x 256 weights; 2-core AMD EPYC, MKL), and a row's
-# result is the same whatever rows share the product. Below ~2**17 weights
-# oneDNN's ~15 us a call costs more than it saves. PACK_ROWS: the rows the packing
-# is laid out for (any count works).
-PACK = True
-PACK_MIN = 2**17
-PACK_ROWS = 64
 
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -127,81 +119,17 @@ class _Layer:
         self.qkv = self.gate_up = self.o = self.down = None  # see refresh
 
     def refresh(self, concatenate: bool, pack: bool) -> None:
-        self.qkv = _fused(self.qkv_mods, concatenate, pack)
-        self.gate_up = _fused(self.gate_up_mods, concatenate, pack)
+        self.qkv = fused(self.qkv_mods, concatenate, pack)
+        self.gate_up = fused(self.gate_up_mods, concatenate, pack)
         # One module: its own weight, or a packed copy of it.
-        self.o = _fused(self.o_mods, concatenate, pack)
-        self.down = _fused(self.down_mods, concatenate, pack)
+        self.o = fused(self.o_mods, concatenate, pack)
+        self.down = fused(self.down_mods, concatenate, pack)
 
     def copied_bytes(self) -> int:
         """What the copies of its projections' weights hold at most (packed, all
         four; concatenated, the q/k/v and gate/up)."""
         mods = self.qkv_mods + self.gate_up_mods + self.o_mods + self.down_mods
         return sum(m.weight.numel() * m.weight.element_size() for m in mods)
-
-
-def _fused(mods: tuple[nn.Module, ...], concatenate: bool = True, pack: bool = False):
-    """The modules' weights (and biases) concatenated, as one :class:`_Product`,
-    or None: each is called, because one of them is not a plain ``nn.Linear``
-    (LoRA's wraps it) or the weights are not to be held twice (``concatenate``
-    False)."""
-    if any(type(m) is not nn.Linear for m in mods):
-        return None
-    if len(mods) == 1:
-        return _Product(mods[0].weight, mods[0].bias, pack)
-    if not concatenate:
-        return None
-    weight = torch.cat([m.weight for m in mods])
-    if all(m.bias is None for m in mods):
-        return _Product(weight, None, pack)
-    bias = [
-        m.bias if m.bias is not None else m.weight.new_zeros(m.out_features)
-        for m in mods
-    ]
-    return _Product(weight, torch.cat(bias), pack)
-
-
-def can_pack(weight: torch.Tensor) -> bool:
-    """Whether oneDNN can take ``weight``'s products from a packed copy: a float32
-    weight on the CPU of a build with oneDNN, not turned off
-    (``torch.backends.mkldnn.flags(enabled=False)``)."""
-    return (
-        PACK
-        and weight.device.type == "cpu"
-        and weight.dtype == torch.float32
-        and torch.backends.mkldnn.is_available()
-        and torch.backends.mkldnn.enabled
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    )
-
-
-class _Product:
-    """``x @ weight.T + bias``: through oneDNN from a packed copy of the weight
-    (``pack``), else ``F.linear`` over the weight itself."""
-
-    def __init__(self, weight: torch.Tensor, bias, pack: bool) -> None:
-        self.bias = None if bias is None else bias.detach()
-        self.weight = weight.detach()
-        self.packed = pack and weight.numel() >= PACK_MIN
-        if self.packed:
-            self.weight = torch.ops.mkldnn._reorder_linear_weight(
-                self.weight, PACK_ROWS
-            )
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed:
-            return torch.ops.mkldnn._linear_pointwise(
-                x, self.weight, self.bias, "none", [], ""
-            )
-        return F.linear(x, self.weight, self.bias)
-
-
-def _project(x: torch.Tensor, product, mods) -> list[torch.Tensor]:
-    if product is None:
-        return [m(x) for m in mods]
-    if len(mods) == 1:
-        return [product(x)]
-    return list(product(x).split([m.out_features for m in mods], dim=-1))
 
 
 def _rms(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -311,7 +239,7 @@ class LeanForward:
             qk = _rotate(y[:, : heads + layer.kv_heads], cos, sin)
             return qk[:, :heads], qk[:, heads:], y[:, heads + layer.kv_heads :]
         shape = (n, q, -1, layer.head_dim)
-        qs, ks, vs = (t.view(shape) for t in _project(h, layer.qkv, layer.qkv_mods))
+        qs, ks, vs = (t.view(shape) for t in project(h, layer.qkv, layer.qkv_mods))
         if layer.q_norm is not None:
             qs, ks = _rms(layer.q_norm, qs), _rms(layer.k_norm, ks)
         qs, ks, vs = qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2)
@@ -388,10 +316,10 @@ class LeanForward:
             qs, ks, vs = self._qkv(layer, _rms(layer.norm1, x), cos, sin)
             out = attend(i, layer, qs, ks, vs)
             # In place where the tensor is this forward's own (the same numbers).
-            x = x + _project(out.reshape(n, q, -1), layer.o, layer.o_mods)[0]
+            x = x + project(out.reshape(n, q, -1), layer.o, layer.o_mods)[0]
             h = _rms(layer.norm2, x)
-            gate, up = _project(h, layer.gate_up, layer.gate_up_mods)
-            x += _project(F.silu(gate).mul_(up), layer.down, layer.down_mods)[0]
+            gate, up = project(h, layer.gate_up, layer.gate_up_mods)
+            x += project(F.silu(gate).mul_(up), layer.down, layer.down_mods)[0]
         last = x[:, -1:]
         if rows is not None:
             last = last.index_select(0, rows)
