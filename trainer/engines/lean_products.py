@@ -12,8 +12,9 @@ from torch import nn
 
 # On the CPU, a projection of at least PACK_MIN weights multiplies through oneDNN
 # from a packed copy of its weight: 1.5-3.5x faster than F.linear at a decode
-# step's 1-32 rows (256-2048 x 256 weights; 2-core AMD EPYC, MKL), and a row's
-# result is the same whatever rows share the product. Below ~2**17 weights
+# step's 1-32 rows (256-2048 x 256 weights; 2-core AMD EPYC, MKL); a row's result
+# did not depend on how many rows shared the product (2048 x 256, 1-64 rows; MKL's
+# did below 4 rows), though nothing here relies on that. Below ~2**17 weights
 # oneDNN's ~15 us a call costs more than it saves. PACK_ROWS: the rows the packing
 # is laid out for (any count works).
 PACK = True
