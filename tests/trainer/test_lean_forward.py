@@ -224,8 +224,9 @@ def test_products_are_packed_on_the_cpu_from_a_size_and_where_onednn_is_on(
     monkeypatch,
 ):
     """oneDNN's packed products for the projections of PACK_MIN weights or more
-    (below it F.linear costs less a call), not where oneDNN is turned off or
-    PACK is False; the logits are the model's either way."""
+    (below it F.linear costs less a call) of a float32 model on the CPU, not
+    where oneDNN is turned off, PACK is False or the model has moved to another
+    dtype since; the logits are the model's either way."""
     if not products_mod.can_pack(torch.zeros(1)):
         pytest.skip("this torch build has no oneDNN")
     model = FAMILIES["llama"]()  # q/k/v: 96 x 32 weights; gate/up 128 x 32
@@ -237,8 +238,12 @@ def test_products_are_packed_on_the_cpu_from_a_size_and_where_onednn_is_on(
     assert lean.agrees()
     with torch.backends.mkldnn.flags(enabled=False):
         assert not LeanForward(model).pack
+    with torch.no_grad():  # moved to another dtype since: its weights, unpacked
+        model.to(torch.float64)
+    lean.refresh()
+    assert not layer.gate_up.packed
     monkeypatch.setattr(products_mod, "PACK", False)
-    assert not LeanForward(model).pack
+    assert not LeanForward(model.float()).pack
     assert not products_mod.can_pack(torch.zeros(1, dtype=torch.bfloat16))
 
 

@@ -5,31 +5,34 @@ overhead more than its arithmetic: transformers' ``LlamaForCausalLM`` takes ~2.3
 ms a slot-row decode forward at one row of the default ``small`` model on 2 cores
 and ~5.1 ms at 15 rows; :class:`LeanForward`, the same arithmetic as tensor calls,
 ~1.2 and ~2.6 ms (``bench/rollout_bench.py``'s ``dataset`` shape is ~100 such
-forwards a rollout). It computes what the model's forward computes, over
-:class:`~trainer.engines.slots.SlotCache` rows (the continuous engine,
-``__call__``) or over a transformers cache with a 2-D padding mask and
-transformers' own causal mask and ``sdpa`` attention (the eager engine's decode
-steps, :meth:`LeanForward.over_cache`): on the CPU, the query, key and value
+forwards a rollout; with the packed products below, ~2.1 and ~3.3 ms on another
+2-core machine where the model's took longer). It computes what the model's
+forward computes, over :class:`~trainer.engines.slots.SlotCache` rows (the
+continuous engine, ``__call__``) or over a transformers cache with a 2-D padding
+mask and transformers' own causal mask and ``sdpa`` attention (the eager engine's
+decode steps, :meth:`LeanForward.over_cache`): on the CPU, the query, key and value
 projections in one matrix product and the gate and up projections in another
 (their weights concatenated, remade when the optimiser changes them; on an
 accelerator, or past :data:`COPY_LIMIT`, each projection is its own product, so no
-weight is held twice), a product of
-:data:`~trainer.engines.lean_products.PACK_MIN` weights or more through oneDNN from
-a packed copy of its weight (CPU, float32), one rotation for the query and key heads with the rotary
-tables indexed by position, the norms through ``torch.nn.functional.rms_norm`` in
-float32 (transformers' steps in other dtypes), and the final norm and the head on
-each row's last position only. Its logits are the model's to float32 rounding
-(~1e-7 here: a matrix product rounds by its shape, and the model's head runs over
-every position it is given, this one's over each row's last), so an engine samples
-the same tokens through it and records log-probs that agree to that rounding, as
-the eager engine's agree with the reference loop's. The head is called as the module it is, so its hooks (a logit bias, as the
-bench and tests set) apply; a projection that is not a plain ``nn.Linear`` (LoRA's)
-is called as its module.
+weight is held twice), a product of :data:`~trainer.engines.lean_products.PACK_MIN`
+weights or more through oneDNN from a packed copy of its weight (CPU, float32;
+:mod:`trainer.engines.lean_products`), one rotation for the query and key heads
+with the rotary tables indexed by position, the norms through
+``torch.nn.functional.rms_norm`` in float32 (transformers' steps in other dtypes),
+and the final norm and the head on each row's last position only. Its logits are
+the model's to float32 rounding (~1e-6 here: a matrix product rounds by its shape
+and its library, and the model's head runs over every position it is given, this
+one's over each row's last), so an engine samples the same tokens through it and
+records log-probs that agree to that rounding, as the eager engine's agree with the
+reference loop's. The head is called as the module it is, so its hooks (a logit
+bias, as the bench and tests set) apply; a projection that is not a plain
+``nn.Linear`` (LoRA's) is called as its module.
 
 It is used only where it is known to give the model's logits:
 
-* a family whose decoder layer it writes (:data:`~trainer.engines.lean_fit.FAMILIES`: Llama, Mistral without
-  sliding windows, Qwen2, Qwen3), SiLU MLPs, RMS norms (:mod:`trainer.engines.lean_fit`);
+* a family whose decoder layer it writes (:data:`~trainer.engines.lean_fit.FAMILIES`:
+  Llama, Mistral without sliding windows, Qwen2, Qwen3), SiLU MLPs, RMS norms
+  (:mod:`trainer.engines.lean_fit`);
 * no hook on any module but the head (a hook elsewhere, FSDP's among them, would be
   skipped), no attention dropout in training mode: checked at every generation;
 * its first forwards on a model agree with the model's own (:meth:`LeanForward.
@@ -315,8 +318,8 @@ class LeanForward:
         for i, layer in enumerate(self.layers):
             qs, ks, vs = self._qkv(layer, _rms(layer.norm1, x), cos, sin)
             out = attend(i, layer, qs, ks, vs)
-            # In place where the tensor is this forward's own (the same numbers).
-            x = x + project(out.reshape(n, q, -1), layer.o, layer.o_mods)[0]
+            # In place: x and the MLP's activations are this forward's own.
+            x += project(out.reshape(n, q, -1), layer.o, layer.o_mods)[0]
             h = _rms(layer.norm2, x)
             gate, up = project(h, layer.gate_up, layer.gate_up_mods)
             x += project(F.silu(gate).mul_(up), layer.down, layer.down_mods)[0]

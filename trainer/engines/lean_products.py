@@ -64,7 +64,8 @@ class Product:
     def __init__(self, weight: torch.Tensor, bias, pack: bool) -> None:
         self.bias = None if bias is None else bias.detach()
         self.weight = weight.detach()
-        self.packed = pack and weight.numel() >= PACK_MIN
+        # can_pack again: a model moved to another device or dtype since.
+        self.packed = pack and weight.numel() >= PACK_MIN and can_pack(weight)
         if self.packed:
             self.weight = torch.ops.mkldnn._reorder_linear_weight(
                 self.weight, PACK_ROWS
