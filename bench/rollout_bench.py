@@ -9,7 +9,8 @@ Each repeat rolls out the same seeded batch once through each engine
 its KV cache across turns), alternating the order (A B C, C B A, ...) so that the
 load of a shared machine hits all; the medians of rollout tokens/s (action tokens
 sampled over wall seconds of ``trainer.rollout.play``) and their ratios to the
-reference loop are printed, with the load average before and after.
+reference loop are printed, with the load average before and after and the
+machine (CPU, cores, threads, whether MKL and oneDNN are built in).
 
 Shapes: ``single``: P = 4 prompts of ~256 tokens x G = 8 completions of up to 64
 tokens, one turn; ``swarm`` and ``dataset`` (a JSONL of word problems with the
@@ -198,6 +199,31 @@ def bench_shape(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
     }
 
 
+def _machine() -> dict:
+    """What the numbers were measured on: they move with the CPU and its BLAS
+    (the lean forward's products go through oneDNN where they are big enough)."""
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(
+                (
+                    ln.split(":", 1)[1].strip()
+                    for ln in f
+                    if ln.startswith("model name")
+                ),
+                cpu,
+            )
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "mkl": torch.backends.mkl.is_available(),
+        "onednn": torch.backends.mkldnn.is_available(),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", choices=(*SHAPES, "all"), default="all")
@@ -212,6 +238,7 @@ def main() -> None:
             load = os.getloadavg()[0]
             out = bench_shape(shape, args, Path(tmp))
             out["load_avg_1m"] = [round(load, 2), round(os.getloadavg()[0], 2)]
+            out["machine"] = _machine()
             print(json.dumps(out), flush=True)
 
 
