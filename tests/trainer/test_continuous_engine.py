@@ -429,13 +429,31 @@ def test_grown_buffers_keep_the_rows_columns_and_hold_zeros_past_them():
     cpu, f32 = torch.device("cpu"), torch.float32
     cache.feed(None, [[1, 2], [3]], 0, cpu, f32)
     cache.update(torch.ones(2, 1, 2, 3), torch.ones(2, 1, 2, 3), 0)
+    scratch = cache.capacity - 1
     for buf in (*cache.keys, *cache.values):
-        buf[:, :, 3:].fill_(float("nan"))  # whatever memory held
-    cache.feed(None, [[4, 5, 6, 7], []], 0, cpu, f32)  # past the capacity
-    assert cache.capacity > 4
+        buf[:, :, scratch].fill_(float("nan"))  # what a blank query wrote there
+    cache.feed(None, [[4] * scratch, []], 0, cpu, f32)  # past the capacity
+    assert cache.capacity > scratch + 1
     for buf in (*cache.keys, *cache.values):
         assert (buf[0, :, :2] == 1).all() and (buf[1, :, :1] == 1).all()
-        assert (buf[:, :, 3:] == 0).all()  # the old scratch column and past it
+        assert (buf[:, :, 2:] == 0).all()  # the old scratch column among them
+
+
+def test_the_first_buffers_have_room_to_decode_without_growing():
+    """The first forward's buffers are made with room for as many columns again,
+    so decoding after a long context does not copy them into bigger ones."""
+    from trainer.engines.slots import SlotCache
+
+    cache = SlotCache(2, capacity=4)
+    cpu, f32 = torch.device("cpu"), torch.float32
+    cache.feed(None, [list(range(1, 11)), [3]], 0, cpu, f32)
+    cache.update(torch.ones(2, 1, 10, 3), torch.ones(2, 1, 10, 3), 0)
+    made = cache.keys[0]
+    assert cache.capacity >= 2 * 11
+    for _ in range(5):
+        cache.step({0: 7, 1: 7}, {}, 0, cpu, f32)
+        cache.update(torch.ones(2, 1, 1, 3), torch.ones(2, 1, 1, 3), 0)
+    assert cache.keys[0] is made
 
 
 @pytest.mark.parametrize("kv_heads", [4, 2])

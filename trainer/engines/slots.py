@@ -227,7 +227,12 @@ class SlotCache:
         self.length = self.length[:rows]
 
     def _reserve(self, columns: int) -> None:
-        """Room for ``columns`` columns plus the scratch one."""
+        """Room for ``columns`` columns plus the scratch one; buffers not made
+        yet get room for as many again (a context fed whole would otherwise be
+        copied into doubled buffers at its first decode step)."""
+        if not self.keys:
+            self.capacity = max(self.capacity, 2 * columns)
+            return
         if columns < self.capacity:
             return
         grown = max(2 * self.capacity, columns + 1)
