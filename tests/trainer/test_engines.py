@@ -45,13 +45,14 @@ def _batch(policy: Policy, seed: int, shared: bool):
     return ragged_batch(policy, seed, shared)
 
 
-def _both(policy, contexts, budgets, seed, every, **kw):
+def _both(policy, contexts, budgets, seed, every, reserve_cache=True, **kw):
     """(reference, eager) generations and their generators after sampling."""
     out = []
     for name in ("reference", "eager"):
         engine = build_engine(name, policy)
         if name == "eager":
             engine.sync_every = every
+            engine.reserve_cache = reserve_cache
         gen = torch.Generator().manual_seed(seed)
         g = engine.generate(contexts, budgets, generator=gen, with_logprobs=True, **kw)
         out.append((g, gen.get_state()))
@@ -88,6 +89,20 @@ def test_eager_samples_the_reference_loops_tokens_and_logprobs_row_by_row(
     for seed in range(3):
         contexts, budgets = _batch(policy, seed, shared=seed % 2 == 0)
         _assert_same(*_both(policy, contexts, budgets, seed, every, **kw))
+
+
+def test_without_reserved_room_the_eager_engine_samples_the_same(policy, monkeypatch):
+    # reserve_cache False: transformers' concatenating cache (the A/B of
+    # bench/gpu_bench.py --no-reserve); the reserved buffers are really skipped.
+    from trainer.engines import eager
+
+    made = []
+    monkeypatch.setattr(eager, "reserve", lambda *a: made.append(a))
+    kw = {"temperature": 0.7, "top_p": 1.0}
+    for seed in range(3):
+        contexts, budgets = _batch(policy, seed, shared=seed % 2 == 0)
+        _assert_same(*_both(policy, contexts, budgets, seed, 2, False, **kw))
+    assert made == []
 
 
 def test_a_chat_model_with_lora_samples_the_same_through_either_engine(chat_lora):

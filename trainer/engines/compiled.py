@@ -196,7 +196,8 @@ class _StaticDecode(_Decode):
         self.engine = engine
         self.device_gen: torch.Generator | None = None
         policy = engine.policy
-        super().__init__(policy, contexts, budgets, with_logprobs)
+        # The prefill's cache is copied into the static one at once: no room reserved.
+        super().__init__(policy, contexts, budgets, with_logprobs, None, False)
         dev = self.dev
         # Output buffers gain scratch row B for padding rows.
         self.tokens = _with_scratch_row(self.tokens, policy.pad_id)

@@ -60,6 +60,9 @@ class EagerEngine(RolloutEngine):
     # forward where the model allows it (trainer.engines.lean: the model's
     # logits, less per-call overhead); False: the model's own forward.
     lean = True
+    # Decode steps write the KV cache in place into room reserved after the prefill
+    # (trainer.engines.prefill.ReservedLayer); False: transformers' concatenation.
+    reserve_cache = True
 
     def _lean(self, over_cache: bool = False):
         """The lean forward for this generation, or None (the model's forward);
@@ -92,7 +95,9 @@ class EagerEngine(RolloutEngine):
         with_logprobs: bool,
     ) -> Generation:
         lean = self._lean(over_cache=True)
-        run = _Decode(self.policy, contexts, budgets, with_logprobs, lean)
+        run = _Decode(
+            self.policy, contexts, budgets, with_logprobs, lean, self.reserve_cache
+        )
         run.loop(temperature, top_p, generator, self.steps_per_sync())
         return run.result(budgets)
 
@@ -108,6 +113,7 @@ class _Decode:
         budgets: list[int],
         with_logprobs: bool,
         lean=None,  # trainer.engines.lean's forward for decode steps (None: the model's)
+        reserve_cache: bool = True,  # room for the decode steps' keys and values
     ) -> None:
         self.policy = policy
         self.lean = lean
@@ -115,7 +121,8 @@ class _Decode:
         self.B = len(contexts)
         self.steps = max(max(budgets), 0)
         self.out, self.logits, self.mask, positions = prefill(policy, contexts)
-        reserve(self.out.cache, self.steps)  # decode writes in place, no concat
+        if reserve_cache:
+            reserve(self.out.cache, self.steps)  # decode writes in place, no concat
         self.next_pos = positions[:, -1:] + 1
         self.rows = torch.arange(self.B, device=dev)
         self.limit = torch.tensor(budgets, device=dev)
