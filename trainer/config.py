@@ -194,6 +194,12 @@ class OptimConfig(_Strict):
         1, ge=1, le=64, description="Optimisation epochs over each batch."
     )
     minibatches: int = Field(1, ge=1, le=1024, description="Minibatches per epoch.")
+    compile: bool = Field(
+        False,
+        description="torch.compile the decoder layers for the update's forward and "
+        "backward (fused elementwise kernels; the first step pays for compilation). "
+        "Falls back to eager layers with the reason logged.",
+    )
 
 
 class CheckpointConfig(_Strict):

@@ -146,6 +146,10 @@ SETTINGS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
         {"ours": ("algorithm.entropy_coef",), "verl": (_V + "actor.entropy_coeff",)},
     ),
     (
+        "compiled training forward (torch.compile)",
+        {"ours": ("optim.compile",), "trl": ("torch_compile",)},
+    ),
+    (
         "training steps",
         {
             "ours": ("steps",),

@@ -12,6 +12,7 @@ the gradient norm and steps AdamW.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ from trainer.algorithms import (
 )
 from trainer.algorithms.correction import is_masked
 from trainer.batch import Batch
+from trainer.compiled_layers import compiled_layers
 from trainer.config import OptimConfig
 from trainer.policy import Policy, TokenStats
 
@@ -200,6 +202,35 @@ def _minibatch_step(
     fill: bool = False,
 ) -> tuple[dict[str, float], torch.Tensor]:
     """One minibatch: the forward, the loss, one optimizer step."""
+    layers = (
+        compiled_layers(learner.policy.model, learner.par.strategy)
+        if learner.optim.compile
+        else None
+    )
+    args = (learner, mb, scores, idx, adv, returns, fill)
+    try:
+        with layers.active() if layers is not None else nullcontext():
+            loss, metrics, st = _forward_backward(*args)
+    except Exception as exc:
+        if layers is None or not layers.give_up(exc):
+            raise
+        loss, metrics, st = _forward_backward(*args)  # eagerly from now on
+    if layers is not None and layers.on:
+        layers.proven = True
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        learner.policy.parameters(), learner.optim.grad_clip
+    )
+    learner.optimizer.step()
+    # fsdp: a DTensor (the norm over every rank's shards)
+    whole = getattr(grad_norm, "full_tensor", None)
+    metrics["grad_norm"] = float(grad_norm if whole is None else whole())
+    metrics["loss"] = float(loss.detach())
+    return metrics, st.logprobs.detach()
+
+
+def _forward_backward(learner, mb, scores, idx, adv, returns, fill):
+    """The minibatch's forward, loss and gradients (zeroed first): the loss, its
+    metrics and the forward's token stats."""
     algo = learner.algo
     st = learner.par.token_stats(
         mb.input_ids,
@@ -217,15 +248,7 @@ def _minibatch_step(
     learner.optimizer.zero_grad(set_to_none=True)
     # DDP averages the ranks' gradients: N x each share makes it their sum.
     (loss * learner.par.world).backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(
-        learner.policy.parameters(), learner.optim.grad_clip
-    )
-    learner.optimizer.step()
-    # fsdp: a DTensor (the norm over every rank's shards)
-    whole = getattr(grad_norm, "full_tensor", None)
-    metrics["grad_norm"] = float(grad_norm if whole is None else whole())
-    metrics["loss"] = float(loss.detach())
-    return metrics, st.logprobs.detach()
+    return loss, metrics, st
 
 
 def _loss(

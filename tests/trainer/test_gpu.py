@@ -156,3 +156,32 @@ def test_the_continuous_engine_draws_each_episodes_noise_on_the_gpu():
     narrow = episodes(2)
     same = sum(a == b for a, b in zip(whole, narrow, strict=True))
     assert same >= len(whole) - 2, (same, len(whole))
+
+
+def test_a_bf16_run_trains_with_optim_compile_on_the_gpu(reward_fn, monkeypatch):
+    """optim.compile on CUDA: the update's layer parts run compiled (Inductor's
+    GPU kernels, bf16), nothing falls back, and the run trains."""
+    import trainer.update
+    from trainer.compiled_layers import compiled_layers
+
+    built = []
+    monkeypatch.setattr(
+        trainer.update,
+        "compiled_layers",
+        lambda model, strategy: (
+            built.append(compiled_layers(model, strategy)) or built[-1]
+        ),
+    )
+    cfg = TrainConfig.model_validate(
+        {
+            "steps": 2,
+            "env": {"name": "calc"},
+            "model": {"device": "cuda"},
+            "optim": {"compile": True},
+            "rollout": {"tasks_per_step": 4, "group_size": 4, "max_turns": 2},
+        }
+    )
+    result = train(cfg, make_env("calc", seed=0), reward_fn, ListSink())
+    assert result.status == "succeeded"
+    assert built and built[-1] is not None
+    assert built[-1].proven and built[-1].failed is None

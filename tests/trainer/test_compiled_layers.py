@@ -1,0 +1,139 @@
+"""``optim.compile``: the update's forwards through compiled layer parts (the MLP
+and the norms of each decoder layer), checked on the CPU, where Inductor compiles
+too: the same training as eagerly to float rounding, one graph per part class, the
+eager modules back outside the update, and a failed compilation falling back."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch._dynamo
+from option_registry import covers
+from torch import nn
+from torch._dynamo.utils import counters
+from wiring import run, tiny
+
+import trainer.update
+from trainer.compiled_layers import (
+    CompiledLayers,
+    compilable_parts,
+    compiled_layers,
+    decoder_layers,
+)
+from trainer.config import ModelConfig
+from trainer.policy import Policy
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def spied(monkeypatch):
+    """The CompiledLayers the update asked for, in order."""
+    built: list[CompiledLayers | None] = []
+
+    def spy(model, strategy):
+        built.append(compiled_layers(model, strategy))
+        return built[-1]
+
+    monkeypatch.setattr(trainer.update, "compiled_layers", spy)
+    return built
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return Policy.build(ModelConfig(size="tiny"), ["a", "b"]).model
+
+
+def test_a_llama_layers_mlp_and_norms_are_compiled_not_its_attention():
+    model = _model()
+    layers = decoder_layers(model)
+    assert layers == list(model.model.layers)
+    layer = layers[0]
+    parts = compilable_parts(layer)
+    assert parts == [layer.mlp, layer.input_layernorm, layer.post_attention_layernorm]
+
+
+@covers("optim.compile")
+def test_a_compiled_update_trains_as_the_eager_one_through_compiled_parts(
+    tmp_path, spied
+):
+    eager = run(tiny(steps=2), tmp_path)
+    assert spied == [] and counters["stats"]["unique_graphs"] == 0
+    compiled = run(tiny(steps=2, optim={"compile": True}), tmp_path)
+    # One graph for the MLPs, one for the norms, shared by every layer; no
+    # recompilation at the second step's other shapes.
+    assert counters["stats"]["unique_graphs"] == 2
+    assert len(spied) == 2 and spied[0] is spied[1]
+    layers = spied[0]
+    assert layers.proven and layers.failed is None
+    # Outside the update the modules are their own again (rollouts ran eagerly).
+    assert all("forward" not in vars(part) for part in layers.parts)
+    assert [e["step"] for e in compiled.sink.of_type("step")] == [1, 2]
+    for a, b in zip(eager.every_metrics(), compiled.every_metrics(), strict=True):
+        assert b["reward"] == a["reward"]  # step 2 sampled the same tokens
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-6)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
+    want, got = eager.weights(), compiled.weights()
+    for name, w in want.items():
+        torch.testing.assert_close(got[name], w, atol=1e-4, rtol=0)
+
+
+def test_a_part_that_fails_to_compile_runs_the_update_eagerly(
+    tmp_path, spied, monkeypatch, caplog
+):
+    def broken(fn, **kw):
+        def call(*a, **k):
+            raise RuntimeError("no compiler here")
+
+        return call
+
+    monkeypatch.setattr("trainer.compiled_layers.torch.compile", broken)
+    eager = run(tiny(steps=2), tmp_path)
+    with caplog.at_level(logging.WARNING, logger="trainer.compiled_layers"):
+        fell_back = run(tiny(steps=2, optim={"compile": True}), tmp_path)
+    layers = spied[0]
+    assert not layers.on and "no compiler here" in layers.failed
+    assert [r.getMessage() for r in caplog.records].count(layers.failed) == 1
+    # The failed minibatch ran again eagerly: the same run, bit for bit.
+    for name, w in eager.weights().items():
+        assert torch.equal(fell_back.weights()[name], w), name
+
+
+def test_a_failure_after_a_compiled_minibatch_succeeded_is_raised():
+    layers = CompiledLayers(decoder_layers(_model()))
+    assert layers.give_up(RuntimeError("compile")) is True and not layers.on
+    layers = CompiledLayers(decoder_layers(_model()))
+    layers.proven = True
+    assert layers.give_up(RuntimeError("out of memory")) is False and layers.on
+
+
+def test_active_puts_the_compiled_forwards_in_place_and_takes_them_out():
+    layers = CompiledLayers(decoder_layers(_model()))
+    part = layers.parts[0]
+    with pytest.raises(ValueError), layers.active():
+        assert vars(part)["forward"] is layers.compiled[0]
+        raise ValueError
+    assert "forward" not in vars(part)
+    layers.failed = "off"
+    with layers.active():
+        assert "forward" not in vars(part)
+
+
+def test_fsdp_and_models_without_repeated_layers_run_eagerly(caplog):
+    with caplog.at_level(logging.WARNING, logger="trainer.compiled_layers"):
+        assert compiled_layers(_model(), "fsdp") is None
+        assert compiled_layers(nn.Sequential(nn.Linear(2, 2)), "single") is None
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "optim.compile: FSDP's sharded layers run eagerly",
+        "optim.compile: the model has no layer parts to compile",
+    ]
+    assert compiled_layers(_model(), "single") is not None
