@@ -2,7 +2,8 @@
 
     python bench/gpu_bench.py [--size large|0.5b] [--steps 5] [--batch 16x8]
                               [--engine eager|compiled|continuous|reference]
-                              [--no-lean] [--peak-tflops T]
+                              [--no-lean] [--no-reserve] [--compile-update]
+                              [--peak-tflops T]
 
 Prints rollout (generated tokens/s) and update (trained tokens/s) throughput per step
 and their medians, and the update's model FLOPs utilisation: 6 x parameters x trained
@@ -11,8 +12,10 @@ FLOPs and any extra scoring pass are not counted as useful work) over the device
 dense bf16 peak (a table of known devices, or ``--peak-tflops``). The goal for the
 0.5b config on an H200 is at least 40%. ``--no-lean``: the eager and continuous
 engines decode through the model's own forward instead of
-``trainer.engines.lean`` (to compare the two on a device). Exits 0 with a 'skipped' line where there is
-no CUDA device, so it is safe to run anywhere.
+``trainer.engines.lean`` (to compare the two on a device); ``--no-reserve``: the
+eager engine's cache concatenates each token instead of writing into reserved room;
+``--compile-update``: ``optim.compile`` (the update's layer parts compiled). Exits 0
+with a 'skipped' line where there is no CUDA device, so it is safe to run anywhere.
 """
 
 from __future__ import annotations
@@ -81,12 +84,24 @@ def main() -> int:
         action="store_true",
         help="decode through the model's forward, not trainer.engines.lean",
     )
+    ap.add_argument(
+        "--no-reserve",
+        action="store_true",
+        help="the eager engine's KV cache concatenated each token (transformers'), "
+        "not written into reserved room",
+    )
+    ap.add_argument(
+        "--compile-update",
+        action="store_true",
+        help="optim.compile: the update's layer parts torch.compiled",
+    )
     args = ap.parse_args()
     import torch
 
     from trainer.engines.eager import EagerEngine
 
     EagerEngine.lean = not args.no_lean  # the continuous engine inherits it
+    EagerEngine.reserve_cache = not args.no_reserve
 
     if not torch.cuda.is_available():
         print("gpu_bench: skipped (no CUDA device visible)")
@@ -103,6 +118,7 @@ def main() -> int:
             "steps": args.steps,
             "env": {"name": args.env},
             "model": {"size": args.size, "device": "cuda", "dtype": "bfloat16"},
+            "optim": {"compile": args.compile_update},
             "rollout": {
                 "tasks_per_step": tasks,
                 "group_size": group,
@@ -122,6 +138,9 @@ def main() -> int:
                 print(
                     f"model {args.size}: {ev['num_params'] / 1e6:.1f}M params on "
                     f"{ev['device']}, rollout engine {args.engine}"
+                    f"{' (no lean)' if args.no_lean else ''}"
+                    f"{' (no reserve)' if args.no_reserve else ''}"
+                    f"{', update compiled' if args.compile_update else ''}"
                 )
             if ev["type"] == "step" and ev["step"] > 0:
                 m = ev["metrics"]
@@ -131,11 +150,13 @@ def main() -> int:
                     m["perf/tokens_per_s"] * m["timing_s/step"] / m["timing_s/update"]
                 )
                 rows.append((gen_tps, upd_tps, m["timing_s/step"]))
+                trained = m["perf/tokens_per_s"] * m["timing_s/step"] / (tasks * group)
                 print(
                     f"step {ev['step']}: rollout {gen_tps:9.0f} tok/s  update {upd_tps:9.0f} tok/s  "
                     f"step {m['timing_s/step']:.2f}s (gen {m['timing_s/gen']:.2f}s, "
                     f"update {m['timing_s/update']:.2f}s, "
-                    f"{m['completions/mean_length']:.0f} generated tokens a rollout)"
+                    f"{m['completions/mean_length']:.0f} generated, {trained:.0f} trained "
+                    "tokens a rollout)"
                 )
                 if prof is not None:
                     prof.step()

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU checks in one go, for a lent GPU machine with its own PyTorch:
-#   bash bench/gpu_session.sh [quick|full]
+#   bash bench/gpu_session.sh [quick|full|ab]
 # Installs carried wheels from .whl/ (when present) into /tmp/site, then runs the
-# CUDA tests, bench/gpu_bench.py with each rollout engine, and the trainer and
-# reward test packages with the default device (auto -> CUDA). Everything is logged
-# under $OUT (or /tmp/gpu-out); a summary table is printed last.
+# CUDA tests, bench/gpu_bench.py with each rollout engine, and (full) the trainer
+# and reward test packages with the default device (auto -> CUDA); ab: the A/B
+# benches docs/gpu.md asks for instead. Everything is logged under $OUT (or
+# /tmp/gpu-out); each bench's medians and a summary table are printed last.
 set -u
 MODE=${1:-full}
 OUT=${OUT:-/tmp/gpu-out}
@@ -32,17 +33,40 @@ step() {  # step NAME SECONDS CMD...
   [ "$name" = trainer_tests_on_cuda ] || tail -n 25 "$OUT/$name.log"
 }
 PYT="python3 -m pytest -p no:cacheprovider -p no:django -q -o addopts= --timeout=300"
-step gpu_tests ${TESTS_SECS:-240} $PYT -rA tests/trainer/test_gpu.py tests/trainer/test_gpu_path.py
-for engine in ${ENGINES:-eager compiled continuous}; do
-  secs_var="BENCH_SECS_$engine"
-  step "bench_0.5b_$engine" "${!secs_var:-${BENCH_SECS:-240}}" python3 bench/gpu_bench.py --size 0.5b --steps ${STEPS:-5} --engine "$engine" --profile "$OUT/profile_$engine.txt"
-done
-for engine in ${LEAN_OFF_ENGINES:-}; do  # the same engines without the lean forward
-  step "bench_0.5b_${engine}_no_lean" "${BENCH_SECS:-240}" python3 bench/gpu_bench.py --size 0.5b --steps ${STEPS:-5} --engine "$engine" --no-lean
-done
+bench() {  # bench NAME SECONDS ARGS...: one bench/gpu_bench.py run, its medians kept
+  local name=$1 secs=$2; shift 2
+  step "bench_$name" "$secs" python3 bench/gpu_bench.py --size 0.5b --steps ${STEPS:-5} "$@"
+  medians+=("$(printf '%-34s %s' "$name" "$(grep -E 'median rollout|update MFU' "$OUT/bench_$name.log" | tr '\n' ' ')")")
+}
+medians=()
+if [ "$MODE" = ab ]; then
+  # One A/B per question left by the last GPU session (docs/gpu.md), unprofiled:
+  # the eager engine with and without the lean forward and the reserved cache, the
+  # continuous engine without the lean forward, and the update compiled or not.
+  step gpu_tests ${TESTS_SECS:-120} $PYT -rA tests/trainer/test_gpu.py -k "optim_compile"
+  S=${BENCH_SECS:-70}
+  bench eager "$S" --engine eager
+  bench eager_no_lean "$S" --engine eager --no-lean
+  bench eager_no_reserve "$S" --engine eager --no-reserve
+  bench eager_no_lean_no_reserve "$S" --engine eager --no-lean --no-reserve
+  bench continuous_no_lean "$S" --engine continuous --no-lean
+  bench compiled_compile_update "${BENCH_SECS_compiled:-170}" --engine compiled --compile-update
+else
+  step gpu_tests ${TESTS_SECS:-240} $PYT -rA tests/trainer/test_gpu.py tests/trainer/test_gpu_path.py
+  for engine in ${ENGINES:-eager compiled continuous}; do
+    secs_var="BENCH_SECS_$engine"
+    prof=()  # a whole eager step is ~100k profiler events: slow to write
+    [[ " ${PROFILE_ENGINES-compiled} " == *" $engine "* ]] && prof=(--profile "$OUT/profile_$engine.txt")
+    bench "0.5b_$engine" "${!secs_var:-${BENCH_SECS:-240}}" --engine "$engine" "${prof[@]}"
+  done
+  for engine in ${LEAN_OFF_ENGINES:-}; do  # the same engines without the lean forward
+    bench "0.5b_${engine}_no_lean" "${BENCH_SECS:-240}" --engine "$engine" --no-lean
+  done
+fi
 if [ "$MODE" = full ]; then
   step trainer_tests_on_cuda ${SUITE_SECS:-300} $PYT -n 12 -vv --continue-on-collection-errors tests/trainer tests/rewards
   grep -E "(FAILED|ERROR) " "$OUT/trainer_tests_on_cuda.log" | sed "s/^\[gw[0-9]*\] //" | sort | uniq | head -80
   grep -cE " PASSED " "$OUT/trainer_tests_on_cuda.log"
 fi
+printf '%s\n' "${medians[@]}" | tee "$OUT/medians.txt"
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
