@@ -10,6 +10,7 @@ from chatmodel import build_chat_model
 from engine_batches import ragged_batch
 from option_registry import covers
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainer.config import ModelConfig, TrainConfig
 from trainer.engines import ENGINES, build_engine
@@ -152,9 +153,9 @@ def test_finished_rows_leave_the_batch(policy):
 
 class _HostReads(TorchFunctionMode):
     """Counts the decode loop's reads of tensor values into Python (each a device
-    sync on a GPU). Reads inside the model's forward are the model's own (today
-    transformers' mask check asks whether the mask is all ones, once per forward;
-    a static cache and a compiled decode, issue 24 item 4, remove it)."""
+    sync on a GPU). Reads inside the model's forward are the model's own
+    (transformers' mask check asks whether the mask is all ones, once per forward;
+    the lean decode steps build their masks without it: the next test)."""
 
     READS = {"tolist", "item", "__bool__", "__int__", "__float__", "__index__"}
 
@@ -207,6 +208,53 @@ def test_the_host_reads_the_device_once_per_chunk_whatever_the_batch_size(policy
     # 32 steps in chunks of 8: two reads per chunk (any row ended? any left?), and
     # the tokens, lengths and log-probs read back once at the end.
     assert large <= 2 * (32 // 8) + 3
+
+
+class _ScalarReads(TorchDispatchMode):
+    """Counts every read of one tensor value into Python, wherever it happens (our
+    loop, transformers' mask code, a forward): ``bool()``, ``int()`` and ``item()``
+    all come down to ``aten._local_scalar_dense``, a device sync on a GPU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket is torch.ops.aten._local_scalar_dense:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_no_code_reads_the_device_every_token_the_masks_neither(policy):
+    """transformers' causal mask asks whether the padding mask is all ones (a
+    scalar read) every forward it makes; the eager engine's decode steps build
+    their one-query mask themselves, so a generation's scalar reads are its
+    chunks' and its prefill's, not one a token."""
+    saved = policy.stop_ids
+    policy.stop_ids = [policy.model.config.vocab_size]  # every row runs 32 tokens
+    counts = []
+    # The lean forward's one check against the model (its own reads) first.
+    assert build_engine("eager", policy)._lean(over_cache=True) is not None
+    try:
+        for rows in (4, 32):
+            engine = build_engine("eager", policy)
+            engine.sync_every = 8
+            contexts = [[policy.bos_id] + [5] * (1 + i % 3) for i in range(rows)]
+            reads = _ScalarReads()
+            with reads:
+                engine.generate(
+                    contexts,  # left-padded: the decode masks have padding
+                    [32] * rows,
+                    temperature=1.0,
+                    top_p=1.0,
+                    generator=torch.Generator().manual_seed(0),
+                    with_logprobs=True,
+                )
+            counts.append(reads.count)
+    finally:
+        policy.stop_ids = saved
+    assert counts[0] == counts[1]
+    assert counts[1] <= 32 // 8 + 4, counts  # vs 32 + 5 with transformers' mask
 
 
 def test_rollout_engine_names_a_registered_engine():

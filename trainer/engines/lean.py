@@ -290,13 +290,19 @@ class LeanForward:
         attention are transformers' own (the model's ``sdpa``), so only the
         module stack is left out."""
         x = F.embedding(input_ids, self.embed.weight)
-        mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=x,
-            attention_mask=attention_mask,
-            cache=cache,
-            position_ids=position_ids,
-        )
+        if input_ids.shape[1] == 1:
+            # One query a row sees every key but padding: the padding mask is the
+            # whole mask. transformers' would first ask whether the mask has any
+            # padding at all (a read of the device, a host sync every token on a GPU).
+            mask = attention_mask.bool()[:, None, None, :]
+        else:
+            mask = create_causal_mask(
+                config=self.config,
+                inputs_embeds=x,
+                attention_mask=attention_mask,
+                cache=cache,
+                position_ids=position_ids,
+            )
         attention = ALL_ATTENTION_FUNCTIONS["sdpa"]
 
         def attend(i: int, layer: _Layer, q, k, v) -> torch.Tensor:
