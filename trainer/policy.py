@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from trainer.chat import make_renderer
 from trainer.config import ModelConfig
@@ -52,6 +53,30 @@ class Prefixes:
 
     def select(self, idx: torch.Tensor) -> Prefixes:
         return Prefixes(self.ids, self.mask, self.of_row[idx], self.length[idx])
+
+
+_PLAIN_LAYERS = (DynamicLayer, DynamicSlidingWindowLayer)
+
+
+def take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows ``index`` of ``x`` (dim 0), with a gradient summed in the same order
+    every run: on the CPU through ``index_select``, whose backward adds the rows in
+    turn (advanced indexing's accumulates them from several threads at once, in
+    whatever order they meet: a run's numbers moved by ~1e-7 from one process to the
+    next, then diverged); elsewhere through advanced indexing, whose CUDA backward
+    sorts where ``index_select``'s adds atomically."""
+    return x.index_select(0, index) if x.device.type == "cpu" else x[index]
+
+
+def select_rows(cache: DynamicCache, index: torch.Tensor) -> None:
+    """``cache.batch_select_indices(index)`` through :func:`take_rows` for the
+    layers that hold just keys and values (the rest select their own way)."""
+    for layer in cache.layers:
+        if type(layer) in _PLAIN_LAYERS and layer.get_seq_length() > 0:
+            layer.keys = take_rows(layer.keys, index)
+            layer.values = take_rows(layer.values, index)
+        else:
+            layer.batch_select_indices(index)
 
 
 def left_pad(
@@ -352,7 +377,7 @@ class Policy(nn.Module):
             logits_to_keep=1,
         )
         cache = out_p.cache
-        cache.batch_select_indices(inv)  # differentiable: rows share the prompt's K/V
+        select_rows(cache, inv)  # differentiable: rows share the prompt's K/V
         S = int(rest.max())
         cols = torch.arange(S, device=input_ids.device)
         src = plen.unsqueeze(1) + cols  # (B, S) index of remainder token j in the row
@@ -370,12 +395,14 @@ class Policy(nn.Module):
         )
         # The prompt's last position predicts remainder token 0; remainder position
         # j-1 predicts token j.
-        logits = torch.cat([out_p.logits[:, -1:, :][inv], out_s.logits[:, :-1, :]], 1)
+        logits = torch.cat(
+            [take_rows(out_p.logits[:, -1:, :], inv), out_s.logits[:, :-1, :]], 1
+        )
         hidden = None
         if need_hidden:
             hidden = torch.cat(
                 [
-                    out_p.hidden_states[-1][:, -1:, :][inv],
+                    take_rows(out_p.hidden_states[-1][:, -1:, :], inv),
                     out_s.hidden_states[-1][:, :-1, :],
                 ],
                 1,

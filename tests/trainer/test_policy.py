@@ -149,6 +149,70 @@ def test_shared_prompts_score_like_separate_rows_with_the_same_gradients():
     torch.testing.assert_close(g_shared, g_plain, atol=1e-5, rtol=1e-4)
 
 
+def test_rows_shared_from_a_prompt_sum_their_gradients_the_same_way_every_time():
+    """A shared prompt's keys, values and last logits are gathered out to its rows;
+    the gradients flowing back are summed per prompt. On the CPU that sum must not
+    depend on how threads meet (advanced indexing's backward accumulates in
+    parallel: a run's numbers moved by ~1e-7 from one process to the next, and a
+    seeded run diverged); a size where the parallel path runs, two threads."""
+    from trainer.policy import take_rows
+
+    torch.manual_seed(0)
+    index = torch.randint(0, 11, (64,))
+    grad = torch.randn(64, 4, 190, 32)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        sums = []
+        for _ in range(20):
+            x = torch.zeros(11, 4, 190, 32, requires_grad=True)
+            take_rows(x, index).backward(grad)
+            sums.append(x.grad)
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(s, sums[0]) for s in sums)
+    want = torch.zeros(11, 4, 190, 32, dtype=torch.float64)
+    want.index_add_(0, index, grad.double())
+    torch.testing.assert_close(sums[0].double(), want, atol=1e-5, rtol=0)
+
+
+def test_scoring_shared_prompts_gives_the_same_gradients_every_time():
+    """The same through the policy's shared-prompt forward (the KV cache and the
+    prompts' last logits gathered to 64 rows of 11 prompts), repeated."""
+    torch.manual_seed(0)
+    p = Policy.build(ModelConfig(size="tiny"), WORDS)
+    rng = random.Random(0)
+    vocab = len(p.tokenizer)
+    prompts = [
+        [p.bos_id] + [rng.randrange(6, vocab) for _ in range(60)] for _ in range(11)
+    ]
+    rollouts = []
+    for i in range(64):
+        act = [rng.randrange(6, vocab) for _ in range(rng.randrange(2, 9))]
+        segs = [
+            Segment(0, "prompt", prompts[i % 11], "prompt"),
+            Segment(0, "action", act + [p.eoa_id], None),
+        ]
+        rollouts.append(Rollout(Task(f"t{i % 11}", "x"), i % 11, i, segs))
+    batch = collate(rollouts, p.pad_id, p.device)
+    assert batch.prefixes is not None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        grads = []
+        for _ in range(8):
+            p.zero_grad(set_to_none=True)
+            st = p.token_stats(
+                batch.input_ids, batch.attention_mask, prefixes=batch.prefixes
+            )
+            (st.logprobs * batch.loss_mask).sum().backward()
+            grads.append([q.grad.clone() for q in p.parameters()])
+    finally:
+        torch.set_num_threads(threads)
+    for other in grads[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(grads[0], other, strict=True))
+
+
 def test_it_scores_log_probs_that_match_a_manual_softmax(policy):
     ids = torch.tensor([[policy.bos_id, 5, 6, 7]])
     mask = torch.ones_like(ids)
