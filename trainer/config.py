@@ -196,9 +196,10 @@ class OptimConfig(_Strict):
     minibatches: int = Field(1, ge=1, le=1024, description="Minibatches per epoch.")
     compile: bool = Field(
         False,
-        description="torch.compile the decoder layers for the update's forward and "
-        "backward (fused elementwise kernels; the first step pays for compilation). "
-        "Falls back to eager layers with the reason logged.",
+        description="torch.compile each decoder layer's MLP and norms for the "
+        "update's forward and backward (fused elementwise kernels, for GPUs; the "
+        "first step pays for compilation). Falls back to eager with the reason "
+        "logged.",
     )
 
 
