@@ -194,6 +194,14 @@ class OptimConfig(_Strict):
         1, ge=1, le=64, description="Optimisation epochs over each batch."
     )
     minibatches: int = Field(1, ge=1, le=1024, description="Minibatches per epoch.")
+    micro_batch_size: int = Field(
+        0,
+        ge=0,
+        le=65536,
+        description="Rollouts per forward and backward within a minibatch "
+        "(gradient accumulation: the same update, one micro-batch's activations "
+        "in memory at a time); 0: the whole minibatch at once.",
+    )
     compile: bool = Field(
         False,
         description="torch.compile each decoder layer's MLP and norms for the "

@@ -9,7 +9,8 @@ A run with ``resources.processes`` N > 1 is N processes (ranks), started by ``to
   so group advantages are exact. Tokens are sampled from a generator of the rank's own
   (rank 0's is the one-process run's);
 * rescales its loss from its own normaliser to the whole batch's
-  (:meth:`Parallel.loss_scales`: trained tokens, sequences or rows summed over ranks),
+  (:func:`trainer.accumulate.loss_scales`: trained tokens, sequences or rows summed
+  over ranks),
   so the ranks' losses add up to the one-process loss; DDP (or FSDP2, with
   ``strategy: fsdp``, see :mod:`trainer.fsdp`) averages gradients over ranks, so each
   rank back-propagates N times its share and the averaged gradient is the
@@ -30,7 +31,8 @@ import gc
 import inspect
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -126,27 +128,36 @@ class Parallel:
         )
         self._scorer = DDP(_Scorer(policy), device_ids=ids, **quiet)
 
-    def token_stats(self, *args: Any, **kwargs: Any) -> Any:
+    def token_stats(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs: Any
+    ) -> Any:
+        """The policy's ``token_stats`` through the wrapper. fsdp: a forward is a
+        collective, so every rank reads shared prompts once (two forwards) only if
+        every rank can (``shares_prefix``), else every rank reads its rows whole."""
         if self._scorer is None:
             raise RuntimeError("Parallel.wrap(policy) was not called")
-        return self._scorer(*args, **kwargs)
+        prefixes = kwargs.get("prefixes")
+        if self.strategy == "fsdp" and prefixes is not None:
+            from trainer.policy import shares_prefix
 
-    def loss_scales(self, mask: torch.Tensor) -> dict[str, float]:
-        """For each loss aggregation (see ``agg_loss``), this rank's normaliser over
-        the whole batch's (trained tokens, sequences with a trained token, rows x
-        ``max_len``, summed over ranks): the factor that turns this rank's loss into
-        its share of the whole batch's loss. (An empty rank's loss is 0 anyway.)"""
-        keep = mask > 0
-        mine = [float(keep.sum()), float(keep.any(1).sum()), float(mask.shape[0])]
-        every = self.all_sum(mine)
-        tokens, seqs, rows = (
-            max(m, 1.0) / max(e, 1.0) for m, e in zip(mine, every, strict=True)
-        )
-        return {
-            "token_mean": tokens,
-            "seq_mean_token_mean": seqs,
-            "seq_mean_token_sum_norm": rows,
-        }
+            if self.any(not shares_prefix(attention_mask, prefixes)):
+                kwargs["prefixes"] = None
+        return self._scorer(input_ids, attention_mask, **kwargs)
+
+    @contextmanager
+    def accumulating(self, sync: bool) -> Iterator[None]:
+        """A micro-batch's backward: gradients synchronised across ranks only
+        when ``sync`` (the minibatch's last), else kept on the rank, added to."""
+        if sync:
+            yield
+        elif self.strategy == "fsdp":
+            from trainer.fsdp import gradient_sync
+
+            with gradient_sync(self._scorer.policy, False):
+                yield
+        else:
+            with self._scorer.no_sync():
+                yield
 
     def reduce_metrics(
         self, metrics: dict[str, float], weight: float
@@ -154,13 +165,7 @@ class Parallel:
         """Every rank's update metrics -> the whole batch's: shares of a loss summed,
         maxima and minima as such, the rest averaged weighted by ``weight`` (the
         rank's trained tokens, which the metrics are means over)."""
-        parts = self.all_gather_objects((metrics, float(weight)))
-        names = list(dict.fromkeys(k for m, _ in parts for k in m))
-        out: dict[str, float] = {}
-        for name in names:
-            vals = [(m[name], w) for m, w in parts if name in m]
-            out[name] = _reduce(name, vals)
-        return out
+        return combine_metrics(self.all_gather_objects((metrics, float(weight))))
 
     def minibatches(self, order: torch.Tensor, count: int) -> list[torch.Tensor]:
         """This rank's rows cut into exactly ``count`` parts (some maybe empty): the
@@ -289,6 +294,20 @@ class Parallel:
         gc.collect()  # the wrapper sits in reference cycles (hooks, modules)
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def combine_metrics(parts: list[tuple[dict[str, float], float]]) -> dict[str, float]:
+    """Update metrics of parts of a batch (ranks' shares, micro-batches), each with
+    its weight (its trained tokens, which the metrics are means over) -> the whole
+    batch's: shares of a loss summed, maxima and minima as such, the rest averaged
+    by weight. One part's are its own, as they are."""
+    if len(parts) == 1:
+        return dict(parts[0][0])
+    names = list(dict.fromkeys(k for m, _ in parts for k in m))
+    return {
+        name: _reduce(name, [(m[name], w) for m, w in parts if name in m])
+        for name in names
+    }
 
 
 def _reduce(name: str, vals: list[tuple[float, float]]) -> float:

@@ -4,14 +4,18 @@ across the ranks of a run (``resources.strategy: fsdp``).
 Each decoder layer is its own shard group, then the rest of the model (embeddings,
 final norm, the tied head) and the value head, if any. Sharding swaps parameters for
 ``DTensor``s, so it happens before the optimizer is built. Gradients are averaged over
-the ranks as DDP's are, so :meth:`Parallel.loss_scales` holds unchanged.
+the ranks as DDP's are, so :func:`trainer.accumulate.loss_scales` holds unchanged.
 
 A sharded module all-gathers its weights in every forward, a collective: every rank
 must run the same forwards. Generation and scoring do not (each rank plays and scores
 its own tasks, of its own lengths), so they run inside :func:`gathered`: all ranks
 gather the whole model together, run what they need alone, and free it together.
-Between those, only the update's forwards and backwards (alike on every rank, see
-``optimise``) touch the shards.
+Between those, only the update's forwards and backwards touch the shards, alike on
+every rank: as many minibatches and micro-batches everywhere (``optimise``,
+``trainer.accumulate``), and shared prompts read once only where every rank's rows
+allow it (``Parallel.token_stats``: one forward or two, the same on every rank).
+Micro-batches before a minibatch's last keep their gradients whole, added to
+(:func:`gradient_sync`); the last reduce-scatters the sum.
 
 What stays whole on every rank: the model while it is built (``Policy.build`` makes
 it whole before it is sharded), the frozen KL reference (a full copy, refreshed from
@@ -105,6 +109,21 @@ def gathered(policy: Policy, par: Any) -> Iterator[None]:
         for m in mods:
             m.reshard()
             m.set_reshard_after_forward(True, recurse=False)
+
+
+@contextmanager
+def gradient_sync(policy: Policy, on: bool) -> Iterator[None]:
+    """Backwards in the block reduce-scatter their gradients across the ranks
+    (``on``) or keep them whole on each rank, added to (a micro-batch before the
+    minibatch's last); back on after it."""
+    mods = _sharded(policy)
+    for m in mods:
+        m.set_requires_gradient_sync(on, recurse=False)
+    try:
+        yield
+    finally:
+        for m in mods:
+            m.set_requires_gradient_sync(True, recurse=False)
 
 
 def full_state(module: nn.Module) -> dict[str, torch.Tensor]:

@@ -55,6 +55,15 @@ class Prefixes:
         return Prefixes(self.ids, self.mask, self.of_row[idx], self.length[idx])
 
 
+def shares_prefix(attention_mask: torch.Tensor, prefixes: Prefixes) -> bool:
+    """Whether :meth:`Policy.token_stats` reads ``prefixes`` once for the rows that
+    share them (two forwards) rather than every row whole (one): some prompt is
+    shared by two rows, and every row has tokens after its prompt."""
+    rest = attention_mask.sum(1) - prefixes.length
+    distinct = len(torch.unique(prefixes.of_row))
+    return distinct < attention_mask.shape[0] and not bool((rest <= 0).any())
+
+
 _PLAIN_LAYERS = (DynamicLayer, DynamicSlidingWindowLayer)
 
 
@@ -358,11 +367,11 @@ class Policy(nn.Module):
         index ``length - 1 + j`` of the (B, T-1) layout; None when no prompt is
         shared or a row has nothing after its prompt."""
         B, T = input_ids.shape
+        if not shares_prefix(attention_mask, prefixes):
+            return None
         used, inv = torch.unique(prefixes.of_row, return_inverse=True)
         plen = prefixes.length
         rest = attention_mask.sum(1) - plen
-        if len(used) == B or bool((rest <= 0).any()):
-            return None
         p_ids, p_mask = prefixes.ids[used], prefixes.mask[used]
         lead = p_ids.shape[1] - int(p_mask.sum(1).max())  # padding common to all
         p_ids, p_mask = p_ids[:, lead:], p_mask[:, lead:]

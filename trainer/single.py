@@ -13,7 +13,8 @@ This module knows nothing of Django or of how processes are launched.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -66,11 +67,10 @@ class Single:
             raise RuntimeError("Single.wrap(policy) was not called")
         return self._policy.token_stats(*args, **kwargs)
 
-    def loss_scales(self, mask: torch.Tensor) -> dict[str, float]:
-        """Every loss is already the whole batch's (x 1.0 is exact)."""
-        return dict.fromkeys(
-            ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"), 1.0
-        )
+    @contextmanager
+    def accumulating(self, sync: bool) -> Iterator[None]:
+        """Gradients of a micro-batch's backward add up in place: nothing to sync."""
+        yield
 
     def minibatches(self, order: torch.Tensor, count: int) -> list[torch.Tensor]:
         """``order`` in parts of ceil(B / count) rows (the last one shorter)."""

@@ -5,8 +5,10 @@
 log-probs. On-policy with one epoch and one minibatch (no critic), the policy being
 optimised *is* the sampling policy, so that pass is skipped and the first training
 forward supplies the old log-probs (detached) and entropy, as TRL does when
-``num_iterations == 1``. ``optimise`` (a :class:`Learner`) then runs ``epochs`` passes of ``minibatches`` over the batch
-with the configured loss (old log-probs kept fixed across epochs, as PPO does), clips
+``num_iterations == 1``. ``optimise`` (a :class:`Learner`) then runs ``epochs``
+passes of ``minibatches`` over the batch with the configured loss (old log-probs
+kept fixed across epochs, as PPO does), each minibatch's forward and backward whole
+or in micro-batches of ``micro_batch_size`` rows (:mod:`trainer.accumulate`), clips
 the gradient norm and steps AdamW.
 """
 
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from trainer import accumulate
 from trainer.algorithms import (
     ResolvedAlgorithm,
     agg_loss,
@@ -31,6 +34,7 @@ from trainer.algorithms.correction import is_masked
 from trainer.batch import Batch
 from trainer.compiled_layers import compiled_layers
 from trainer.config import OptimConfig
+from trainer.distributed import combine_metrics
 from trainer.policy import Policy, TokenStats
 
 if TYPE_CHECKING:
@@ -181,6 +185,7 @@ def optimise(
                 advantages[idx],
                 None if returns is None else returns[idx],
                 fill=fill,
+                blank=blank,
             )
             if not blank:
                 last_logprobs[idx] = logprobs
@@ -200,37 +205,63 @@ def _minibatch_step(
     returns: torch.Tensor | None,
     *,
     fill: bool = False,
+    blank: bool = False,
 ) -> tuple[dict[str, float], torch.Tensor]:
-    """One minibatch: the forward, the loss, one optimizer step."""
+    """One minibatch: its forwards and backwards, whole or in micro-batches whose
+    gradients add up to the whole's (``trainer.accumulate``), one optimizer step.
+    ``blank``: this rank's share is empty (``mb`` is one row, nothing trained)."""
+    par, optim = learner.par, learner.optim
     layers = (
-        compiled_layers(learner.policy.model, learner.par.strategy)
-        if learner.optim.compile
-        else None
+        compiled_layers(learner.policy.model, par.strategy) if optim.compile else None
     )
-    args = (learner, mb, scores, idx, adv, returns, fill)
-    try:
-        with layers.active() if layers is not None else nullcontext():
-            loss, metrics, st = _forward_backward(*args)
-    except Exception as exc:
-        if layers is None or not layers.give_up(exc):
-            raise
-        loss, metrics, st = _forward_backward(*args)  # eagerly from now on
-    if layers is not None and layers.on:
-        layers.proven = True
+    parts = accumulate.plan(par, mb.size, optim.micro_batch_size, blank)
+    whole = par.all_sum(accumulate.normalisers(mb.loss_mask, blank))
+    pool = None
+    if len(parts) > 1 and learner.algo.top_entropy_quantile < 1:
+        pool = accumulate.entropy_pool(par, mb, parts)
+    learner.optimizer.zero_grad(set_to_none=True)
+    done: list[tuple[dict[str, float], float, torch.Tensor]] = []
+    for k, part in enumerate(parts):
+        sub = part.of(mb)
+        scales = accumulate.loss_scales(
+            accumulate.normalisers(sub.loss_mask, part.blank), whole
+        )
+        args = (learner, sub, scores, part.pick(idx), part.pick(adv))
+        kw = {
+            "returns": part.pick(returns),
+            "fill": fill and not part.blank,
+            "scales": scales,
+            "pool": pool,
+        }
+        with par.accumulating(sync=k == len(parts) - 1):
+            try:
+                with layers.active() if layers is not None else nullcontext():
+                    loss, metrics, st = _forward_backward(*args, **kw)
+            except Exception as exc:
+                if layers is None or not layers.give_up(exc):
+                    raise
+                learner.optimizer.zero_grad(set_to_none=True)
+                loss, metrics, st = _forward_backward(*args, **kw)  # eagerly now
+        if layers is not None and layers.on:
+            layers.proven = True
+        metrics["loss"] = float(loss.detach())
+        if not part.blank or not done and k == len(parts) - 1:
+            tokens = float((sub.loss_mask > 0).sum())
+            done.append((metrics, tokens, st.logprobs.detach()))
     grad_norm = torch.nn.utils.clip_grad_norm_(
-        learner.policy.parameters(), learner.optim.grad_clip
+        learner.policy.parameters(), optim.grad_clip
     )
     learner.optimizer.step()
+    metrics = combine_metrics([(m, w) for m, w, _ in done])
     # fsdp: a DTensor (the norm over every rank's shards)
-    whole = getattr(grad_norm, "full_tensor", None)
-    metrics["grad_norm"] = float(grad_norm if whole is None else whole())
-    metrics["loss"] = float(loss.detach())
-    return metrics, st.logprobs.detach()
+    whole_norm = getattr(grad_norm, "full_tensor", None)
+    metrics["grad_norm"] = float(grad_norm if whole_norm is None else whole_norm())
+    return metrics, torch.cat([lp for _, _, lp in done])
 
 
-def _forward_backward(learner, mb, scores, idx, adv, returns, fill):
-    """The minibatch's forward, loss and gradients (zeroed first): the loss, its
-    metrics and the forward's token stats."""
+def _forward_backward(learner, mb, scores, idx, adv, *, returns, fill, scales, pool):
+    """A micro-batch's forward, loss and gradients (added to ``.grad``): its share
+    of the minibatch's loss, its metrics and the forward's token stats."""
     algo = learner.algo
     st = learner.par.token_stats(
         mb.input_ids,
@@ -244,8 +275,7 @@ def _forward_backward(learner, mb, scores, idx, adv, returns, fill):
     if fill:  # on-policy: this forward is the sampling policy's view
         scores.old_logprobs[idx] = st.logprobs.detach()
         scores.entropy[idx] = st.entropy.detach()
-    loss, metrics = _loss(learner, mb, st, scores, idx, adv, returns)
-    learner.optimizer.zero_grad(set_to_none=True)
+    loss, metrics = _loss(learner, mb, st, scores, idx, adv, returns, scales, pool)
     # DDP averages the ranks' gradients: N x each share makes it their sum.
     (loss * learner.par.world).backward()
     return loss, metrics, st
@@ -259,15 +289,16 @@ def _loss(
     idx: torch.Tensor,
     adv: torch.Tensor,
     returns: torch.Tensor | None,
+    scales: dict[str, float],
+    pool: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The minibatch's loss (policy, KL, value, entropy terms) and its metrics."""
+    """A micro-batch's loss (policy, KL, value, entropy terms) and its metrics.
+    Every loss is rescaled by ``scales`` from the micro-batch's normaliser to the
+    whole minibatch's (every micro-batch's, every rank's tokens), so the parts'
+    losses add up to the one-process, one-forward loss (alone and whole: x 1.0)."""
     algo, mask, max_len = learner.algo, mb.loss_mask, learner.max_len
-    # Every loss is rescaled from this process's normaliser to the whole
-    # minibatch's (every rank's tokens), so the ranks' losses add up to the
-    # one-process loss (alone: x 1.0).
-    scales = learner.par.loss_scales(mask)
     scale = scales[algo.agg]
-    weights, corr, high = _token_weights(learner, mb, st, scores, idx)
+    weights, corr, high = _token_weights(learner, mb, st, scores, idx, pool)
     loss, metrics = policy_loss(
         algo.loss,
         st.logprobs,
@@ -327,6 +358,7 @@ def _token_weights(
     st: TokenStats,
     scores: Scores,
     idx: torch.Tensor,
+    pool: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, dict[str, float], torch.Tensor | None]:
     """(B, T-1) factors on the minibatch's per-token loss (None: all 1), their
     metrics, and the top-entropy mask (None: off): the sampler correction
@@ -348,9 +380,9 @@ def _token_weights(
         reasons[is_masked(weights, mask)] = 1
     if algo.top_entropy_quantile < 1 and st.entropy is not None:
         trained = mask > 0
-        # The threshold is the whole minibatch's: every rank's trained tokens.
-        parts = learner.par.all_gather_objects(st.entropy.detach()[trained].cpu())
-        pool = torch.cat([p.to(st.entropy.device) for p in parts])
+        if pool is None:  # the threshold is the minibatch's: every rank's tokens
+            parts = learner.par.all_gather_objects(st.entropy.detach()[trained].cpu())
+            pool = torch.cat([p.to(st.entropy.device) for p in parts])
         high = high_entropy_mask(
             st.entropy, mask, algo.top_entropy_quantile, pool=pool.float()
         )

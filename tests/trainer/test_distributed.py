@@ -53,6 +53,13 @@ SCENARIOS = {
     # What spans the batch is taken over every rank: the "batch" std, GAE's whitening.
     "batch_std": {"algorithm": {"std_scaling": "batch"}},
     "ppo": {"algorithm": {"preset": "ppo"}},
+    # Micro-batches of 2: 3 on the rank of 6 rows, 2 (and a blank) on the rank of 3;
+    # gradients synced at the last only, the top-entropy threshold over every rank's
+    # every micro-batch.
+    "micro_batches": {
+        "algorithm": {"agg": "token_mean", "top_entropy_quantile": 0.5},
+        "optim": {"micro_batch_size": 2},
+    },
 }
 SKIP = ("timing_s/", "perf/")
 

@@ -4,7 +4,10 @@ The same harness as ``test_distributed`` (its helpers are reused): the ranks rep
 the one-process run's rollouts of the tasks they drew, so the global batch is the
 same, and everything after generation runs for real over sharded parameters. The
 scenarios cover a KL term (the whole reference copy) and PPO (the value head, a
-scoring pass and several minibatches' worth of forwards inside ``gathered``). Then
+scoring pass and several minibatches' worth of forwards inside ``gathered``) and
+micro-batches (gradients reduce-scattered at a minibatch's last only; the ranks
+agree on reading shared prompts once, or every forward would not be every
+rank's: a part without a shared prompt is one forward, with one two). Then
 the ranks sample for real (generation under ``gathered``: the ranks run different
 numbers of forwards) and a run stopped after one step and resumed from its DCP
 checkpoint ends like an uninterrupted one.
@@ -35,7 +38,7 @@ pytestmark = [
 ]
 
 WORLD = 2
-SCENARIOS = ("seq_mean_token_sum_norm", "ppo")
+SCENARIOS = ("seq_mean_token_sum_norm", "ppo", "micro_batches")
 # The runs that sample for real also evaluate (rank 0 plays, the others wait).
 SAMPLED = {"eval": {"every": 2, "tasks": 2}}
 

@@ -185,3 +185,28 @@ def test_a_bf16_run_trains_with_optim_compile_on_the_gpu(reward_fn, monkeypatch)
     assert result.status == "succeeded"
     assert built and built[-1] is not None
     assert built[-1].proven and built[-1].failed is None
+
+
+def test_micro_batches_on_the_gpu_train_as_the_whole_minibatch(reward_fn):
+    """optim.micro_batch_size on CUDA (float32, so that the two runs can agree):
+    the same rewards, losses and gradient norms as one forward of the whole
+    minibatch."""
+    sinks = []
+    for micro in (0, 2):
+        cfg = TrainConfig.model_validate(
+            {
+                "steps": 2,
+                "env": {"name": "calc"},
+                "model": {"device": "cuda", "size": "small", "dtype": "float32"},
+                "optim": {"micro_batch_size": micro},
+                "rollout": {"tasks_per_step": 4, "group_size": 4, "max_turns": 2},
+            }
+        )
+        sink = ListSink()
+        result = train(cfg, make_env("calc", seed=0), reward_fn, sink)
+        assert result.status == "succeeded"
+        sinks.append([e["metrics"] for e in sink.of_type("step")])
+    for a, b in zip(*sinks, strict=True):
+        assert b["reward"] == a["reward"]
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-6)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-3)

@@ -1,0 +1,182 @@
+"""``optim.micro_batch_size``: a minibatch's forward and backward in micro-batches
+whose gradients add up to the whole minibatch's, through the real loop: the same
+weights, losses, gradient norms and recorded log-probs as one forward, for every
+loss aggregation, the KL and value terms, the top-entropy mask (its threshold over
+the whole minibatch) and several epochs and minibatches; and no forward of the
+update holding more than a micro-batch's rows."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from option_registry import covers
+from wiring import run, tiny
+
+import trainer.policy
+from trainer.accumulate import Part, loss_scales, normalisers, plan
+from trainer.distributed import combine_metrics
+from trainer.single import Single
+
+# Update metrics compared between the whole and the micro-batched run: everything
+# but time and throughput.
+SKIP = ("timing_s/", "perf/", "tokens_per_s")
+
+SCENARIOS = {
+    "grpo": {},  # seq_mean_token_mean, on-policy: the first forward fills old log-probs
+    "token_mean_kl": {"algorithm": {"agg": "token_mean", "kl_beta": 0.1}},
+    "dr_grpo": {"algorithm": {"preset": "dr_grpo"}},
+    "ppo": {"algorithm": {"preset": "ppo"}},
+    "top_entropy_epochs": {
+        "algorithm": {"top_entropy_quantile": 0.5, "entropy_coef": 0.01},
+        "optim": {"epochs": 2},
+    },
+    "minibatches": {"optim": {"minibatches": 2}},
+}
+
+
+def _config(name: str, size: int, steps: int = 2):
+    over = {k: dict(v) for k, v in SCENARIOS[name].items()}
+    over["optim"] = {**over.get("optim", {}), "micro_batch_size": size}
+    return tiny(steps=steps, **over)
+
+
+@pytest.fixture
+def training_rows(monkeypatch):
+    """The rows of every forward the update runs with gradients (in order)."""
+    seen: list[int] = []
+    real = trainer.policy.Policy.token_stats
+
+    def spy(self, input_ids, *a, **kw):
+        if torch.is_grad_enabled() and self.training:
+            seen.append(int(input_ids.shape[0]))
+        return real(self, input_ids, *a, **kw)
+
+    monkeypatch.setattr(trainer.policy.Policy, "token_stats", spy)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def tiny_init():
+    """The weights every run starts from (the same seed, the same build)."""
+    from wiring import initial_policy
+
+    return {
+        k: v.detach().clone() for k, v in initial_policy(tiny()).state_dict().items()
+    }
+
+
+def _close(a: float, b: float, rel: float = 1e-4, abs_: float = 1e-6) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
+
+
+@covers("optim.micro_batch_size")
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_micro_batches_train_as_the_whole_minibatch(
+    name, tmp_path, training_rows, tiny_init
+):
+    whole = run(_config(name, 0), tmp_path)
+    rows_whole = list(training_rows)
+    training_rows.clear()
+    micro = run(_config(name, 2), tmp_path)
+    # 6 rollouts a step: 6 (or 3 per minibatch) rows a forward, then at most 2.
+    cfg = whole.config
+    per_mb = 6 // cfg.optim.minibatches
+    updates = cfg.steps * cfg.optim.epochs * cfg.optim.minibatches
+    assert rows_whole == [per_mb] * updates
+    assert max(training_rows) == 2
+    assert sum(training_rows) == sum(rows_whole)
+    assert len(training_rows) == updates * -(-per_mb // 2)
+    for a, b in zip(whole.every_metrics(), micro.every_metrics(), strict=True):
+        assert b["reward"] == a["reward"]  # step 2 sampled the same tokens
+        keys = {k for k in a if not k.startswith(SKIP)}
+        assert keys == {k for k in b if not k.startswith(SKIP)}
+        bad = {k: (a[k], b[k]) for k in keys if not _close(a[k], b[k])}
+        assert not bad, bad
+    want, got = whole.weights(), micro.weights()
+    common = want.keys() & tiny_init.keys()  # (a tied embedding is saved once)
+    assert len(common) >= len(tiny_init) - 1
+    moved = max(float((want[k] - tiny_init[k]).abs().max()) for k in common)
+    assert moved > 1e-3  # the update did move the weights: equality is not trivial
+    for k, w in want.items():
+        torch.testing.assert_close(got[k], w, atol=1e-4, rtol=0)
+    # The gradients themselves (AdamW's first moment: a sum of the steps'), to
+    # float rounding; the weights above only to where AdamW's step, whose size
+    # does not depend on the gradient's, left a gradient of about 0 differing.
+    adam_w, adam_m = whole.optimizer_state(), micro.optimizer_state()
+    assert adam_w.keys() == adam_m.keys()
+    for i, st in adam_w.items():
+        m = st["exp_avg"]
+        scale = float(m.abs().max())
+        torch.testing.assert_close(
+            adam_m[i]["exp_avg"], m, rtol=1e-3, atol=1e-4 * scale
+        )
+    for step in (1, 2):
+        for ta, tb in zip(
+            whole.trajectories(step), micro.trajectories(step), strict=True
+        ):
+            for sa, sb in zip(ta["segments"], tb["segments"], strict=True):
+                for arr in ("logprob", "old_logprob", "entropy", "advantage"):
+                    xa = [x for x in sa[arr] if x is not None]
+                    xb = [x for x in sb[arr] if x is not None]
+                    assert len(xa) == len(xb)
+                    assert all(
+                        _close(x, y, 1e-4, 1e-5) for x, y in zip(xa, xb, strict=True)
+                    )
+
+
+def test_a_micro_batch_size_over_the_minibatch_is_one_forward(tmp_path, training_rows):
+    run(tiny(optim={"micro_batch_size": 64}), tmp_path)
+    assert training_rows == [6]
+
+
+class _Ranks(Single):
+    """A rank among two whose other rank has ``other`` micro-batches."""
+
+    def __init__(self, other: int) -> None:
+        super().__init__()
+        self.world, self.other = 2, other
+
+    def all_gather_ints(self, value: int) -> list[int]:
+        return [int(value), self.other]
+
+
+def test_every_rank_runs_as_many_micro_batches_blanks_filling_in():
+    parts = plan(_Ranks(other=2), rows=5, size=2)  # 3 here, 2 there: 3 each
+    assert [p.rows.tolist() for p in parts] == [[0, 1], [2, 3], [4]]
+    assert not any(p.blank for p in parts)
+    parts = plan(_Ranks(other=3), rows=3, size=2)  # 2 here, 3 there
+    assert [p.blank for p in parts] == [False, False, True]
+    assert parts[2].rows.tolist() == [0]
+    parts = plan(_Ranks(other=2), rows=1, size=2, blank=True)  # an empty share
+    assert [(p.rows, p.blank) for p in parts] == [(None, True), (None, True)]
+    assert plan(Single(), rows=5, size=0) == [Part(None)]
+    assert plan(Single(), rows=2, size=2) == [Part(None)]
+
+
+def test_parts_losses_add_up_to_the_whole_minibatchs_normaliser():
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0], [1, 1, 1]])
+    whole = normalisers(mask)
+    assert whole == [6.0, 3.0, 4.0]
+    tops, bottoms = normalisers(mask[:2]), normalisers(mask[2:])
+    for agg in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"):
+        one, two = loss_scales(tops, whole)[agg], loss_scales(bottoms, whole)[agg]
+        assert one + two == pytest.approx(1.0)
+    assert loss_scales(whole, whole) == dict.fromkeys(
+        ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"), 1.0
+    )
+    assert normalisers(mask, blank=True) == [0.0, 0.0, 0.0]
+
+
+def test_metrics_of_parts_combine_by_their_trained_tokens():
+    parts = [
+        ({"loss": 0.25, "clip_frac": 0.5, "ratio/max": 1.2}, 2.0),
+        ({"loss": 0.5, "clip_frac": 0.0, "ratio/max": 1.1}, 6.0),
+    ]
+    out = combine_metrics(parts)
+    assert out == {"loss": 0.75, "clip_frac": 0.125, "ratio/max": 1.2}
+    one = {"clip_frac": 0.1}
+    assert combine_metrics([(one, 3.0)]) == one  # one part: its own, as they are
