@@ -14,9 +14,10 @@ The estimate follows what the trainer does (``trainer.rollout.play``,
 * **generation**: all of a process's rollouts are played in lock-step in one batch, so
   the KV cache holds every row at full length (``2 x layers x kv_width`` values a
   token) and the sampler keeps a few ``(rows, vocab)`` float tensors;
-* **update**: one minibatch (``rows / optim.minibatches``) forward and backward: the
-  activations autograd keeps per token and layer, plus float logits with their
-  gradient; the scoring pass without gradients takes 64 rows at a time;
+* **update**: one minibatch (``rows / optim.minibatches``), or one micro-batch of it
+  (``optim.micro_batch_size`` rows), forward and backward: the activations autograd
+  keeps per token and layer, plus float logits with their gradient; the scoring pass
+  without gradients takes 64 rows at a time;
 * **state**: weights, gradients and AdamW's two moments of the trainable parameters,
   a frozen copy for the KL reference (not with LoRA), sharded ``processes`` ways
   under fsdp.
@@ -228,6 +229,8 @@ def estimate_step(
     kv = rows * length * shape.layers * 2 * shape.kv_width * b
     sampler = rows * shape.vocab * 4 * SAMPLER_VOCAB_COPIES
     mb_rows = math.ceil(rows / config.optim.minibatches)
+    if config.optim.micro_batch_size:
+        mb_rows = min(mb_rows, config.optim.micro_batch_size)
     mb_tokens = mb_rows * length
     update = mb_tokens * (
         shape.layers * activation_values(shape) * b

@@ -45,6 +45,7 @@ SETTINGS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
     (
         "per-device batch (completions)",
         {
+            "ours": ("optim.micro_batch_size",),
             "trl": ("per_device_train_batch_size",),
             "verl": (_V + "actor.ppo_micro_batch_size_per_gpu",),
         },

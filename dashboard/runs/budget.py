@@ -145,7 +145,7 @@ def check_budget(config: Any, takers: list[Offer]) -> list[str]:
             *budget.token_fields,
             "model.path" if config.model.path else "model.size",
         ]
-        if budget.phase == "update":
-            fields.append("optim.minibatches")
+        if budget.phase == "update":  # micro-batches: the same update, less memory
+            fields += ["optim.micro_batch_size", "optim.minibatches"]
         errors += [f"config.{f}: {message}" for f in dict.fromkeys(fields)]
     return errors

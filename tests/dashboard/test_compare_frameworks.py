@@ -60,6 +60,9 @@ def test_a_native_and_a_trl_run_line_up_their_settings(owner, owner_client):
     high = by_label["clip range high (epsilon_high)"]
     assert high.paths == ("algorithm.clip_high", "epsilon") and not high.differ
     assert by_label["KL coefficient (beta)"].paths == ("algorithm.kl_beta", "beta")
+    # Rollouts a forward and backward: our micro-batches, TRL's per-device batch.
+    batch = by_label["per-device batch (completions)"]
+    assert batch.paths == ("optim.micro_batch_size", "per_device_train_batch_size")
     assert by_label["seed"].values == ("0", "7") and by_label["seed"].differ
     assert not by_label["prompts per step"].differ  # TRL has no such setting
     # Nothing unmatched in the main table; the rest folded, counted.

@@ -102,6 +102,33 @@ def test_a_step_over_the_memory_limit_is_refused_with_its_numbers(
     assert Run.objects.count() == 0
 
 
+def test_an_update_over_the_limit_names_micro_batches_which_make_it_fit(
+    owner, tiny_config, settings
+):
+    settings.RUN_MAX_STEP_MEMORY_MB = 1024
+    # 128 rollouts of up to 1,024 tokens on the small model: the update's one
+    # minibatch needs ~6 GiB; in micro-batches of 4 rollouts, 0.2 GiB.
+    config = {
+        **tiny_config,
+        "model": {"size": "small", "device": "cpu"},
+        "rollout": {
+            "tasks_per_step": 16,
+            "group_size": 8,
+            "max_turns": 1,
+            "max_action_tokens": 512,
+            "max_total_tokens": 1024,
+        },
+    }
+    with pytest.raises(services.InvalidConfig) as refused:
+        services.launch_run(owner, config)
+    errors = by_field(refused.value.errors)
+    assert "update 6.0 GiB for 128 rollouts" in errors["config.optim.micro_batch_size"]
+    assert "config.optim.minibatches" in errors
+    config["optim"] = {"micro_batch_size": 4}
+    services.launch_run(owner, config)
+    assert Run.objects.count() == 1
+
+
 def test_a_path_model_is_sized_from_its_config_json(
     owner, tiny_config, settings, tmp_path
 ):

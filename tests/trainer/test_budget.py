@@ -116,6 +116,22 @@ def test_minibatches_divide_the_update_and_processes_the_rows():
     assert per_process.generation_bytes * 2 == whole.generation_bytes  # ...shared
 
 
+def test_micro_batches_bound_the_update_to_their_rows():
+    def with_optim(**optim):
+        base = config(tasks_per_step=4)  # 8 rows
+        return base.model_copy(update={"optim": base.optim.model_copy(update=optim)})
+
+    whole = estimate_step(with_optim(), SHAPE, kl_reference=False)
+    quarter = estimate_step(with_optim(micro_batch_size=2), SHAPE, kl_reference=False)
+    assert quarter.update_bytes * 4 == whole.update_bytes
+    # Micro-batches within minibatches: the smaller of the two row counts.
+    both = with_optim(minibatches=2, micro_batch_size=8)
+    assert estimate_step(both, SHAPE, kl_reference=False).update_bytes * 2 == (
+        whole.update_bytes
+    )
+    assert quarter.state_bytes == whole.state_bytes  # the update's state is as big
+
+
 def test_fsdp_shards_the_state_and_the_reference_stays_whole():
     cfg = TrainConfig.model_validate(
         {
