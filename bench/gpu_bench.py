@@ -95,6 +95,14 @@ def main() -> int:
         action="store_true",
         help="optim.compile: the update's layer parts torch.compiled",
     )
+    ap.add_argument(
+        "--micro",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="optim.micro_batch_size: the update in micro-batches of ROWS rollouts "
+        "(a batch bigger than one forward can hold)",
+    )
     args = ap.parse_args()
     import torch
 
@@ -118,7 +126,10 @@ def main() -> int:
             "steps": args.steps,
             "env": {"name": args.env},
             "model": {"size": args.size, "device": "cuda", "dtype": "bfloat16"},
-            "optim": {"compile": args.compile_update},
+            "optim": {
+                "compile": args.compile_update,
+                "micro_batch_size": args.micro,
+            },
             "rollout": {
                 "tasks_per_step": tasks,
                 "group_size": group,
@@ -141,6 +152,7 @@ def main() -> int:
                     f"{' (no lean)' if args.no_lean else ''}"
                     f"{' (no reserve)' if args.no_reserve else ''}"
                     f"{', update compiled' if args.compile_update else ''}"
+                    f"{f', micro-batches of {args.micro}' if args.micro else ''}"
                 )
             if ev["type"] == "step" and ev["step"] > 0:
                 m = ev["metrics"]

@@ -42,8 +42,9 @@ medians=()
 if [ "$MODE" = ab ]; then
   # One A/B per question left by the last GPU session (docs/gpu.md), unprofiled:
   # the eager engine with and without the lean forward and the reserved cache, the
-  # continuous engine without the lean forward, and the update compiled or not.
-  step gpu_tests ${TESTS_SECS:-120} $PYT -rA tests/trainer/test_gpu.py -k "optim_compile"
+  # continuous engine without the lean forward, the update compiled or not, and a
+  # bigger batch in micro-batches.
+  step gpu_tests ${TESTS_SECS:-120} $PYT -rA tests/trainer/test_gpu.py -k "optim_compile or micro_batches"
   S=${BENCH_SECS:-70}
   bench eager "$S" --engine eager
   bench eager_no_lean "$S" --engine eager --no-lean
@@ -51,6 +52,9 @@ if [ "$MODE" = ab ]; then
   bench eager_no_lean_no_reserve "$S" --engine eager --no-lean --no-reserve
   bench continuous_no_lean "$S" --engine continuous --no-lean
   bench compiled_compile_update "${BENCH_SECS_compiled:-170}" --engine compiled --compile-update
+  # A batch one forward could not hold (32 x 8 peaked at 60 GiB whole), in
+  # micro-batches of 32 rollouts: the update's MFU at a realistic batch.
+  bench compiled_64x8_micro32 "${BENCH_SECS_micro:-120}" --engine compiled --compile-update --batch 64x8 --micro 32
 else
   step gpu_tests ${TESTS_SECS:-240} $PYT -rA tests/trainer/test_gpu.py tests/trainer/test_gpu_path.py
   for engine in ${ENGINES:-eager compiled continuous}; do
