@@ -193,11 +193,17 @@ function showAll(serverOk) {
   return errors;
 }
 
+// Fields with an error at the last showing: a field whose error is new opens the folded
+// sections around it (the optimiser's, say), so that no problem is out of sight; one
+// folded again while its error stays is left folded.
+let shownErrors = new Set();
+
 function showErrors(errors) {
   for (const ul of form.querySelectorAll("[data-errors-for]")) ul.replaceChildren();
   for (const f of form.querySelectorAll(".field.has-error")) f.classList.remove("has-error");
   for (const f of form.querySelectorAll("[aria-invalid]")) f.removeAttribute("aria-invalid");
   const orphans = [];
+  const shown = new Set();
   for (const [path, messages] of Object.entries(errors)) {
     const ul = form.querySelector(`[data-errors-for="${CSS.escape(path)}"]`);
     if (!ul) { orphans.push(...messages); continue; }
@@ -205,7 +211,12 @@ function showErrors(errors) {
     const field = ul.closest(".field");
     field?.classList.add("has-error");
     field?.querySelector("input, select, textarea")?.setAttribute("aria-invalid", "true");
+    shown.add(path);
+    if (!shownErrors.has(path)) {
+      for (let box = ul.closest("details"); box; box = box.parentElement?.closest("details")) box.open = true;
+    }
   }
+  shownErrors = shown;
   return orphans;
 }
 

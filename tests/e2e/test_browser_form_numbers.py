@@ -105,3 +105,49 @@ def test_mistyped_numbers_show_an_error_beside_the_field_and_never_launch(
     )
     assert weight == 0.25 and groups == 4
     page.guard.check()
+
+
+MICRO = "[name='optim.micro_batch_size']"
+
+
+def test_an_update_that_would_not_fit_opens_the_folded_field_that_fixes_it(
+    live, page, shots, ui
+):
+    """The memory refusal names ``optim.micro_batch_size``, which lives in the folded
+    "Optimiser, checkpoints and evaluation" section: the section opens when the
+    error appears, so the field that fixes it is in sight, and micro-batches of 16
+    take the error away from it."""
+    ui.login(page, live.url)
+    page.goto(live.url + "/runs/new/")
+    ui.until(
+        page,
+        "document.querySelector('[data-check-status]').textContent.includes('Valid')",
+    )
+    assert not page.is_visible(MICRO)  # folded away at first
+    page.select_option("[name='model.size']", "small")
+    # 2,048 rollouts of up to 1,024 tokens: the update's one minibatch would hold
+    # ~190 GiB of activations (the KV cache while generating: ~16 GiB).
+    for name, value in (
+        ("rollout.tasks_per_step", "256"),
+        ("rollout.group_size", "8"),
+        ("rollout.max_turns", "1"),
+        ("rollout.max_action_tokens", "1024"),
+        ("rollout.max_total_tokens", "1024"),
+    ):
+        page.fill(f"[name='{name}']", value)
+    ui.until(
+        page,
+        "document.querySelector(\"[data-errors-for='optim.micro_batch_size']\")"
+        ".textContent.includes('update')",
+    )
+    message = page.text_content("[data-errors-for='optim.micro_batch_size']")
+    assert "2,048 rollouts of up to 1,024 tokens" in message
+    assert page.is_visible(MICRO)  # its section opened
+    page.locator(MICRO).scroll_into_view_if_needed()
+    ui.shot(page, shots, "form_micro_batches_refused", full=False)
+    page.fill(MICRO, "16")
+    ui.until(
+        page,
+        "document.querySelector(\"[data-errors-for='optim.micro_batch_size']\")"
+        ".textContent === ''",
+    )
