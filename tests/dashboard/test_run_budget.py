@@ -76,24 +76,35 @@ def test_the_tokens_limit_is_a_setting(owner, tiny_config, settings):
     assert "config.rollout.max_action_tokens" in str(refused.value)
 
 
-def test_a_step_over_the_memory_limit_is_refused_with_its_numbers(
-    owner, tiny_config, settings
-):
-    settings.RUN_MAX_STEP_MEMORY_MB = 1024
-    config = {
+def _refused(owner, config: dict) -> dict[str, str]:
+    """The errors, by field, of launching ``config``, which must be refused."""
+    with pytest.raises(services.InvalidConfig) as refused:
+        services.launch_run(owner, config)
+    return by_field(refused.value.errors)
+
+
+def _one_turn(tiny_config: dict, size: str, *, action: int, total: int) -> dict:
+    """16 tasks x 8 rollouts of one action of up to ``action`` tokens on the
+    built-in model of ``size``, on the CPU."""
+    return {
         **tiny_config,
-        "model": {"size": "0.5b", "device": "cpu"},
+        "model": {"size": size, "device": "cpu"},
         "rollout": {
             "tasks_per_step": 16,
             "group_size": 8,
             "max_turns": 1,
-            "max_action_tokens": 2048,
-            "max_total_tokens": 4096,
+            "max_action_tokens": action,
+            "max_total_tokens": total,
         },
     }
-    with pytest.raises(services.InvalidConfig) as refused:
-        services.launch_run(owner, config)
-    errors = by_field(refused.value.errors)
+
+
+def test_a_step_over_the_memory_limit_is_refused_with_its_numbers(
+    owner, tiny_config, settings
+):
+    settings.RUN_MAX_STEP_MEMORY_MB = 1024
+    config = _one_turn(tiny_config, "0.5b", action=2048, total=4096)
+    errors = _refused(owner, config)
     message = errors["config.model.size"]
     assert message.startswith("a step needs about ")
     assert "over RUN_MAX_STEP_MEMORY_MB: 1.0 GiB" in message
@@ -108,20 +119,8 @@ def test_an_update_over_the_limit_names_micro_batches_which_make_it_fit(
     settings.RUN_MAX_STEP_MEMORY_MB = 1024
     # 128 rollouts of up to 1,024 tokens on the small model: the update's one
     # minibatch needs ~6 GiB; in micro-batches of 4 rollouts, 0.2 GiB.
-    config = {
-        **tiny_config,
-        "model": {"size": "small", "device": "cpu"},
-        "rollout": {
-            "tasks_per_step": 16,
-            "group_size": 8,
-            "max_turns": 1,
-            "max_action_tokens": 512,
-            "max_total_tokens": 1024,
-        },
-    }
-    with pytest.raises(services.InvalidConfig) as refused:
-        services.launch_run(owner, config)
-    errors = by_field(refused.value.errors)
+    config = _one_turn(tiny_config, "small", action=512, total=1024)
+    errors = _refused(owner, config)
     assert "update 6.0 GiB for 128 rollouts" in errors["config.optim.micro_batch_size"]
     assert "config.optim.minibatches" in errors
     config["optim"] = {"micro_batch_size": 4}
@@ -149,9 +148,7 @@ def test_a_path_model_is_sized_from_its_config_json(
     settings.MODEL_ROOTS = [tmp_path / "models"]
     settings.RUN_MAX_STEP_MEMORY_MB = 40 * 1024
     config = {**tiny_config, "model": {"path": str(model), "device": "cpu"}}
-    with pytest.raises(services.InvalidConfig) as refused:
-        services.launch_run(owner, config)
-    errors = by_field(refused.value.errors)
+    errors = _refused(owner, config)
     # 6.74e9 parameters in float32: weights, gradients and two moments, 100 GiB
     assert "weights and optimizer 100.4 GiB" in errors["config.model.path"]
 
