@@ -12,9 +12,10 @@ with a trained token, rows), so each micro-batch's loss is rescaled from its own
 count to the minibatch's (:func:`loss_scales`), summed over every rank's share, as
 the ranks' losses already were. What else spans the minibatch is taken over all of
 it: the top-entropy quantile's threshold over every micro-batch's entropies
-(:func:`entropy_pool`, one forward without gradients first), the metrics averaged
-over the micro-batches weighted by their trained tokens
-(:func:`trainer.distributed.combine_metrics`).
+(:func:`entropy_pool`, one forward without gradients first, compiled if the
+training forward is), the metrics averaged over the micro-batches weighted by the
+tokens each is a mean over (:func:`metric_weights`,
+:func:`trainer.distributed.combine_metrics`).
 
 Every rank runs as many micro-batches as the rank with the most (the others add
 blank ones: one row, nothing trained), because an FSDP forward is a collective;
@@ -91,6 +92,19 @@ def plan(par: Any, rows: int, size: int, blank: bool = False) -> list[Part]:
         return [Part(None)] + [Part(torch.arange(1), blank=True)] * (count - 1)
     parts = [Part(r) for r in torch.arange(rows).split(size)]
     return parts + [Part(torch.arange(1), blank=True)] * (count - len(parts))
+
+
+def metric_weights(mb: Batch) -> dict[str, float]:
+    """What a part's update metrics are means over, by name prefix (``""``: the
+    rest, its trained tokens): the sampler correction's are over the trained
+    tokens that carry a sampler log-prob."""
+    keep = mb.loss_mask > 0
+    out = {"": float(keep.sum())}
+    if mb.sampler_logprobs is not None:
+        out["rollout_correction/"] = float(
+            (keep & torch.isfinite(mb.sampler_logprobs)).sum()
+        )
+    return out
 
 
 @torch.no_grad()

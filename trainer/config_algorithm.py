@@ -152,7 +152,14 @@ class AlgorithmConfig(_Strict):
         description="Weight tokens by pi_learner / pi_sampler, truncated or masked "
         "to [lower, cap]; empty: off.",
     )
-    entropy_coef: float = Field(0.0, ge=-1, le=1)
+    entropy_coef: float = Field(
+        0.0,
+        ge=-1,
+        le=1,
+        description="Entropy bonus: this times the trained tokens' entropy, "
+        "aggregated as the loss is, is subtracted from the loss; under a "
+        "top-entropy mask the masked tokens count 0, as in the policy loss.",
+    )
     gamma: float = Field(1.0, ge=0, le=1)
     lam: float = Field(0.95, ge=0, le=1)
     value_coef: float = Field(0.5, ge=0, le=100)

@@ -31,7 +31,7 @@ import gc
 import inspect
 import math
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -296,18 +296,30 @@ class Parallel:
             dist.destroy_process_group()
 
 
-def combine_metrics(parts: list[tuple[dict[str, float], float]]) -> dict[str, float]:
+def combine_metrics(
+    parts: Sequence[tuple[Mapping[str, float], float | Mapping[str, float]]],
+) -> dict[str, float]:
     """Update metrics of parts of a batch (ranks' shares, micro-batches), each with
-    its weight (its trained tokens, which the metrics are means over) -> the whole
-    batch's: shares of a loss summed, maxima and minima as such, the rest averaged
-    by weight. One part's are its own, as they are."""
+    its weight: the tokens its metrics are means over (one number, or by name
+    prefix with ``""`` for the rest) -> the whole batch's: shares of a loss summed,
+    maxima and minima as such (over parts with a weight, if any has one), the rest
+    averaged by weight. One part's are its own, as they are."""
     if len(parts) == 1:
         return dict(parts[0][0])
     names = list(dict.fromkeys(k for m, _ in parts for k in m))
     return {
-        name: _reduce(name, [(m[name], w) for m, w in parts if name in m])
+        name: _reduce(
+            name, [(m[name], _weight(w, name)) for m, w in parts if name in m]
+        )
         for name in names
     }
+
+
+def _weight(weights: float | Mapping[str, float], name: str) -> float:
+    if not isinstance(weights, Mapping):
+        return float(weights)
+    prefix = max((p for p in weights if name.startswith(p)), key=len)
+    return float(weights[prefix])
 
 
 def _reduce(name: str, vals: list[tuple[float, float]]) -> float:
@@ -316,12 +328,12 @@ def _reduce(name: str, vals: list[tuple[float, float]]) -> float:
         return float(math.fsum(xs))
     if name in _SAME:
         return float(xs[0])
-    if name.endswith(("/max", "_max")):
-        return float(max(xs))
-    if name.endswith(("/min", "_min")):
-        return float(min(xs))
     weighted = [(v, w) for v, w in vals if w > 0]
-    if not weighted:  # no rank trained a token: the plain mean (NaN stays NaN)
+    if name.endswith(("/max", "_max")):
+        return float(max(v for v, _ in weighted or vals))
+    if name.endswith(("/min", "_min")):
+        return float(min(v for v, _ in weighted or vals))
+    if not weighted:  # no part trained a token: the plain mean (NaN stays NaN)
         return float(sum(xs) / len(xs))
     total = math.fsum(w for _, w in weighted)
     return float(math.fsum(v * w for v, w in weighted) / total)

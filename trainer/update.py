@@ -209,57 +209,78 @@ def _minibatch_step(
 ) -> tuple[dict[str, float], torch.Tensor]:
     """One minibatch: its forwards and backwards, whole or in micro-batches whose
     gradients add up to the whole's (``trainer.accumulate``), one optimizer step.
-    ``blank``: this rank's share is empty (``mb`` is one row, nothing trained)."""
+    ``blank``: this rank's share is empty (``mb`` is one row, nothing trained).
+    With ``optim.compile``, a first minibatch that fails anywhere runs again whole
+    eagerly (its gradients zeroed first), and the run stays eager."""
     par, optim = learner.par, learner.optim
     layers = (
         compiled_layers(learner.policy.model, par.strategy) if optim.compile else None
     )
     parts = accumulate.plan(par, mb.size, optim.micro_batch_size, blank)
-    whole = par.all_sum(accumulate.normalisers(mb.loss_mask, blank))
-    pool = None
-    if len(parts) > 1 and learner.algo.top_entropy_quantile < 1:
-        pool = accumulate.entropy_pool(par, mb, parts)
-    learner.optimizer.zero_grad(set_to_none=True)
-    done: list[tuple[dict[str, float], float, torch.Tensor]] = []
-    for k, part in enumerate(parts):
-        sub = part.of(mb)
-        scales = accumulate.loss_scales(
-            accumulate.normalisers(sub.loss_mask, part.blank), whole
-        )
-        args = (learner, sub, scores, part.pick(idx), part.pick(adv))
-        kw = {
-            "returns": part.pick(returns),
-            "fill": fill and not part.blank,
-            "scales": scales,
-            "pool": pool,
-        }
-        with par.accumulating(sync=k == len(parts) - 1):
-            try:
-                with layers.active() if layers is not None else nullcontext():
-                    loss, metrics, st = _forward_backward(*args, **kw)
-            except Exception as exc:
-                if layers is None or not layers.give_up(exc):
-                    raise
-                learner.optimizer.zero_grad(set_to_none=True)
-                loss, metrics, st = _forward_backward(*args, **kw)  # eagerly now
-        if layers is not None and layers.on:
-            layers.proven = True
-        metrics["loss"] = float(loss.detach())
-        if not part.blank or not done and k == len(parts) - 1:
-            tokens = float((sub.loss_mask > 0).sum())
-            done.append((metrics, tokens, st.logprobs.detach()))
+    args = (learner, mb, parts, scores, idx, adv, returns, fill)
+    try:
+        done = _accumulate(*args, layers=layers)
+    except Exception as exc:
+        if layers is None or not layers.give_up(exc):
+            raise
+        done = _accumulate(*args, layers=None)  # eagerly from now on
+    if layers is not None and layers.on:
+        layers.proven = True
     grad_norm = torch.nn.utils.clip_grad_norm_(
         learner.policy.parameters(), optim.grad_clip
     )
     learner.optimizer.step()
-    metrics = combine_metrics([(m, w) for m, w, _ in done])
+    trained = [(m, w) for m, w, _ in done if w[""] > 0]
+    metrics = combine_metrics(trained or [(m, w) for m, w, _ in done[:1]])
     # fsdp: a DTensor (the norm over every rank's shards)
     whole_norm = getattr(grad_norm, "full_tensor", None)
     metrics["grad_norm"] = float(grad_norm if whole_norm is None else whole_norm())
     return metrics, torch.cat([lp for _, _, lp in done])
 
 
-def _forward_backward(learner, mb, scores, idx, adv, *, returns, fill, scales, pool):
+def _accumulate(learner, mb, parts, scores, idx, adv, returns, fill, *, layers):
+    """The minibatch's parts forward and backward, gradients zeroed first and
+    added up, synchronised across ranks at the last part; per part that is not
+    blank (or the one blank part of an empty share): its metrics, their weights
+    (the trained tokens a metric is a mean over, by name prefix; ``""``: the rest)
+    and its log-probs."""
+    par = learner.par
+    compiled = layers.active if layers is not None else nullcontext
+    blank = all(p.blank for p in parts)
+    whole = par.all_sum(accumulate.normalisers(mb.loss_mask, blank))
+    pool = None
+    if len(parts) > 1 and learner.algo.top_entropy_quantile < 1:
+        with compiled():  # the threshold from the forward the mask is applied to
+            pool = accumulate.entropy_pool(par, mb, parts)
+    learner.optimizer.zero_grad(set_to_none=True)
+    done: list[tuple[dict[str, float], dict[str, float], torch.Tensor]] = []
+    for k, part in enumerate(parts):
+        sub = part.of(mb)
+        scales = accumulate.loss_scales(
+            accumulate.normalisers(sub.loss_mask, part.blank), whole
+        )
+        with par.accumulating(sync=k == len(parts) - 1), compiled():
+            loss, metrics, st = _forward_backward(
+                learner,
+                sub,
+                scores,
+                part.pick(idx),
+                part.pick(adv),
+                returns=part.pick(returns),
+                fill=fill and not part.blank,
+                blank=part.blank,
+                scales=scales,
+                pool=pool,
+            )
+        metrics["loss"] = float(loss.detach())
+        if not part.blank or blank and not done:
+            done.append((metrics, accumulate.metric_weights(sub), st.logprobs.detach()))
+    return done
+
+
+def _forward_backward(
+    learner, mb, scores, idx, adv, *, returns, fill, blank, scales, pool
+):
     """A micro-batch's forward, loss and gradients (added to ``.grad``): its share
     of the minibatch's loss, its metrics and the forward's token stats."""
     algo = learner.algo
@@ -275,7 +296,9 @@ def _forward_backward(learner, mb, scores, idx, adv, *, returns, fill, scales, p
     if fill:  # on-policy: this forward is the sampling policy's view
         scores.old_logprobs[idx] = st.logprobs.detach()
         scores.entropy[idx] = st.entropy.detach()
-    loss, metrics = _loss(learner, mb, st, scores, idx, adv, returns, scales, pool)
+    loss, metrics = _loss(
+        learner, mb, st, scores, idx, adv, returns, scales, pool, record=not blank
+    )
     # DDP averages the ranks' gradients: N x each share makes it their sum.
     (loss * learner.par.world).backward()
     return loss, metrics, st
@@ -291,6 +314,8 @@ def _loss(
     returns: torch.Tensor | None,
     scales: dict[str, float],
     pool: torch.Tensor | None = None,
+    *,
+    record: bool = True,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """A micro-batch's loss (policy, KL, value, entropy terms) and its metrics.
     Every loss is rescaled by ``scales`` from the micro-batch's normaliser to the
@@ -298,7 +323,7 @@ def _loss(
     losses add up to the one-process, one-forward loss (alone and whole: x 1.0)."""
     algo, mask, max_len = learner.algo, mb.loss_mask, learner.max_len
     scale = scales[algo.agg]
-    weights, corr, high = _token_weights(learner, mb, st, scores, idx, pool)
+    weights, corr, high = _token_weights(learner, mb, st, scores, idx, pool, record)
     loss, metrics = policy_loss(
         algo.loss,
         st.logprobs,
@@ -345,9 +370,11 @@ def _loss(
         loss = loss + algo.value_coef * vl
         metrics["value_loss"] = float(vl.detach())
     if algo.entropy_coef != 0 and st.entropy is not None:
-        # TRL: with a top-entropy mask the bonus acts on the same tokens.
-        bonus = mask if high is None else high
-        ent = agg_loss(st.entropy, bonus, algo.agg, max_len=max_len) * scale
+        # With a top-entropy mask the bonus acts on the same tokens, weighed as
+        # the policy loss weighs them: the others count 0 toward the trained
+        # tokens' normaliser (so micro-batches' and ranks' shares add up).
+        ent_tok = st.entropy if high is None else st.entropy * high
+        ent = agg_loss(ent_tok, mask, algo.agg, max_len=max_len) * scale
         loss = loss - algo.entropy_coef * ent
     return loss, metrics
 
@@ -359,6 +386,7 @@ def _token_weights(
     scores: Scores,
     idx: torch.Tensor,
     pool: torch.Tensor | None = None,
+    record: bool = True,
 ) -> tuple[torch.Tensor | None, dict[str, float], torch.Tensor | None]:
     """(B, T-1) factors on the minibatch's per-token loss (None: all 1), their
     metrics, and the top-entropy mask (None: off): the sampler correction
@@ -397,5 +425,6 @@ def _token_weights(
         scores.token_masks = torch.zeros(
             scores.old_logprobs.shape, dtype=torch.int8, device=mask.device
         )
-    scores.token_masks[idx] = reasons
+    if record:
+        scores.token_masks[idx] = reasons
     return weights, metrics, high

@@ -107,6 +107,43 @@ def test_a_part_that_fails_to_compile_runs_the_update_eagerly(
         assert torch.equal(fell_back.weights()[name], w), name
 
 
+def test_a_failure_in_a_later_micro_batch_runs_the_whole_minibatch_again_eagerly(
+    tmp_path, spied, monkeypatch
+):
+    """The first micro-batch runs "compiled" (here: the eager forward), the second
+    fails: the gradients of the first are dropped and the whole minibatch runs
+    again eagerly, so the run is the eager one bit for bit."""
+    real = trainer.update._forward_backward
+    parts: list[int] = []
+
+    def counted(*a, **k):
+        parts.append(1)
+        return real(*a, **k)
+
+    def fails_from_the_second_part(fn, **kw):
+        def call(*a, **k):
+            if len(parts) >= 2:
+                raise RuntimeError("no kernel for this part")
+            return fn(*a, **k)
+
+        return call
+
+    monkeypatch.setattr(trainer.update, "_forward_backward", counted)
+    monkeypatch.setattr(
+        "trainer.compiled_layers.torch.compile", fails_from_the_second_part
+    )
+    micro = {"micro_batch_size": 2}
+    eager = run(tiny(steps=2, optim=micro), tmp_path)
+    parts.clear()
+    fell_back = run(tiny(steps=2, optim={**micro, "compile": True}), tmp_path)
+    layers = spied[0]
+    assert not layers.on and "no kernel for this part" in layers.failed
+    # 3 parts a minibatch: 2 tried, then 3 eagerly; 3 at step 2.
+    assert len(parts) == 2 + 3 + 3
+    for name, w in eager.weights().items():
+        assert torch.equal(fell_back.weights()[name], w), name
+
+
 def test_a_failure_after_a_compiled_minibatch_succeeded_is_raised():
     layers = CompiledLayers(decoder_layers(_model()))
     assert layers.give_up(RuntimeError("compile")) is True and not layers.on
@@ -137,3 +174,28 @@ def test_fsdp_and_models_without_repeated_layers_run_eagerly(caplog):
         "optim.compile: the model has no layer parts to compile",
     ]
     assert compiled_layers(_model(), "single") is not None
+
+
+def test_micro_batches_take_the_top_entropy_threshold_from_the_compiled_forward(
+    tmp_path,
+):
+    """The threshold over the minibatch's entropies comes from a forward through
+    the same compiled parts as the training forwards the mask is applied to: a
+    token at the threshold lands on the same side as in one whole forward."""
+    algo = {"agg": "token_mean", "top_entropy_quantile": 0.25}
+    whole = run(tiny(algorithm=algo, optim={"compile": True}), tmp_path)
+    micro = run(
+        tiny(algorithm=algo, optim={"compile": True, "micro_batch_size": 4}), tmp_path
+    )
+    for a, b in zip(whole.trajectories(), micro.trajectories(), strict=True):
+        assert [s["masked"] for s in a["segments"]] == [
+            s["masked"] for s in b["segments"]
+        ]
+    for i, st in whole.optimizer_state().items():
+        m = st["exp_avg"]
+        torch.testing.assert_close(
+            micro.optimizer_state()[i]["exp_avg"],
+            m,
+            rtol=1e-3,
+            atol=1e-4 * float(m.abs().max()),
+        )

@@ -59,6 +59,9 @@ SCENARIOS = {
     "micro_batches": {
         "algorithm": {"agg": "token_mean", "top_entropy_quantile": 0.5},
         "optim": {"micro_batch_size": 2},
+        # Token arrays: the masked tokens' reasons, which a blank part (one row,
+        # nothing trained) must not overwrite.
+        "record": {"every": 1, "groups": None, "token_arrays": True},
     },
 }
 SKIP = ("timing_s/", "perf/")
@@ -313,6 +316,9 @@ def test_two_processes_record_every_trajectory_of_one_once(runs, name):
         assert _close(g["advantage"], w["advantage"])
         assert [s["token_ids"] for s in g["segments"]] == [
             s["token_ids"] for s in w["segments"]
+        ]
+        assert [s.get("masked") for s in g["segments"]] == [
+            s.get("masked") for s in w["segments"]
         ]
 
 

@@ -33,6 +33,14 @@ SCENARIOS = {
         "optim": {"epochs": 2},
     },
     "minibatches": {"optim": {"minibatches": 2}},
+    # The entropy bonus under the top-entropy mask: its shares add up too.
+    "entropy_bonus_top_entropy": {
+        "algorithm": {
+            "agg": "token_mean",
+            "top_entropy_quantile": 0.2,
+            "entropy_coef": 1.0,
+        },
+    },
 }
 
 
@@ -180,3 +188,30 @@ def test_metrics_of_parts_combine_by_their_trained_tokens():
     assert out == {"loss": 0.75, "clip_frac": 0.125, "ratio/max": 1.2}
     one = {"clip_frac": 0.1}
     assert combine_metrics([(one, 3.0)]) == one  # one part: its own, as they are
+    # A part with nothing trained reports a placeholder (ratio 1.0): not a maximum.
+    empty = ({"ratio/max": 1.0, "ratio/min": 1.0, "loss": 0.0}, 0.0)
+    full = ({"ratio/max": 0.9, "ratio/min": 0.8, "loss": 0.5}, 4.0)
+    assert combine_metrics([empty, full]) == {
+        "ratio/max": 0.9,
+        "ratio/min": 0.8,
+        "loss": 0.5,
+    }
+    # Weights by name prefix: the sampler correction's means are over the tokens
+    # with a sampler log-prob, the rest over the trained tokens.
+    a = (
+        {"rollout_correction/weight_mean": 0.5, "clip_frac": 0.0},
+        {"": 4.0, "rollout_correction/": 6.0},
+    )
+    b = (
+        {"rollout_correction/weight_mean": 1.0, "clip_frac": 1.0},
+        {"": 4.0, "rollout_correction/": 0.0},
+    )
+    c = (
+        {"rollout_correction/weight_mean": 0.8, "clip_frac": 0.5},
+        {"": 2.0, "rollout_correction/": 2.0},
+    )
+    out = combine_metrics([a, b, c])
+    assert out["rollout_correction/weight_mean"] == pytest.approx(
+        (0.5 * 6 + 0.8 * 2) / 8
+    )
+    assert out["clip_frac"] == pytest.approx((0.0 * 4 + 1.0 * 4 + 0.5 * 2) / 10)

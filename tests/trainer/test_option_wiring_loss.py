@@ -127,6 +127,28 @@ def test_the_entropy_bonus_is_subtracted_from_the_loss(tmp_path):
     assert m["loss"] == pytest.approx(m["policy_loss"] - coef * entropy, abs=1e-5)
 
 
+@covers("algorithm.entropy_coef", "algorithm.top_entropy_quantile")
+def test_with_a_top_entropy_mask_the_bonus_weighs_the_masked_tokens_zero(tmp_path):
+    # As the policy loss weighs them: a low-entropy token adds 0 to its sequence's
+    # bonus and still counts in its length (so parts of a batch add up).
+    coef = 0.3
+    cfg = tiny(algorithm={"entropy_coef": coef, "top_entropy_quantile": 0.5})
+    ran = run(cfg, tmp_path)
+    m = ran.metrics()
+    rows = []
+    for t in ran.trajectories():
+        row = []
+        for seg in t["segments"]:
+            if seg["mask"] is None:  # trained; "masked": [k, reason], token k
+                low = {k for k, why in seg["masked"] if why == "low_entropy"}
+                row += [0.0 if k in low else e for k, e in enumerate(seg["entropy"])]
+        rows.append(row)
+    assert any(0.0 in r for r in rows)  # some trained tokens were masked
+    assert m["loss"] == pytest.approx(
+        m["policy_loss"] - coef * seq_mean(rows), abs=1e-5
+    )
+
+
 @covers("algorithm.clip_low", "algorithm.clip_high", "algorithm.dual_clip")
 def test_the_clip_bounds_and_dual_clip_act_where_their_ratios_say(tmp_path):
     # Two epochs: the first sees ratio 1 (nothing clipped), the second the recorded
