@@ -17,7 +17,7 @@ The estimate follows what the trainer does (``trainer.rollout.play``,
 * **update**: one minibatch (``rows / optim.minibatches``), or one micro-batch of it
   (``optim.micro_batch_size`` rows), forward and backward: the activations autograd
   keeps per token and layer, plus float logits with their gradient; the scoring pass
-  without gradients takes 64 rows at a time;
+  without gradients takes 64 rows at a time (no more than a micro-batch's);
 * **state**: weights, gradients and AdamW's two moments of the trainable parameters,
   a frozen copy for the KL reference (not with LoRA), sharded ``processes`` ways
   under fsdp.
@@ -236,7 +236,10 @@ def estimate_step(
         shape.layers * activation_values(shape) * b
         + shape.vocab * 4 * UPDATE_VOCAB_COPIES
     )
-    score_tokens = min(rows, SCORE_CHUNK_ROWS) * length
+    score_rows = min(rows, SCORE_CHUNK_ROWS)
+    if config.optim.micro_batch_size:  # scoring goes no wider (trainer.update)
+        score_rows = min(score_rows, config.optim.micro_batch_size)
+    score_tokens = score_rows * length
     score = score_tokens * shape.vocab * 4 * SCORE_VOCAB_COPIES
     return StepBudget(
         rollouts=rollouts,

@@ -52,7 +52,7 @@ from trainer.step_report import (
     token_summaries,
 )
 from trainer.trajectory_events import alert_event
-from trainer.update import Learner, Scores, on_policy, optimise, score
+from trainer.update import Learner, Scores, on_policy, optimise, score, score_chunk
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,13 @@ def score_step(ctx: StepContext, state: TrainState, drawn: Drawn) -> Scored:
     policy_pass = not on_policy(algo, ctx.config.optim)
     # fsdp: gathered for the policy's own pass only (the reference is whole).
     with unsharded(policy, ctx.par) if policy_pass else nullcontext():
-        scores = score(policy, ctx.ref, batch, policy_pass=policy_pass)
+        scores = score(
+            policy,
+            ctx.ref,
+            batch,
+            score_chunk(ctx.config.optim),
+            policy_pass=policy_pass,
+        )
     kl_reward, results = kl_in_reward(algo, state, batch, scores, row_results, ctx.par)
     adv, returns, per_traj = token_advantages(
         algo, batch, results, ctx.config.rollout.group_size, scores.values, ctx.par
@@ -248,7 +254,7 @@ def entropy_only(ctx: StepContext, drawn: Drawn) -> Learned:
     sampled = drawn.sampled
     batch = collate(sampled.rollouts, ctx.policy.pad_id, ctx.policy.device)
     with unsharded(ctx.policy, ctx.par):
-        ent = score(ctx.policy, None, batch).entropy
+        ent = score(ctx.policy, None, batch, score_chunk(ctx.config.optim)).entropy
     sel = batch.loss_mask > 0
     metrics = {"entropy": float(ent[sel].mean()) if bool(sel.any()) else float("nan")}
     metrics = ctx.par.reduce_metrics(metrics, float(sel.sum()))

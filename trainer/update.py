@@ -91,12 +91,23 @@ def token_kl(
     return torch.where(keep, kl, zeros)
 
 
+# Rows a scoring forward (no gradients) takes at most (``score``).
+SCORE_CHUNK = 64
+
+
+def score_chunk(optim: OptimConfig) -> int:
+    """Rows per scoring forward: ``SCORE_CHUNK``, or fewer where the update goes
+    in smaller micro-batches (what a forward is to hold at most)."""
+    micro = optim.micro_batch_size
+    return min(SCORE_CHUNK, micro) if micro else SCORE_CHUNK
+
+
 @torch.no_grad()
 def score(
     policy: Policy,
     ref: Policy | None,
     batch: Batch,
-    chunk: int = 64,
+    chunk: int = SCORE_CHUNK,
     *,
     policy_pass: bool = True,
 ) -> Scores:

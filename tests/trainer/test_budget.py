@@ -6,6 +6,7 @@ import pytest
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from trainer.budget import (
+    SCORE_CHUNK_ROWS,
     ModelShape,
     default_shape,
     estimate_step,
@@ -130,6 +131,11 @@ def test_micro_batches_bound_the_update_to_their_rows():
         whole.update_bytes
     )
     assert quarter.state_bytes == whole.state_bytes  # the update's state is as big
+    # Scoring goes no wider than a micro-batch either (trainer.update.score_chunk).
+    assert quarter.score_bytes * 4 == whole.score_bytes
+    from trainer.update import SCORE_CHUNK
+
+    assert SCORE_CHUNK == SCORE_CHUNK_ROWS
 
 
 def test_fsdp_shards_the_state_and_the_reference_stays_whole():

@@ -136,6 +136,26 @@ def test_micro_batches_train_as_the_whole_minibatch(
                     )
 
 
+def test_scoring_forwards_go_no_wider_than_a_micro_batch(tmp_path, monkeypatch):
+    # Two epochs: the old log-probs come from a scoring pass (no gradients), and
+    # the KL term's reference scores the batch too.
+    seen: list[int] = []
+    real = trainer.policy.Policy.token_stats
+
+    def spy(self, input_ids, *a, **kw):
+        if not torch.is_grad_enabled():
+            seen.append(int(input_ids.shape[0]))
+        return real(self, input_ids, *a, **kw)
+
+    monkeypatch.setattr(trainer.policy.Policy, "token_stats", spy)
+    over = {"algorithm": {"kl_beta": 0.1}, "optim": {"epochs": 2}}
+    run(tiny(**over), tmp_path)
+    assert max(seen) == 6  # the whole batch in one scoring forward
+    seen.clear()
+    run(tiny(**{**over, "optim": {"epochs": 2, "micro_batch_size": 4}}), tmp_path)
+    assert seen and max(seen) == 4
+
+
 def test_a_micro_batch_size_over_the_minibatch_is_one_forward(tmp_path, training_rows):
     run(tiny(optim={"micro_batch_size": 64}), tmp_path)
     assert training_rows == [6]
