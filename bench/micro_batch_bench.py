@@ -3,6 +3,7 @@
     python bench/micro_batch_bench.py [--micro 0,16,4] [--steps 3] [--repeats 2]
                                       [--size small] [--batch 8x8] [--env search]
                                       [--warmstart 30]
+    python bench/micro_batch_bench.py --micro 0,4,4:random   # grouped vs not
 
 Each micro-batch size trains the same seeded run in a fresh process, the sizes
 interleaved (A B C, C B A, ...), and reports per run: the most memory one training
@@ -12,7 +13,9 @@ and float logits a forward holds until its backward frees them, what micro-batch
 bound),
 training forwards a step, the median update seconds of the steps after the first,
 and each step's loss and gradient norm (the same update whatever the size, to float
-rounding). Runs warm-start first (``--warmstart`` behaviour-cloning steps), so that
+rounding). A size written ``N:random`` takes the minibatch's rows into
+micro-batches in their own (shuffled) order instead of a prompt's rows together,
+shortest first (``trainer.accumulate.by_length``). Runs warm-start first (``--warmstart`` behaviour-cloning steps), so that
 rewards differ within a group and the update has a gradient. Medians over the
 repeats and ratios to the whole minibatch (``0``) are printed last. On a GPU
 (``--device cuda``) also ``cuda_peak_mib``: ``torch.cuda.max_memory_allocated``
@@ -69,6 +72,7 @@ def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT))
     import torch
 
+    import trainer.accumulate as accumulate
     import trainer.step as step_mod
     import trainer.update as update_mod
     from rewards import build_reward_fn, default_reward_config
@@ -78,6 +82,8 @@ def child(args: argparse.Namespace) -> None:
     from trainer.loop import train
 
     torch.set_num_threads(args.threads)
+    size, _, order = args.run.partition(":")
+    accumulate.GROUPED = order != "random"
     tasks, group = (int(x) for x in args.batch.split("x"))
     cfg = TrainConfig.model_validate(
         {
@@ -92,7 +98,7 @@ def child(args: argparse.Namespace) -> None:
                 "warmstart_steps": args.warmstart,
             },
             "rollout": {"tasks_per_step": tasks, "group_size": group, "max_turns": 4},
-            "optim": {"micro_batch_size": args.run},
+            "optim": {"micro_batch_size": int(size)},
         }
     )
     cuda = args.device == "cuda"
@@ -137,7 +143,12 @@ def child(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--micro", default="0,16,4", help="sizes to compare, 0 first")
+    ap.add_argument(
+        "--micro",
+        default="0,16,4",
+        help="sizes to compare, 0 first; SIZE:random takes the minibatch's rows "
+        "in its own order, not grouped by prompt and sorted by length",
+    )
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--size", default="small")
@@ -146,16 +157,16 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmstart", type=int, default=30)
-    ap.add_argument("--run", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--run", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run is not None:
         child(args)
         return
-    sizes = [int(x) for x in args.micro.split(",")]
-    runs: dict[int, list[dict]] = {s: [] for s in sizes}
+    sizes = args.micro.split(",")
+    runs: dict[str, list[dict]] = {s: [] for s in sizes}
     for r in range(args.repeats):
         for size in sizes if r % 2 == 0 else sizes[::-1]:
-            cmd = [sys.executable, __file__, *sys.argv[1:], "--run", str(size)]
+            cmd = [sys.executable, __file__, *sys.argv[1:], "--run", size]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True)
             line = json.loads(out.stdout.strip().splitlines()[-1])
             runs[size].append(line)
@@ -168,7 +179,7 @@ def main() -> None:
         peak = statistics.median(x[key] for x in runs[size])
         secs = statistics.median(x["update_s"] for x in runs[size])
         print(
-            f"micro_batch_size={size:<4} {key} {peak:8.1f} MiB "
+            f"micro_batch_size={size:<9} {key} {peak:8.1f} MiB "
             f"(x{peak / max(peak0, 1e-9):.2f})  update {secs:.3f} s "
             f"(x{secs / time0:.2f})  batch={args.batch} size={args.size} "
             f"env={args.env} device={args.device}"

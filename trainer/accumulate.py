@@ -79,10 +79,17 @@ class Part:
         return x[self.rows.to(x.device)]
 
 
-def plan(par: Any, rows: int, size: int, blank: bool = False) -> list[Part]:
+def plan(
+    par: Any,
+    rows: int,
+    size: int,
+    blank: bool = False,
+    order: torch.Tensor | None = None,
+) -> list[Part]:
     """A minibatch of ``rows`` rows in micro-batches of at most ``size`` (0: one
-    part, the whole), as many on this rank as on the rank with the most. ``blank``:
-    this rank's share of the minibatch is empty (its one row trains nothing)."""
+    part, the whole), taken in ``order`` (None: as they are), as many on this rank
+    as on the rank with the most. ``blank``: this rank's share of the minibatch is
+    empty (its one row trains nothing)."""
     count = 1 if size <= 0 or blank else -(-rows // size)
     if size > 0 and par.world > 1:
         count = max(par.all_gather_ints(count))
@@ -90,8 +97,28 @@ def plan(par: Any, rows: int, size: int, blank: bool = False) -> list[Part]:
         return [Part(None, blank=True)] * count
     if count == 1 or size >= rows:
         return [Part(None)] + [Part(torch.arange(1), blank=True)] * (count - 1)
-    parts = [Part(r) for r in torch.arange(rows).split(size)]
+    rows_in = torch.arange(rows) if order is None else order
+    parts = [Part(r) for r in rows_in.split(size)]
     return parts + [Part(torch.arange(1), blank=True)] * (count - len(parts))
+
+
+# Micro-batches of rows grouped by prompt and sorted by length (``by_length``);
+# False: the minibatch's own (random) order. A switch for bench/micro_batch_bench.py.
+GROUPED = True
+
+
+def by_length(mb: Batch) -> torch.Tensor | None:
+    """The order a minibatch's rows go into micro-batches: a prompt's rows
+    together (read once per micro-batch, ``Policy.token_stats``), shortest first,
+    so that a micro-batch's rows pad to about the same length; None: as they are
+    (``GROUPED`` off)."""
+    if not GROUPED:
+        return None
+    length = mb.attention_mask.sum(1).cpu()
+    key = length
+    if mb.prefixes is not None:
+        key = mb.prefixes.of_row.cpu() * (mb.input_ids.shape[1] + 1) + length
+    return torch.argsort(key, stable=True)
 
 
 def metric_weights(mb: Batch) -> dict[str, float]:

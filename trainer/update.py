@@ -227,7 +227,8 @@ def _minibatch_step(
     layers = (
         compiled_layers(learner.policy.model, par.strategy) if optim.compile else None
     )
-    parts = accumulate.plan(par, mb.size, optim.micro_batch_size, blank)
+    order = accumulate.by_length(mb) if optim.micro_batch_size and not blank else None
+    parts = accumulate.plan(par, mb.size, optim.micro_batch_size, blank, order)
     args = (learner, mb, parts, scores, idx, adv, returns, fill)
     try:
         done = _accumulate(*args, layers=layers)
@@ -241,20 +242,25 @@ def _minibatch_step(
         learner.policy.parameters(), optim.grad_clip
     )
     learner.optimizer.step()
-    trained = [(m, w) for m, w, _ in done if w[""] > 0]
-    metrics = combine_metrics(trained or [(m, w) for m, w, _ in done[:1]])
+    trained = [(m, w) for _, m, w, _ in done if w[""] > 0]
+    metrics = combine_metrics(trained or [(m, w) for _, m, w, _ in done[:1]])
     # fsdp: a DTensor (the norm over every rank's shards)
     whole_norm = getattr(grad_norm, "full_tensor", None)
     metrics["grad_norm"] = float(grad_norm if whole_norm is None else whole_norm())
-    return metrics, torch.cat([lp for _, _, lp in done])
+    if len(done) == 1:
+        return metrics, done[0][3]
+    logprobs = done[0][3].new_zeros(mb.loss_mask.shape)
+    for part, _, _, lp in done:  # back in the minibatch's row order
+        logprobs[part.rows.to(lp.device)] = lp
+    return metrics, logprobs
 
 
 def _accumulate(learner, mb, parts, scores, idx, adv, returns, fill, *, layers):
     """The minibatch's parts forward and backward, gradients zeroed first and
     added up, synchronised across ranks at the last part; per part that is not
-    blank (or the one blank part of an empty share): its metrics, their weights
-    (the trained tokens a metric is a mean over, by name prefix; ``""``: the rest)
-    and its log-probs."""
+    blank (or the one blank part of an empty share): the part, its metrics, their
+    weights (the trained tokens a metric is a mean over, by name prefix; ``""``:
+    the rest) and its log-probs."""
     par = learner.par
     compiled = layers.active if layers is not None else nullcontext
     blank = all(p.blank for p in parts)
@@ -264,7 +270,7 @@ def _accumulate(learner, mb, parts, scores, idx, adv, returns, fill, *, layers):
         with compiled():  # the threshold from the forward the mask is applied to
             pool = accumulate.entropy_pool(par, mb, parts)
     learner.optimizer.zero_grad(set_to_none=True)
-    done: list[tuple[dict[str, float], dict[str, float], torch.Tensor]] = []
+    done: list[tuple[accumulate.Part, dict, dict[str, float], torch.Tensor]] = []
     for k, part in enumerate(parts):
         sub = part.of(mb)
         scales = accumulate.loss_scales(
@@ -285,7 +291,8 @@ def _accumulate(learner, mb, parts, scores, idx, adv, returns, fill, *, layers):
             )
         metrics["loss"] = float(loss.detach())
         if not part.blank or blank and not done:
-            done.append((metrics, accumulate.metric_weights(sub), st.logprobs.detach()))
+            weights = accumulate.metric_weights(sub)
+            done.append((part, metrics, weights, st.logprobs.detach()))
     return done
 
 
