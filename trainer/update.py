@@ -185,9 +185,7 @@ def optimise(
         for part in learner.par.minibatches(order, optim.minibatches):
             blank = part.numel() == 0  # several processes: this rank's part is empty
             idx = (order[:1] if blank else part).to(batch.input_ids.device)
-            mb_batch = batch.select(idx)
-            if blank:
-                mb_batch.loss_mask = torch.zeros_like(mb_batch.loss_mask)
+            mb_batch = batch.select(idx)  # blank: nothing trained (Part.of)
             metrics, logprobs = _minibatch_step(
                 learner,
                 mb_batch,
@@ -227,9 +225,12 @@ def _minibatch_step(
     layers = (
         compiled_layers(learner.policy.model, par.strategy) if optim.compile else None
     )
-    order = accumulate.by_length(mb) if optim.micro_batch_size and not blank else None
-    parts = accumulate.plan(par, mb.size, optim.micro_batch_size, blank, order)
-    args = (learner, mb, parts, scores, idx, adv, returns, fill)
+    size = optim.micro_batch_size
+    order = accumulate.by_length(mb) if 0 < size < mb.size and not blank else None
+    parts = accumulate.plan(par, mb.size, size, blank, order)
+    # Every rank's normalisers, once (a collective), for every part's loss scale.
+    whole = par.all_sum(accumulate.normalisers(mb.loss_mask, blank))
+    args = (learner, mb, parts, whole, scores, idx, adv, returns, fill)
     try:
         done = _accumulate(*args, layers=layers)
     except Exception as exc:
@@ -255,7 +256,7 @@ def _minibatch_step(
     return metrics, logprobs
 
 
-def _accumulate(learner, mb, parts, scores, idx, adv, returns, fill, *, layers):
+def _accumulate(learner, mb, parts, whole, scores, idx, adv, returns, fill, *, layers):
     """The minibatch's parts forward and backward, gradients zeroed first and
     added up, synchronised across ranks at the last part; per part that is not
     blank (or the one blank part of an empty share): the part, its metrics, their
@@ -263,8 +264,6 @@ def _accumulate(learner, mb, parts, scores, idx, adv, returns, fill, *, layers):
     the rest) and its log-probs."""
     par = learner.par
     compiled = layers.active if layers is not None else nullcontext
-    blank = all(p.blank for p in parts)
-    whole = par.all_sum(accumulate.normalisers(mb.loss_mask, blank))
     pool = None
     if len(parts) > 1 and learner.algo.top_entropy_quantile < 1:
         with compiled():  # the threshold from the forward the mask is applied to
@@ -290,7 +289,7 @@ def _accumulate(learner, mb, parts, scores, idx, adv, returns, fill, *, layers):
                 pool=pool,
             )
         metrics["loss"] = float(loss.detach())
-        if not part.blank or blank and not done:
+        if not part.blank or parts[0].blank and not done:
             weights = accumulate.metric_weights(sub)
             done.append((part, metrics, weights, st.logprobs.detach()))
     return done
