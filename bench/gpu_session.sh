@@ -44,7 +44,7 @@ if [ "$MODE" = ab ]; then
   # the eager engine with and without the lean forward and the reserved cache, the
   # continuous engine without the lean forward, the update compiled or not, and a
   # bigger batch in micro-batches.
-  step gpu_tests ${TESTS_SECS:-120} $PYT -rA tests/trainer/test_gpu.py -k "optim_compile or micro_batches"
+  step gpu_tests ${TESTS_SECS:-120} $PYT -rA tests/trainer/test_gpu.py -k "optim_compile or micro_batches or prompt_once"
   S=${BENCH_SECS:-70}
   bench eager "$S" --engine eager
   bench eager_no_lean "$S" --engine eager --no-lean

@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from trainer.config import ModelConfig, RolloutConfig  # noqa: E402
+from trainer.engines.continuous import SHARED_PREFIX  # noqa: E402
 from trainer.envs.base import Environment, make_env  # noqa: E402
 from trainer.policy import Policy  # noqa: E402
 from trainer.rollout import play  # noqa: E402
@@ -146,15 +147,26 @@ def _stop_bias(policy: Policy, tool: str | None = None) -> None:
 
 
 def _once(policy, env, tasks, cfg, engine: str, seed: int):
-    """Seconds, action tokens sampled, mean turns an episode, mean prompt tokens."""
-    policy.use_engine(engine)
+    """Seconds, action tokens sampled, mean turns an episode, mean prompt tokens,
+    the key/value buffers' MiB (slot rows only). ``continuous:copied``: the
+    continuous engine copying a group's prompt to each of its rows
+    (``shared_prefix`` None); ``continuous:shared``: keeping it once (from
+    ``SHARED_PREFIX`` tokens; the CPU's default is to copy)."""
+    name, _, variant = engine.partition(":")
+    eng = policy.use_engine(name)
+    if name == "continuous":
+        eng.shared_prefix = {"copied": None, "shared": SHARED_PREFIX}.get(
+            variant, type(eng).shared_prefix
+        )
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     rollouts = play(policy, env, tasks, cfg, generator=gen)
     seconds = time.perf_counter() - t0
     turns = statistics.mean(ro.num_turns for ro in rollouts)
     prompt = statistics.mean(len(ro.segments[0].token_ids) for ro in rollouts)
-    return seconds, sum(ro.action_tokens for ro in rollouts), turns, prompt
+    held = getattr(eng, "cache_bytes", None) if name == "continuous" else None
+    mib = None if held is None else held / 2**20
+    return seconds, sum(ro.action_tokens for ro in rollouts), turns, prompt, mib
 
 
 def bench_shape(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
@@ -168,35 +180,42 @@ def bench_shape(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
     policy = Policy.build(model, env.vocabulary())
     _stop_bias(policy, tool)
     cfg = RolloutConfig(**sizes, **lengths)
-    tokens_per_s: dict[str, list[float]] = {e: [] for e in ENGINES}
-    tokens: dict[str, list[int]] = {e: [] for e in ENGINES}
+    engines = args.engines
+    tokens_per_s: dict[str, list[float]] = {e: [] for e in engines}
+    tokens: dict[str, list[int]] = {e: [] for e in engines}
     turns: list[float] = []
     prompt: list[float] = []
+    cache_mib: dict[str, list[float]] = {}
     for r in range(args.repeats + 1):  # the first round warms up
         tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(r))
-        order = ENGINES if r % 2 == 0 else ENGINES[::-1]
+        order = engines if r % 2 == 0 else engines[::-1]
         for engine in order:
-            seconds, n, t, p = _once(policy, env, tasks, cfg, engine, seed=r)
+            seconds, n, t, p, mib = _once(policy, env, tasks, cfg, engine, seed=r)
+            if r and mib is not None:
+                cache_mib.setdefault(engine, []).append(mib)
             if r:
                 tokens_per_s[engine].append(n / seconds)
                 tokens[engine].append(n)
                 turns.append(t)
                 prompt.append(p)
     med = {e: statistics.median(v) for e, v in tokens_per_s.items()}
-    return {
+    out = {
         "shape": shape,
         "rows": cfg.tasks_per_step * cfg.group_size,
         "model": "chat model directory" if model.path else model.size,
         "prompt_tokens": round(statistics.mean(prompt), 1),
         "turns_per_episode": round(statistics.mean(turns), 2),
-        "tokens_per_rollout": tokens["eager"],
-        "continuous_tokens_per_rollout": tokens["continuous"],
-        "same_tokens": tokens["eager"] == tokens["reference"],
+        "tokens_per_rollout": tokens,
         "tokens_per_s": {e: round(v, 1) for e, v in med.items()},
-        "ratio": round(med["eager"] / med["reference"], 2),
-        "continuous_ratio": round(med["continuous"] / med["reference"], 2),
-        "continuous_vs_eager": round(med["continuous"] / med["eager"], 2),
+        "kv_buffers_mib": {
+            e: round(statistics.median(v), 2) for e, v in cache_mib.items()
+        },
     }
+    if "eager" in tokens and "reference" in tokens:
+        out["same_tokens"] = tokens["eager"] == tokens["reference"]
+    first = engines[0]
+    out[f"ratio_to_{first}"] = {e: round(med[e] / med[first], 2) for e in engines[1:]}
+    return out
 
 
 def _machine() -> dict:
@@ -230,7 +249,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--size", default="small")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help="comma-separated, the first the baseline of the ratios; "
+        "continuous:copied copies a group's prompt to each row",
+    )
     args = ap.parse_args()
+    args.engines = tuple(args.engines.split(","))
     torch.set_num_threads(args.threads)
     shapes = list(SHAPES) if args.shape == "all" else [args.shape]
     with tempfile.TemporaryDirectory() as tmp:

@@ -189,13 +189,12 @@ class _Fed:
 
     def __call__(self, module, args, kwargs):
         ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
-        if mask.dim() == 4:  # slot rows: a query is a token when it sees its own
-            pos = kwargs["position_ids"]  # column (blank ones see column 0 only)
-            own = mask[:, 0].gather(-1, pos.clamp(max=mask.shape[-1] - 1)[..., None])
-            self.tokens += int(((own[..., 0] == 0) & (pos < mask.shape[-1])).sum())
+        cache = kwargs.get("cache")  # slot rows: its rows are the batch's width
+        if mask.dim() == 4:  # slot rows: a query is a token when it writes a
+            scratch = cache.capacity - 1  # column (blank ones write the scratch one)
+            self.tokens += int((cache._cols != scratch).sum())
         else:
             self.tokens += int(mask[:, -ids.shape[1] :].sum())
-        cache = kwargs.get("cache")  # slot rows: its rows are the batch's width
         self.widths.append(getattr(cache, "rows", ids.shape[0]))
 
 

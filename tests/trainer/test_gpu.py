@@ -107,10 +107,8 @@ def test_the_continuous_engine_draws_each_episodes_noise_on_the_gpu():
     stream is the device generator of its seed, and an episode's tokens do not
     depend on what shares its batch. Batch size can change a CUDA kernel's
     rounding, so a near-tie may flip a token in a few episodes; most must match."""
-    import random
 
     from trainer.engines.continuous import episode_generators, on_device
-    from trainer.policy import Policy
     from trainer.rollout import play
 
     gens = episode_generators(torch.Generator().manual_seed(0), 2)
@@ -123,26 +121,7 @@ def test_the_continuous_engine_draws_each_episodes_noise_on_the_gpu():
         torch.empty(5, device="cuda").exponential_(1, generator=moved[1]), want
     )
 
-    env = make_env("swarm", seed=0)
-    torch.manual_seed(0)
-    policy = Policy.build(
-        ModelConfig(size="small", device="cuda", dtype="float32"),
-        env.vocabulary(),
-        temperature=0.9,
-    )
-    lift = torch.zeros(policy.model.config.vocab_size, device="cuda")
-    lift[list(policy.stop_ids)] = 3.0  # ragged, multi-turn episodes
-    policy.model.get_output_embeddings().register_forward_hook(
-        lambda mod, args, out: out + lift.to(out.dtype)
-    )
-    cfg = RolloutConfig(
-        tasks_per_step=4,
-        group_size=4,
-        max_turns=4,
-        max_action_tokens=12,
-        max_total_tokens=400,
-    )
-    tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(0))
+    env, policy, cfg, tasks = _swarm_on_the_gpu("float32", group_size=4)
     engine = policy.use_engine("continuous")
 
     def episodes(slots):
@@ -210,3 +189,72 @@ def test_micro_batches_on_the_gpu_train_as_the_whole_minibatch(reward_fn):
         assert b["reward"] == a["reward"]
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-6)
         assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_continuous_engine_keeps_each_groups_prompt_once_on_the_gpu(
+    dtype, monkeypatch
+):
+    """On CUDA the engine shares a group's prompt by default (from SHARED_PREFIX
+    tokens; here from one): its attention runs as products with log-sum-exps
+    (the CPU's fused kernel is not there), one prefix row a group, and the
+    episodes are the copied layout's but for a near-tie flipped by rounding."""
+
+    from trainer.engines import continuous
+    from trainer.engines.continuous import ContinuousEngine
+
+    caches = []
+
+    class Spy(continuous.SlotRun):
+        def __init__(self, *args):
+            super().__init__(*args)
+            caches.append(self.cache)
+
+    monkeypatch.setattr(continuous, "SlotRun", Spy)
+    from trainer.rollout import play
+
+    assert ContinuousEngine.shared_prefix == "auto"
+    env, policy, cfg, tasks = _swarm_on_the_gpu(dtype, group_size=8)
+
+    def episodes(shared_prefix):
+        engine = policy.use_engine("continuous")
+        engine.shared_prefix = shared_prefix
+        gen = torch.Generator().manual_seed(3)
+        return [ro.token_ids for ro in play(policy, env, tasks, cfg, generator=gen)]
+
+    shared = episodes(1)
+    assert caches[-1].prefix.rows == cfg.tasks_per_step and not caches[-1].sharing
+    copied = episodes(None)
+    assert caches[-1].prefix is None
+    same = sum(a == b for a, b in zip(shared, copied, strict=True))
+    limit = 2 if dtype == "float32" else 8
+    assert same >= len(shared) - limit, (same, len(shared))
+
+
+def _swarm_on_the_gpu(dtype: str, group_size: int):
+    """The small model on CUDA with its stop tokens lifted (ragged, multi-turn
+    swarm episodes): the environment, policy, rollout config and 4 tasks."""
+    import random
+
+    from trainer.policy import Policy
+
+    env = make_env("swarm", seed=0)
+    torch.manual_seed(0)
+    policy = Policy.build(
+        ModelConfig(size="small", device="cuda", dtype=dtype),
+        env.vocabulary(),
+        temperature=0.9,
+    )
+    lift = torch.zeros(policy.model.config.vocab_size, device="cuda")
+    lift[list(policy.stop_ids)] = 3.0
+    policy.model.get_output_embeddings().register_forward_hook(
+        lambda mod, args, out: out + lift.to(out.dtype)
+    )
+    cfg = RolloutConfig(
+        tasks_per_step=4,
+        group_size=group_size,
+        max_turns=4,
+        max_action_tokens=12,
+        max_total_tokens=400,
+    )
+    return env, policy, cfg, env.sample_tasks(cfg.tasks_per_step, random.Random(0))

@@ -65,6 +65,12 @@ from trainer.engines.slots import ATTENTION, SlotCache, supports
 
 log = logging.getLogger(__name__)
 
+# On an accelerator, a context of at least this many tokens that several rows begin
+# from is kept once (ContinuousEngine.shared_prefix): a GRPO group's G rows then
+# hold one copy of their prompt's keys and values, and each decode step reads it
+# once, not G times.
+SHARED_PREFIX = 64
+
 
 @ENGINES.register("continuous")
 class ContinuousEngine(EagerEngine):
@@ -83,6 +89,14 @@ class ContinuousEngine(EagerEngine):
     # Each episode's noise drawn where the logits are (episodes.on_device); False:
     # from the host generators, as the eager engine draws (a GPU test compares).
     noise_on_device = True
+    cache_bytes: int | None = None  # the last slot run's key/value buffers
+    # A context at least this many tokens long that several rows begin from (a
+    # GRPO group's prompt) is kept once, not copied to each row, and attention
+    # reads it once for them all (slots.SlotCache.share); None: always copied;
+    # "auto": SHARED_PREFIX tokens on an accelerator, copied on the CPU (there a
+    # second attention call costs more than the keys it saves reading:
+    # bench/rollout_bench.py --engines reference,continuous:copied,continuous:shared).
+    shared_prefix: int | str | None = "auto"
 
     @torch.no_grad()
     def run_episodes(
@@ -114,6 +128,7 @@ class ContinuousEngine(EagerEngine):
         if in_place:
             run = SlotRun(self.policy, driver, generators, temperature, top_p, slots)
             run.lean = self._lean()
+            run.shared_prefix = self._shared_prefix()
         else:
             run = BatchRun(self.policy, driver, generators, temperature, top_p, slots)
         config = self.policy.model.config
@@ -123,11 +138,18 @@ class ContinuousEngine(EagerEngine):
         try:
             if workers <= 0:
                 run.loop(None)
-                return
-            with ThreadPoolExecutor(workers, thread_name_prefix="env-step") as pool:
-                run.loop(pool)
+            else:
+                with ThreadPoolExecutor(workers, thread_name_prefix="env-step") as p:
+                    run.loop(p)
         finally:
             config._attn_implementation = attention
+        # The most the run's key/value buffers held (they grow, never shrink).
+        self.cache_bytes = run.cache.nbytes() if in_place else None
+
+    def _shared_prefix(self) -> int | None:
+        if self.shared_prefix != "auto":
+            return self.shared_prefix
+        return None if torch.device(self.policy.device).type == "cpu" else SHARED_PREFIX
 
 
 class SlotRun(Scheduler):
@@ -149,14 +171,15 @@ class SlotRun(Scheduler):
         self.device = torch.device(dev) if not isinstance(dev, torch.device) else dev
         self.dtype = self.policy.model.get_input_embeddings().weight.dtype
         self.lean = None  # trainer.engines.lean's forward, else the model's
+        self.shared_prefix: int | None = None  # see ContinuousEngine.shared_prefix
 
-    def _forward(self, args, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """The logits of the last query of query rows ``rows`` (None: all)."""
+    def _forward(self, args, rows: torch.Tensor | None = None, cache=None):
+        """The logits of the last query of query rows ``rows`` (None: all), over
+        ``cache`` (None: the rows')."""
+        cache = self.cache if cache is None else cache
         if self.lean is not None:
-            return self.lean(self.cache, **args, rows=rows)
-        out = self.policy.model(
-            **args, cache=self.cache, use_cache=True, logits_to_keep=1
-        )
+            return self.lean(cache, **args, rows=rows)
+        out = self.policy.model(**args, cache=cache, use_cache=True, logits_to_keep=1)
         logits = out.logits[:, -1, :]
         return logits if rows is None else logits.index_select(0, rows)
 
@@ -170,10 +193,12 @@ class SlotRun(Scheduler):
             self.cache.clear(r)
 
     def _admit(self, joining: list[int]) -> None:
-        """New episodes take free rows, each distinct context read once and copied
-        to the rows that share it; returning ones wait for the next decode
-        forward, which feeds them their pending tokens after their own keys and
-        values."""
+        """New episodes take free rows, each distinct context read once: kept once
+        for the rows that begin from it where it is long enough to be worth it
+        (``shared_prefix``: a row of the cache's ``prefix``, which attention reads
+        once for all of them), else fed to one row and copied to the others;
+        returning ones wait for the next decode forward, which feeds them their
+        pending tokens after their own keys and values."""
         new = [e for e in joining if e not in self.row]
         self.extending += [e for e in joining if e in self.row]
         if not new:
@@ -182,17 +207,47 @@ class SlotRun(Scheduler):
         for e in new:
             self.row[e] = next(free)
             self.owner[self.row[e]] = e
-        first: dict[tuple[int, ...], int] = {}
+        groups: dict[tuple[int, ...], list[int]] = {}
         for e in new:
-            first.setdefault(tuple(self.pending[e]), e)
-        self._feed(list(first.values()))
+            groups.setdefault(tuple(self.pending[e]), []).append(e)
+        least = self.shared_prefix
+        shared = [
+            g for c, g in groups.items() if least and len(g) > 1 and len(c) >= least
+        ]
+        if shared:
+            self._share(shared)
+        copied = [g for g in groups.values() if g not in shared]
+        if copied:
+            self._feed([g[0] for g in copied])
+        for g in copied:
+            for e in g[1:]:
+                self.cache.copy_row(self.row[g[0]], self.row[e])
+                self.logits[self.row[e]] = self.logits[self.row[g[0]]]
         for e in new:
-            src = first[tuple(self.pending[e])]
-            if src != e:
-                self.cache.copy_row(self.row[src], self.row[e])
-                self.logits[self.row[e]] = self.logits[self.row[src]]
             self.pending[e] = []
         self.decoding = sorted(self.decoding + new, key=self.row.get)
+
+    def _share(self, groups: list[list[int]]) -> None:
+        """Each group's context fed once, to a free row of the prefix cache, and
+        shared by the group's rows (:meth:`SlotCache.share`)."""
+        prefix = self.cache.prefix
+        if prefix is None:  # as many rows as prefixes, no room to decode on
+            prefix = self.cache.prefix = SlotCache(0, capacity=2, headroom=False)
+        free = [r for r in range(prefix.rows) if r not in self.cache.sharing]
+        need = len(groups) - len(free)
+        if need > 0:
+            free += range(prefix.rows, prefix.rows + need)
+            prefix.add_rows(need)
+        at = free[: len(groups)]
+        tokens = [self.pending[g[0]] for g in groups]
+        args = prefix.feed(at, tokens, self.policy.pad_id, self.device, self.dtype)
+        logits = self._forward(args, cache=prefix)
+        if self.logits is None:
+            self.logits = logits.new_zeros((self.cache.rows, logits.shape[-1]))
+        for k, (p, g) in enumerate(zip(at, groups, strict=True)):
+            rows = [self.row[e] for e in g]
+            self.cache.share(p, rows)
+            self.logits[torch.tensor(rows, device=logits.device)] = logits[k]
 
     def _feed(self, eps: list[int]) -> None:
         """One forward of the episodes' pending tokens (new episodes' contexts, or

@@ -58,7 +58,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from trainer.engines.lean_fit import base_model, hooked, unsupported
 from trainer.engines.lean_products import can_pack, fused, project
 from trainer.engines.prefill import reserve
-from trainer.engines.slots import SlotCache, slot_attention
+from trainer.engines.slots import SlotCache, SlotPrefix, slot_attention
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +256,7 @@ class LeanForward:
         position_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         slot_groups: list | None = None,
+        slot_prefix: SlotPrefix | None = None,
         rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Slot rows: (r, V) logits of the last query of query rows ``rows``
@@ -271,10 +272,14 @@ class LeanForward:
                 attention_mask,
                 scaling=layer.scaling,
                 slot_groups=slot_groups,
+                slot_prefix=slot_prefix,
+                layer=i,
             )[0]
 
         x = F.embedding(input_ids, self.embed.weight)
-        return self._layers(x, position_ids, cache.capacity, attend, rows)
+        # Positions run past the buffers' columns where rows share a prefix.
+        positions = cache.get_seq_length() + 1
+        return self._layers(x, position_ids, positions, attend, rows)
 
     @torch.no_grad()
     def over_cache(

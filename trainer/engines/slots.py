@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
+from trainer.engines.shared_prefix import SlotPrefix, attention_lse
+
 BLANK_POSITION = 1  # a blank query's position; it attends column 0 only
 ATTENTION = "agentic_rl_slots"  # the attention implementation a slot run sets
 
@@ -67,28 +69,48 @@ class _Queries:
         self.sees: list[list[int]] = []
         self.at: list[list[int]] = []
         self.cols: list[list[int]] = []
+        self.real: list[bool] = []  # the query row has a token (not all blank)
 
-    def add(self, row: int, tokens: list[int], start: int, width: int) -> None:
+    def add(
+        self, row: int, tokens: list[int], start: int, width: int, offset: int = 0
+    ) -> None:
         """``tokens`` for ``row`` at positions ``start``.., right-aligned in a
-        query row of ``width`` (blank queries before them)."""
+        query row of ``width`` (blank queries before them); position p goes to
+        the row's column p - ``offset`` (its shared prefix's length)."""
         blank = width - len(tokens)
         span = list(range(start, start + len(tokens)))
+        cols = [p - offset for p in span]
         self.ids.append([self.pad_id] * blank + list(tokens))
         self.pos.append([BLANK_POSITION] * blank + span)
-        self.sees.append([0] * blank + span)
+        self.sees.append([0] * blank + cols)
         self.at.append([row] * width)
-        self.cols.append([self.scratch] * blank + span)
+        self.cols.append([self.scratch] * blank + cols)
+        self.real.append(bool(tokens))
 
 
 class SlotCache:
     """Key/value buffers of ``rows`` slots, allocated at the first forward, their
     columns doubled as needed; only the first ``rows`` rows are in use (``shrink``).
-    ``length[r]``: row r's filled columns."""
+    ``length[r]``: row r's context length (its next token's position).
 
-    def __init__(self, rows: int, capacity: int = 64) -> None:
+    **Shared prefixes.** A group's rows begin from the same context (GRPO's
+    completions of one prompt): rather than a copy of its keys and values in
+    each row, the context can be kept once, in a row of ``prefix`` (a cache of
+    its own, :meth:`share`), and each of the group's rows hold only what follows
+    it: row r's position p at its column p - ``offset[r]``, its prefix in row
+    ``base[r]`` of ``prefix``. Attention then reads a prefix once for all the
+    rows that share it (:class:`SlotPrefix`), and the rows' buffers need only as
+    many columns as their longest own part."""
+
+    def __init__(self, rows: int, capacity: int = 64, headroom: bool = True) -> None:
         self.rows = rows
         self.capacity = max(2, capacity)  # the last column is the scratch one
+        self.headroom = headroom  # room to decode on (not for fixed prefixes)
         self.length = [0] * rows
+        self.offset = [0] * rows  # row r's column of position p: p - offset[r]
+        self.base = [-1] * rows  # its prefix's row in ``prefix`` (-1: none)
+        self.prefix: SlotCache | None = None  # the shared prefixes, made by share
+        self.sharing: dict[int, int] = {}  # prefix row -> the rows that share it
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self._fed: torch.Tensor | None = None  # this forward's rows (None: all)
@@ -121,6 +143,15 @@ class SlotCache:
         return keys, values
 
     # -- the engine's side ------------------------------------------------------
+    def nbytes(self) -> int:
+        """What the key and value buffers hold (the shared prefixes' included)."""
+        held = sum(b.numel() * b.element_size() for b in (*self.keys, *self.values))
+        return held + (self.prefix.nbytes() if self.prefix is not None else 0)
+
+    def own(self, row: int) -> int:
+        """Row ``row``'s filled columns (its context less a shared prefix)."""
+        return self.length[row] - self.offset[row]
+
     def feed(
         self,
         rows: list[int] | None,
@@ -135,11 +166,11 @@ class SlotCache:
         lengths advance by what each row is fed."""
         fed = list(range(self.rows)) if rows is None else rows
         q = max(len(t) for t in tokens)
-        width = max(self.length[r] + len(t) for r, t in zip(fed, tokens, strict=True))
+        width = max(self.own(r) + len(t) for r, t in zip(fed, tokens, strict=True))
         self._reserve(width + 1)
         queries = _Queries(pad_id, self.capacity - 1)
         for r, t in zip(fed, tokens, strict=True):
-            queries.add(r, t, self.length[r], q)
+            queries.add(r, t, self.length[r], q, self.offset[r])
             self.length[r] += len(t)
         self._fed = None if rows is None else torch.tensor(rows, device=device)
         return self._arguments(queries, width, device, dtype)
@@ -159,17 +190,18 @@ class SlotCache:
         blank query. So the decode step and the rejoins share one forward, and
         no row of the cache is copied."""
         width = 1 + max(
-            [self.length[r] for r in tokens]
-            + [self.length[r] + len(t) - 1 for r, t in extend.items()]
+            [self.own(r) for r in tokens]
+            + [self.own(r) + len(t) - 1 for r, t in extend.items()]
         )
         self._reserve(width + 1)
         queries = _Queries(pad_id, self.capacity - 1)
         for r in range(self.rows):
             if r in tokens:
-                queries.add(r, [tokens[r]], self.length[r], 1)
+                queries.add(r, [tokens[r]], self.length[r], 1, self.offset[r])
             elif r in extend:
                 n = len(extend[r])
-                queries.add(r, extend[r][-1:], self.length[r] + n - 1, 1)
+                at = self.length[r] + n - 1
+                queries.add(r, extend[r][-1:], at, 1, self.offset[r])
             else:
                 queries.add(r, [], 0, 1)
         groups = []
@@ -177,7 +209,7 @@ class SlotCache:
             if len(toks) > 1:
                 groups.append((r, len(queries.ids), len(toks) - 1))
             for j, t in enumerate(toks[:-1]):
-                queries.add(r, [t], self.length[r] + j, 1)
+                queries.add(r, [t], self.length[r] + j, 1, self.offset[r])
         for r in tokens:
             self.length[r] += 1
         for r, toks in extend.items():
@@ -190,7 +222,8 @@ class SlotCache:
     def _arguments(self, queries: _Queries, width, device, dtype):
         """Store where this forward's queries write; the model's arguments, with
         the 4-D additive mask: a real query sees its row's columns up to its own
-        position, a blank one column 0 only."""
+        position, a blank one column 0 only; and ``slot_prefix`` where a fed row
+        has a shared prefix."""
         ids, pos, sees, at, cols = torch.tensor(
             [queries.ids, queries.pos, queries.sees, queries.at, queries.cols],
             device=device,
@@ -199,25 +232,56 @@ class SlotCache:
         mask = torch.zeros(see.shape, dtype=dtype, device=device)
         mask.masked_fill_(~see, torch.finfo(dtype).min)
         self._at, self._cols, self._width = at, cols, width
-        return {"input_ids": ids, "position_ids": pos, "attention_mask": mask[:, None]}
+        args = {"input_ids": ids, "position_ids": pos, "attention_mask": mask[:, None]}
+        bases = [
+            self.base[row[0]] if real else -1
+            for row, real in zip(queries.at, queries.real, strict=True)
+        ]
+        if self.prefix is not None and max(bases, default=-1) >= 0:
+            args["slot_prefix"] = SlotPrefix(self.prefix, bases, device, dtype)
+        return args
+
+    def share(self, prefix_row: int, rows: list[int]) -> None:
+        """``rows`` begin from the context in row ``prefix_row`` of ``prefix``
+        (already fed there): each holds none of it, only what follows."""
+        n = self.prefix.length[prefix_row]
+        for r in rows:
+            self.clear(r)
+            self.length[r] = self.offset[r] = n
+            self.base[r] = prefix_row
+        self.sharing[prefix_row] = self.sharing.get(prefix_row, 0) + len(rows)
 
     def copy_row(self, src: int, dst: int) -> None:
         """Row ``dst`` becomes a copy of row ``src`` (a prompt read once for a
         group's rows)."""
-        n = self.length[src]
+        self.clear(dst)
+        n = self.own(src)
         for buf in (*self.keys, *self.values):
             buf[dst, :, :n] = buf[src, :, :n]
-        self.length[dst] = n
+        self.length[dst], self.offset[dst] = self.length[src], self.offset[src]
+        self.base[dst] = self.base[src]
+        if self.base[dst] >= 0:
+            self.sharing[self.base[dst]] += 1
 
     def clear(self, row: int) -> None:
-        self.length[row] = 0
+        """Row ``row`` is free; a prefix no row shares any more is cleared too."""
+        b = self.base[row]
+        if b >= 0:
+            self.sharing[b] -= 1
+            if not self.sharing[b]:
+                del self.sharing[b]
+                self.prefix.clear(b)
+        self.length[row] = self.offset[row] = 0
+        self.base[row] = -1
 
     def move(self, src: int, dst: int) -> None:
         """Row ``src``'s keys and values (its filled columns) to row ``dst``."""
-        n = self.length[src]
+        n = self.own(src)
         for buf in (*self.keys, *self.values):
             buf[dst, :, :n] = buf[src, :, :n]
-        self.length[dst], self.length[src] = n, 0
+        for field in (self.length, self.offset, self.base):
+            field[dst], field[src] = field[src], 0
+        self.base[src] = -1
 
     def shrink(self, rows: int) -> None:
         """Use the first ``rows`` rows only (a view of the buffers: nothing is
@@ -225,25 +289,44 @@ class SlotCache:
         harmless if it is used again)."""
         self.rows = rows
         self.length = self.length[:rows]
+        self.offset = self.offset[:rows]
+        self.base = self.base[:rows]
 
     def _reserve(self, columns: int) -> None:
         """Room for ``columns`` columns plus the scratch one; buffers not made
         yet get room for as many again (a context fed whole would otherwise be
         copied into doubled buffers at its first decode step)."""
         if not self.keys:
-            self.capacity = max(self.capacity, 2 * columns)
+            self.capacity = max(
+                self.capacity, 2 * columns if self.headroom else columns
+            )
             return
         if columns < self.capacity:
             return
-        grown = max(2 * self.capacity, columns + 1)
-        r = self.rows  # rows left behind by ``shrink`` are not carried over
+        grown = max(2 * self.capacity, columns + 1) if self.headroom else columns
+        self._regrow(self.rows, grown)
+
+    def add_rows(self, n: int) -> None:
+        """``n`` more rows, free (the buffers remade where they exist)."""
+        self.length += [0] * n
+        self.offset += [0] * n
+        self.base += [-1] * n
+        if self.keys:
+            self._regrow(self.rows + n, self.capacity)
+        self.rows += n
+
+    def _regrow(self, rows: int, capacity: int) -> None:
+        """Buffers of ``rows`` rows and ``capacity`` columns holding the first
+        rows' filled columns (rows left behind by ``shrink`` are not carried
+        over), zeros elsewhere."""
+        r = min(rows, self.rows)
         for bufs in (self.keys, self.values):
             for i, buf in enumerate(bufs):
                 _, h, _, d = buf.shape
-                new = buf.new_zeros((r, h, grown, d))
-                new[:, :, : self.capacity - 1] = buf[:r, :, : self.capacity - 1]
+                new = buf.new_zeros((rows, h, capacity, d))
+                new[:r, :, : self.capacity - 1] = buf[:r, :, : self.capacity - 1]
                 bufs[i] = new
-        self.capacity = grown
+        self.capacity = capacity
 
 
 def slot_attention(
@@ -255,6 +338,8 @@ def slot_attention(
     dropout: float = 0.0,
     scaling: float | None = None,
     slot_groups: list[tuple[int, int, int]] | None = None,
+    slot_prefix: SlotPrefix | None = None,
+    layer: int | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """Scaled dot-product attention over slot rows (transformers' attention
@@ -262,25 +347,44 @@ def slot_attention(
     attends key row i. With them (:meth:`SlotCache.step`): the first ``rows``
     queries attend their own rows, then each group's ``count`` queries, one
     token each, attend together to their row ``r`` (a view of the buffer, no
-    copy), as one sequence would."""
+    copy), as one sequence would. With ``slot_prefix``, query rows whose row
+    shares a prefix attend it too (layer ``layer``, else the module's), the two
+    parts added by their log-sum-exps: the attention over the prefix and the
+    row's own columns as one sequence."""
     gqa = query.shape[1] != key.shape[1]
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
 
     def attend(q, k, v, m):
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=m, scale=scaling, enable_gqa=gqa
+        if slot_prefix is not None:
+            return attention_lse(q, k, v, m, scale)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=m, scale=scale, enable_gqa=gqa
         )
+        return out, None
 
     if not slot_groups:
-        out = attend(query, key, value, attention_mask)
+        out, lse = attend(query, key, value, attention_mask)
     else:
         rows = key.shape[0]
         parts = [attend(query[:rows], key, value, attention_mask[:rows])]
         for r, first, count in slot_groups:
             q = query[first : first + count].permute(2, 1, 0, 3)  # (1, H, n, D)
             m = attention_mask[first : first + count].permute(1, 2, 0, 3)
-            o = attend(q, key[r : r + 1], value[r : r + 1], m)
-            parts.append(o.permute(2, 1, 0, 3))
-        out = torch.cat(parts)
+            o, s = attend(q, key[r : r + 1], value[r : r + 1], m)
+            parts.append(
+                (o.permute(2, 1, 0, 3), None if s is None else s.permute(2, 1, 0))
+            )
+        out = torch.cat([o for o, _ in parts])
+        lse = None if slot_prefix is None else torch.cat([s for _, s in parts])
+    if slot_prefix is not None:
+        index = module.layer_idx if layer is None else layer
+        shared, shared_lse = slot_prefix.attend(query, index, scale)
+        top = torch.maximum(lse, shared_lse)  # the own part's is finite
+        own_w, shared_w = (lse - top).exp_(), (shared_lse - top).exp_()
+        out = (out * own_w[..., None] + shared * shared_w[..., None]) / (
+            own_w + shared_w
+        )[..., None]
+        out = out.to(query.dtype)
     return out.transpose(1, 2).contiguous(), None
 
 

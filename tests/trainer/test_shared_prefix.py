@@ -1,0 +1,199 @@
+"""Shared prefixes in the continuous engine's slot rows (issue 24): a GRPO group's
+rows begin from one prompt, kept once (``SlotCache.share``) rather than copied to
+each row, and attention reads it once for all of them. The episodes are the ones
+the copied layout (and a sequential sampler) gives; the buffers hold the prompt
+once; a prefix is freed with the last row that shares it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_continuous_engine import (
+    _assert_same_episodes,
+    _cfg,
+    _dataset_env,
+    _play,
+    _sequential,
+    _stopping,
+    swarm,  # noqa: F401, F811  (the fixture)
+)
+
+from trainer.config import ModelConfig
+from trainer.engines import shared_prefix
+from trainer.engines.continuous import SHARED_PREFIX, ContinuousEngine, SlotRun
+from trainer.engines.slots import SlotCache, SlotPrefix, slot_attention
+from trainer.policy import Policy
+
+CPU, F32 = torch.device("cpu"), torch.float32
+
+
+@pytest.fixture(params=["fused", "products"])
+def lse_kernel(request, monkeypatch):
+    """The CPU's fused kernel, and the products an accelerator computes."""
+    if request.param == "products":
+        monkeypatch.setattr(shared_prefix, "_fused_lse", lambda q: False)
+    return request.param
+
+
+def _filled(cache: SlotCache, layers: int, heads: int, dim: int, g) -> None:
+    """Random keys and values in every filled column of ``cache``'s rows."""
+    cols = cache.capacity
+    cache.keys = [
+        torch.randn(cache.rows, heads, cols, dim, generator=g) for _ in range(layers)
+    ]
+    cache.values = [
+        torch.randn(cache.rows, heads, cols, dim, generator=g) for _ in range(layers)
+    ]
+
+
+def test_attention_over_a_shared_prefix_is_attention_over_the_whole_context(lse_kernel):
+    """Rows 0 and 2 share prefix row 1 (5 tokens), row 1 prefix row 0 (3 tokens),
+    row 3 none; a decode step in which row 2 rejoins with three tokens (a group
+    of queries) and row 3 has nothing to do: every query's output is attention
+    over its prefix's keys followed by its row's own, 4 query heads sharing 2
+    key/value heads, in either layer."""
+    g = torch.Generator().manual_seed(0)
+    prefix = SlotCache(2, capacity=8, headroom=False)
+    prefix.length = [3, 5]
+    cache = SlotCache(4, capacity=8)
+    cache.prefix = prefix
+    cache.share(1, [0, 2])
+    cache.share(0, [1])
+    cache.length[0] += 2  # own tokens already there
+    cache.length[1] += 1
+    cache.length[3] = 4  # no prefix: all its own
+    for c in (prefix, cache):
+        _filled(c, 2, 2, 8, g)
+    args = cache.step({0: 7, 1: 7}, {2: [4, 5, 6]}, 0, CPU, F32)
+    assert isinstance(args["slot_prefix"], SlotPrefix)
+    n = args["input_ids"].shape[0]  # 4 rows, 2 more queries of row 2's group
+    assert n == 6
+    query = torch.randn(n, 4, 1, 8, generator=g)
+    for layer in (0, 1):
+        got, _ = slot_attention(
+            None,
+            query,
+            cache.keys[layer][:, :, : cache._width],
+            cache.values[layer][:, :, : cache._width],
+            args["attention_mask"],
+            scaling=0.3,
+            slot_groups=args["slot_groups"],
+            slot_prefix=args["slot_prefix"],
+            layer=layer,
+        )
+        owner = [0, 1, 2, 3, 2, 2]
+        positions = args["position_ids"][:, 0].tolist()
+        for i, r in enumerate(owner):
+            if r == 3:
+                continue  # a blank query: its output is thrown away
+            b = cache.base[r]
+            own = positions[i] - cache.offset[r] + 1  # the columns it sees
+            keys = [cache.keys[layer][r, :, :own]]
+            values = [cache.values[layer][r, :, :own]]
+            if b >= 0:
+                n_pre = prefix.length[b]
+                keys.insert(0, prefix.keys[layer][b, :, :n_pre])
+                values.insert(0, prefix.values[layer][b, :, :n_pre])
+            want = F.scaled_dot_product_attention(
+                query[i : i + 1],
+                torch.cat(keys, 1)[None].repeat_interleave(2, dim=1),
+                torch.cat(values, 1)[None].repeat_interleave(2, dim=1),
+                scale=0.3,
+            )
+            assert torch.allclose(got[i], want.transpose(1, 2)[0], atol=1e-5), (i, r)
+
+
+def test_a_prefix_is_freed_with_the_last_row_that_shares_it():
+    prefix = SlotCache(1, capacity=4, headroom=False)
+    prefix.length = [3]
+    cache = SlotCache(3)
+    cache.prefix = prefix
+    cache.share(0, [0, 2])
+    assert cache.length == [3, 0, 3] and cache.offset == [3, 0, 3]
+    cache.move(2, 1)  # compaction: row 2's episode moves to row 1
+    assert cache.base == [0, 0, -1] and cache.sharing == {0: 2}
+    cache.clear(0)
+    assert prefix.length == [3] and cache.sharing == {0: 1}
+    cache.clear(1)
+    assert prefix.length == [0] and cache.sharing == {}
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "model"])
+@pytest.mark.parametrize("slots_", [None, 4])
+def test_shared_prompts_play_the_copied_layouts_episodes(
+    swarm,  # noqa: F811
+    lse_kernel,
+    slots_,
+    lean,
+):
+    """Every group's prompt kept once (``shared_prefix=1``), with every slot in
+    use or four (new episodes then take freed rows and prefix rows), through the
+    lean forward or the model's own: the same tokens, log-probs to float
+    rounding, as the copied layout, which plays the sequential sampler's
+    (test_continuous_engine)."""
+    env, policy = swarm
+    cfg = _cfg(tasks_per_step=3, group_size=3)
+    tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(3))
+    kw = {"slots": slots_, "lean": lean}
+    shared = _play(policy, env, tasks, cfg, 2, shared_prefix=1, **kw)
+    copied = _play(policy, env, tasks, cfg, 2, shared_prefix=None, **kw)
+    _assert_same_episodes(shared, copied)
+    assert min(ro.num_turns for ro in shared) > 1  # rows rejoin after tool calls
+    assert len({len(ro.token_ids) for ro in shared}) > 1  # ragged rows
+
+
+class _Spy(SlotRun):
+    """Keeps each run's cache to look at after the run."""
+
+    caches: list[SlotCache] = []
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        _Spy.caches.append(self.cache)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_a_chat_models_prompt_is_held_once_per_group(tmp_path, monkeypatch, kv_heads):
+    """A chat model directory's templated prompts (grouped-query attention too):
+    the sequential sampler's episodes, each group's prompt in one prefix row,
+    the rows holding only what follows it, every prefix freed at the end."""
+    from tests.trainer.chatmodel import build_chat_model
+    from trainer.engines import continuous
+
+    monkeypatch.setattr(continuous, "SlotRun", _Spy)
+    _Spy.caches = []
+    env = _dataset_env(tmp_path)
+    path = build_chat_model(tmp_path / "models", kv_heads=kv_heads)
+    torch.manual_seed(0)
+    policy = _stopping(Policy.build(ModelConfig(path=str(path)), env.vocabulary()))
+    cfg = _cfg(max_turns=2, max_action_tokens=12, max_total_tokens=1000)
+    tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(1))
+    got = _play(policy, env, tasks, cfg, 5, shared_prefix=1)
+    _assert_same_episodes(got, _sequential(policy, env, tasks, cfg, 5))
+    cache = _Spy.caches[-1]
+    prompts = {tuple(ro.segments[0].token_ids) for ro in got}
+    assert cache.prefix.rows == len(prompts) == cfg.tasks_per_step
+    assert cache.sharing == {} and cache.prefix.length == [0] * len(prompts)
+    # The rows' buffers hold no prompt: fewer columns than the shortest prompt
+    # and the longest own part together.
+    shortest = min(map(len, prompts))
+    assert cache.capacity < shortest
+    copied_run = _play(policy, env, tasks, cfg, 5, shared_prefix=None)
+    _assert_same_episodes(got, copied_run)
+    assert _Spy.caches[-1].nbytes() > 2 * cache.nbytes()
+
+
+def test_auto_shares_prompts_on_an_accelerator_and_copies_them_on_the_cpu():
+    class _Policy:
+        device = "cpu"
+
+    engine = ContinuousEngine.__new__(ContinuousEngine)
+    engine.policy = _Policy()
+    assert engine.shared_prefix == "auto" and engine._shared_prefix() is None
+    engine.policy.device = torch.device("cuda", 0)  # named, not used
+    assert engine._shared_prefix() == SHARED_PREFIX
+    engine.shared_prefix = 8
+    assert engine._shared_prefix() == 8
