@@ -197,3 +197,26 @@ def test_auto_shares_prompts_on_an_accelerator_and_copies_them_on_the_cpu():
     assert engine._shared_prefix() == SHARED_PREFIX
     engine.shared_prefix = 8
     assert engine._shared_prefix() == 8
+
+
+def test_the_prefix_cache_grows_its_rows_and_columns_only_as_prompts_need():
+    """Rows added as groups arrive, columns exactly a prompt's and the scratch
+    one: a prompt no longer than the longest so far is not copied into new
+    buffers; a longer one grows them, keeping what the others hold."""
+    prefix = SlotCache(0, capacity=2, headroom=False)
+    prefix.add_rows(2)
+    prefix.feed([0, 1], [[1, 2, 3], [4, 5]], 0, CPU, F32)
+    prefix.update(torch.ones(2, 1, 3, 2), torch.ones(2, 1, 3, 2), 0)
+    assert prefix.capacity == 4  # three columns and the scratch one
+    prefix.clear(1)
+    made = prefix.keys[0]
+    prefix.feed([1], [[6, 7, 8]], 0, CPU, F32)
+    prefix.update(torch.full((1, 1, 3, 2), 2.0), torch.ones(1, 1, 3, 2), 0)
+    assert prefix.keys[0] is made
+    prefix.add_rows(1)
+    prefix.feed([2], [[9] * 5], 0, CPU, F32)
+    prefix.update(torch.full((1, 1, 5, 2), 3.0), torch.ones(1, 1, 5, 2), 0)
+    keys = prefix.keys[0]
+    assert keys.shape[0] == 3 and prefix.capacity == 6
+    assert (keys[0, :, :3] == 1).all() and (keys[1, :, :3] == 2).all()
+    assert (keys[2, :, :5] == 3).all()

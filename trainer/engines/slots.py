@@ -301,8 +301,8 @@ class SlotCache:
                 self.capacity, 2 * columns if self.headroom else columns
             )
             return
-        if columns < self.capacity:
-            return
+        if columns < self.capacity or (columns == self.capacity and not self.headroom):
+            return  # (``columns`` counts the scratch column)
         grown = max(2 * self.capacity, columns + 1) if self.headroom else columns
         self._regrow(self.rows, grown)
 
