@@ -111,8 +111,11 @@ def attention_lse(q, k, v, mask, scale: float):
             q, k, v, 0.0, False, attn_mask=mask, scale=scale
         )
     else:
-        # The softmax in float32 (as attention kernels keep it in bf16 runs).
-        scores = (q @ k.transpose(-1, -2)).float().mul_(scale).add_(mask)
+        # Scores and softmax in float32, as attention kernels keep them in bf16
+        # and fp16 runs (scores rounded to bf16 first err ~20x more).
+        if q.dtype != torch.float32:
+            q, k, v = q.float(), k.float(), v.float()
+        scores = ((q * scale) @ k.transpose(-1, -2)).add_(mask)
         lse = scores.logsumexp(-1)
-        out = scores.sub_(lse[..., None]).exp_().to(v.dtype) @ v
+        out = scores.sub_(lse[..., None]).exp_() @ v  # float32: slot_attention casts
     return out.reshape(n, h, length, d), lse.reshape(n, h, length)
