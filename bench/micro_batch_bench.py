@@ -4,6 +4,7 @@
                                       [--size small] [--batch 8x8] [--env search]
                                       [--warmstart 30]
     python bench/micro_batch_bench.py --micro 0,4,4:random   # grouped vs not
+    python bench/micro_batch_bench.py --micro 0,16,t2048     # rows vs a token budget
 
 Each micro-batch size trains the same seeded run in a fresh process, the sizes
 interleaved (A B C, C B A, ...), and reports per run: the most memory one training
@@ -15,7 +16,9 @@ training forwards a step, the median update seconds of the steps after the first
 and each step's loss and gradient norm (the same update whatever the size, to float
 rounding). A size written ``N:random`` takes the minibatch's rows into
 micro-batches in their own (shuffled) order instead of a prompt's rows together,
-shortest first (``trainer.accumulate.by_length``). Runs warm-start first (``--warmstart`` behaviour-cloning steps), so that
+shortest first (``trainer.accumulate.by_length``). A size written ``tN`` is a
+token budget instead (``optim.micro_batch_tokens: N``: a micro-batch's rows times
+its longest at most). Runs warm-start first (``--warmstart`` behaviour-cloning steps), so that
 rewards differ within a group and the update has a gradient. Medians over the
 repeats and ratios to the whole minibatch (``0``) are printed last. On a GPU
 (``--device cuda``) also ``cuda_peak_mib``: ``torch.cuda.max_memory_allocated``
@@ -83,6 +86,8 @@ def child(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     size, _, order = args.run.partition(":")
+    tokens = int(size[1:]) if size.startswith("t") else 0
+    size = "0" if tokens else size
     accumulate.GROUPED = order != "random"
     tasks, group = (int(x) for x in args.batch.split("x"))
     cfg = TrainConfig.model_validate(
@@ -98,7 +103,7 @@ def child(args: argparse.Namespace) -> None:
                 "warmstart_steps": args.warmstart,
             },
             "rollout": {"tasks_per_step": tasks, "group_size": group, "max_turns": 4},
-            "optim": {"micro_batch_size": int(size)},
+            "optim": {"micro_batch_size": int(size), "micro_batch_tokens": tokens},
         }
     )
     cuda = args.device == "cuda"
@@ -147,7 +152,8 @@ def main() -> None:
         "--micro",
         default="0,16,4",
         help="sizes to compare, 0 first; SIZE:random takes the minibatch's rows "
-        "in its own order, not grouped by prompt and sorted by length",
+        "in its own order, not grouped by prompt and sorted by length; tN: a "
+        "budget of N tokens (optim.micro_batch_tokens)",
     )
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=2)

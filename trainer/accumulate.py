@@ -5,6 +5,9 @@ up in the parameters' ``.grad`` and the optimizer steps once per minibatch, so t
 step is the whole minibatch's and only one micro-batch's activations (and logits)
 are held at once. TRL's ``per_device_train_batch_size`` with
 ``gradient_accumulation_steps``, verl's ``ppo_micro_batch_size_per_gpu``.
+``optim.micro_batch_tokens`` bounds a micro-batch by tokens instead (or as well): its
+rows times its longest (verl's ``ppo_max_token_len_per_gpu``), so rows of about the
+same length go together, many short ones or a few long ones (:func:`plan`).
 
 The gradient is the whole minibatch's, not a mean of micro-batch losses: each loss
 aggregation divides by a count over the whole minibatch (trained tokens, sequences
@@ -85,21 +88,54 @@ def plan(
     size: int,
     blank: bool = False,
     order: torch.Tensor | None = None,
+    lengths: torch.Tensor | None = None,
+    tokens: int = 0,
 ) -> list[Part]:
-    """A minibatch of ``rows`` rows in micro-batches of at most ``size`` (0: one
-    part, the whole), taken in ``order`` (None: as they are), as many on this rank
-    as on the rank with the most. ``blank``: this rank's share of the minibatch is
-    empty (its one row trains nothing)."""
-    count = 1 if size <= 0 or blank else -(-rows // size)
-    if size > 0 and par.world > 1:
+    """A minibatch of ``rows`` rows in micro-batches of at most ``size`` rows and
+    (``tokens`` > 0, with each row's ``lengths``) at most ``tokens`` tokens, a
+    micro-batch's rows times its longest (0: no limit; a row longer than that goes
+    alone), taken in ``order`` (None: as they are), as many on this rank as on the
+    rank with the most. ``blank``: this rank's share of the minibatch is empty
+    (its one row trains nothing)."""
+    split = size > 0 or tokens > 0
+    groups = [] if blank else _split(rows, size, order, lengths, tokens)
+    count = max(len(groups), 1)
+    if split and par.world > 1:
         count = max(par.all_gather_ints(count))
     if blank:
         return [Part(None, blank=True)] * count
-    if count == 1 or size >= rows:
+    if len(groups) == 1:
         return [Part(None)] + [Part(torch.arange(1), blank=True)] * (count - 1)
-    rows_in = torch.arange(rows) if order is None else order
-    parts = [Part(r) for r in rows_in.split(size)]
+    parts = [Part(r) for r in groups]
     return parts + [Part(torch.arange(1), blank=True)] * (count - len(parts))
+
+
+def _split(rows, size, order, lengths, tokens) -> list[torch.Tensor | None]:
+    """The micro-batches' rows (``[None]``: one, the whole minibatch)."""
+    size = size if 0 < size < rows else rows
+    if tokens <= 0 or lengths is None:
+        if size >= rows:
+            return [None]
+        return list((torch.arange(rows) if order is None else order).split(size))
+    taken = (torch.arange(rows) if order is None else order).tolist()
+    width = lengths.tolist()
+    groups: list[list[int]] = []
+    longest = 0  # the open micro-batch's longest row
+    for r in taken:
+        w = width[r]
+        if (
+            groups
+            and len(groups[-1]) < size
+            and (len(groups[-1]) + 1) * max(longest, w) <= tokens
+        ):
+            groups[-1].append(r)
+            longest = max(longest, w)
+        else:
+            groups.append([r])
+            longest = w
+    if len(groups) == 1:
+        return [None]
+    return [torch.tensor(g) for g in groups]
 
 
 # Micro-batches of rows grouped by prompt and sorted by length (``by_length``);

@@ -15,7 +15,8 @@ The estimate follows what the trainer does (``trainer.rollout.play``,
   the KV cache holds every row at full length (``2 x layers x kv_width`` values a
   token) and the sampler keeps a few ``(rows, vocab)`` float tensors;
 * **update**: one minibatch (``rows / optim.minibatches``), or one micro-batch of it
-  (``optim.micro_batch_size`` rows), forward and backward: the activations autograd
+  (``optim.micro_batch_size`` rows, ``optim.micro_batch_tokens`` tokens), forward
+  and backward: the activations autograd
   keeps per token and layer, plus float logits with their gradient; the scoring pass
   without gradients takes 64 rows at a time (no more than a micro-batch's);
 * **state**: weights, gradients and AdamW's two moments of the trainable parameters,
@@ -232,6 +233,8 @@ def estimate_step(
     if config.optim.micro_batch_size:
         mb_rows = min(mb_rows, config.optim.micro_batch_size)
     mb_tokens = mb_rows * length
+    if config.optim.micro_batch_tokens:  # a longer rollout goes alone
+        mb_tokens = min(mb_tokens, max(config.optim.micro_batch_tokens, length))
     update = mb_tokens * (
         shape.layers * activation_values(shape) * b
         + shape.vocab * 4 * UPDATE_VOCAB_COPIES
@@ -240,6 +243,8 @@ def estimate_step(
     if config.optim.micro_batch_size:  # scoring goes no wider (trainer.update)
         score_rows = min(score_rows, config.optim.micro_batch_size)
     score_tokens = score_rows * length
+    if config.optim.micro_batch_tokens:
+        score_tokens = min(score_tokens, max(config.optim.micro_batch_tokens, length))
     score = score_tokens * shape.vocab * 4 * SCORE_VOCAB_COPIES
     return StepBudget(
         rollouts=rollouts,

@@ -202,6 +202,16 @@ class OptimConfig(_Strict):
         "(gradient accumulation: the same update, one micro-batch's activations "
         "in memory at a time); 0: the whole minibatch at once.",
     )
+    micro_batch_tokens: int = Field(
+        0,
+        ge=0,
+        le=2**26,
+        description="Tokens per forward and backward within a minibatch at most, "
+        "counted as a micro-batch's rollouts times its longest (a token budget: "
+        "rollouts of about the same length go together, more of the short ones; "
+        "verl's ppo_max_token_len_per_gpu); a longer rollout goes alone. 0: no "
+        "limit. With micro_batch_size, both hold.",
+    )
     compile: bool = Field(
         False,
         description="torch.compile each decoder layer's MLP and norms for the "

@@ -51,6 +51,13 @@ SETTINGS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
         },
     ),
     (
+        "per-device token budget (dynamic batch size)",
+        {
+            "ours": ("optim.micro_batch_tokens",),
+            "verl": (_V + "actor.ppo_max_token_len_per_gpu",),
+        },
+    ),
+    (
         "gradient accumulation / mini-batches",
         {
             "ours": ("optim.minibatches",),

@@ -303,8 +303,12 @@ class Policy(nn.Module):
                 return self._stats(
                     logits, targets, hidden, place, with_entropy, entropy_grad
                 )
-        T = input_ids.shape[1]
-        start = max(0, min(int(start), T - 1))
+        full = input_ids.shape[1]
+        start = max(0, min(int(start), full - 1))
+        # Columns past every row's end (rows picked from a wider batch) are left
+        # out of the forward: causal attention, so no other position changes.
+        T = min(full, max(int(attention_mask.sum(1).max()), start + 2))
+        input_ids, attention_mask = input_ids[:, :T], attention_mask[:, :T]
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -315,7 +319,7 @@ class Policy(nn.Module):
         hidden = out.hidden_states[-1][:, start:-1, :] if need_hidden else None
 
         def place(x: torch.Tensor) -> torch.Tensor:
-            return F.pad(x, (start, 0)) if start else x
+            return F.pad(x, (start, full - T)) if start or full > T else x
 
         return self._stats(
             out.logits[:, :-1, :],  # positions start .. T-2

@@ -206,7 +206,7 @@ def score_step(ctx: StepContext, state: TrainState, drawn: Drawn) -> Scored:
             policy,
             ctx.ref,
             batch,
-            score_chunk(ctx.config.optim),
+            score_chunk(ctx.config.optim, batch.input_ids.shape[1]),
             policy_pass=policy_pass,
         )
     kl_reward, results = kl_in_reward(algo, state, batch, scores, row_results, ctx.par)
@@ -254,7 +254,8 @@ def entropy_only(ctx: StepContext, drawn: Drawn) -> Learned:
     sampled = drawn.sampled
     batch = collate(sampled.rollouts, ctx.policy.pad_id, ctx.policy.device)
     with unsharded(ctx.policy, ctx.par):
-        ent = score(ctx.policy, None, batch, score_chunk(ctx.config.optim)).entropy
+        chunk = score_chunk(ctx.config.optim, batch.input_ids.shape[1])
+        ent = score(ctx.policy, None, batch, chunk).entropy
     sel = batch.loss_mask > 0
     metrics = {"entropy": float(ent[sel].mean()) if bool(sel.any()) else float("nan")}
     metrics = ctx.par.reduce_metrics(metrics, float(sel.sum()))

@@ -95,11 +95,16 @@ def token_kl(
 SCORE_CHUNK = 64
 
 
-def score_chunk(optim: OptimConfig) -> int:
-    """Rows per scoring forward: ``SCORE_CHUNK``, or fewer where the update goes
-    in smaller micro-batches (what a forward is to hold at most)."""
-    micro = optim.micro_batch_size
-    return min(SCORE_CHUNK, micro) if micro else SCORE_CHUNK
+def score_chunk(optim: OptimConfig, width: int = 1) -> int:
+    """Rows per scoring forward of rows ``width`` tokens wide: ``SCORE_CHUNK``, or
+    fewer where the update goes in smaller micro-batches (what a forward is to
+    hold at most: ``micro_batch_size`` rows, ``micro_batch_tokens`` tokens)."""
+    rows = SCORE_CHUNK
+    if optim.micro_batch_size:
+        rows = min(rows, optim.micro_batch_size)
+    if optim.micro_batch_tokens:
+        rows = min(rows, max(1, optim.micro_batch_tokens // max(width, 1)))
+    return rows
 
 
 @torch.no_grad()
@@ -225,9 +230,11 @@ def _minibatch_step(
     layers = (
         compiled_layers(learner.policy.model, par.strategy) if optim.compile else None
     )
-    size = optim.micro_batch_size
-    order = accumulate.by_length(mb) if 0 < size < mb.size and not blank else None
-    parts = accumulate.plan(par, mb.size, size, blank, order)
+    size, tokens = optim.micro_batch_size, optim.micro_batch_tokens
+    may_split = (0 < size < mb.size or tokens > 0) and not blank
+    order = accumulate.by_length(mb) if may_split else None
+    lengths = mb.attention_mask.sum(1).cpu() if tokens > 0 and not blank else None
+    parts = accumulate.plan(par, mb.size, size, blank, order, lengths, tokens)
     # Every rank's normalisers, once (a collective), for every part's loss scale.
     whole = par.all_sum(accumulate.normalisers(mb.loss_mask, blank))
     args = (learner, mb, parts, whole, scores, idx, adv, returns, fill)

@@ -146,6 +146,10 @@ def check_budget(config: Any, takers: list[Offer]) -> list[str]:
             "model.path" if config.model.path else "model.size",
         ]
         if budget.phase == "update":  # micro-batches: the same update, less memory
-            fields += ["optim.micro_batch_size", "optim.minibatches"]
+            fields += [
+                "optim.micro_batch_size",
+                "optim.micro_batch_tokens",
+                "optim.minibatches",
+            ]
         errors += [f"config.{f}: {message}" for f in dict.fromkeys(fields)]
     return errors

@@ -123,9 +123,13 @@ def test_an_update_over_the_limit_names_micro_batches_which_make_it_fit(
     errors = _refused(owner, config)
     assert "update 6.0 GiB for 128 rollouts" in errors["config.optim.micro_batch_size"]
     assert "config.optim.minibatches" in errors
+    assert "config.optim.micro_batch_tokens" in errors  # a token budget does too
     config["optim"] = {"micro_batch_size": 4}
     services.launch_run(owner, config)
     assert Run.objects.count() == 1
+    config["optim"] = {"micro_batch_tokens": 4 * 1024}
+    services.launch_run(owner, config)
+    assert Run.objects.count() == 2
 
 
 def test_a_path_model_is_sized_from_its_config_json(

@@ -197,3 +197,24 @@ def test_a_config_json_without_the_sizes_has_no_shape():
         "num_attention_heads": 1,
     }
     assert shape_from_hf_config(absurd, dtype_bytes=4) is None
+
+
+def test_a_token_budget_bounds_the_update_to_its_tokens():
+    def with_optim(**optim):
+        base = config(tasks_per_step=4)  # 8 rows
+        return base.model_copy(update={"optim": base.optim.model_copy(update=optim)})
+
+    whole = estimate_step(with_optim(), SHAPE, kl_reference=False)
+    length = whole.rollout_tokens
+    two_rows = with_optim(micro_batch_tokens=2 * length)
+    quarter = estimate_step(two_rows, SHAPE, kl_reference=False)
+    assert quarter.update_bytes * 4 == whole.update_bytes
+    assert quarter.score_bytes * 4 == whole.score_bytes
+    # A budget under one rollout: that rollout goes alone, not less.
+    tiny = estimate_step(with_optim(micro_batch_tokens=1), SHAPE, kl_reference=False)
+    assert tiny.update_bytes * 8 == whole.update_bytes
+    # With micro_batch_size too: the smaller of the two.
+    both = with_optim(micro_batch_tokens=4 * length, micro_batch_size=2)
+    assert estimate_step(both, SHAPE, kl_reference=False).update_bytes == (
+        quarter.update_bytes
+    )

@@ -98,6 +98,12 @@ def test_micro_batches_train_as_the_whole_minibatch(
     assert max(training_rows) == 2
     assert sum(training_rows) == sum(rows_whole)
     assert len(training_rows) == updates * -(-per_mb // 2)
+    _assert_same_training(whole, micro, tiny_init)
+
+
+def _assert_same_training(whole, micro, tiny_init) -> None:
+    """Two runs of one config but for how the update splits its minibatches: the
+    same rewards, metrics, weights, gradients and recorded arrays."""
     for a, b in zip(whole.every_metrics(), micro.every_metrics(), strict=True):
         assert b["reward"] == a["reward"]  # step 2 sampled the same tokens
         keys = {k for k in a if not k.startswith(SKIP)}
@@ -265,3 +271,62 @@ def test_micro_batches_keep_a_prompts_rows_together_shortest_first(monkeypatch):
     assert [p.rows.tolist() for p in parts] == [[2, 1], [3, 0]]
     monkeypatch.setattr(accumulate, "GROUPED", False)
     assert accumulate.by_length(batch) is None
+
+
+@pytest.fixture
+def training_forwards(monkeypatch):
+    """(rows, longest row, every row's length) of every forward the update runs
+    with gradients."""
+    seen: list[tuple[int, int, list[int]]] = []
+    real = trainer.policy.Policy.token_stats
+
+    def spy(self, input_ids, attention_mask, *a, **kw):
+        if torch.is_grad_enabled() and self.training:
+            lengths = attention_mask.sum(1).tolist()
+            seen.append((int(input_ids.shape[0]), max(lengths), lengths))
+        return real(self, input_ids, attention_mask, *a, **kw)
+
+    monkeypatch.setattr(trainer.policy.Policy, "token_stats", spy)
+    return seen
+
+
+@covers("optim.micro_batch_tokens")
+@pytest.mark.parametrize("name", ["grpo", "token_mean_kl", "top_entropy_epochs"])
+def test_a_token_budget_trains_as_the_whole_minibatch(
+    name, tmp_path, training_forwards, tiny_init
+):
+    """``optim.micro_batch_tokens``: no training forward holds more than the budget
+    (its rows times its longest) unless it is one rollout, more rows go together
+    where they are shorter, and the update is the whole minibatch's."""
+    whole = run(_config(name, 0), tmp_path)
+    lengths = sorted(n for _, _, rows in training_forwards for n in rows)
+    training_forwards.clear()
+    budget = 3 * lengths[len(lengths) // 2]  # about 3 rollouts a forward
+    over = {k: dict(v) for k, v in SCENARIOS[name].items()}
+    over["optim"] = {**over.get("optim", {}), "micro_batch_tokens": budget}
+    micro = run(tiny(steps=2, **over), tmp_path)
+    assert all(rows * n <= budget or rows == 1 for rows, n, _ in training_forwards)
+    assert max(rows for rows, _, _ in training_forwards) > 1  # short ones together
+    cfg = whole.config
+    updates = cfg.steps * cfg.optim.epochs * cfg.optim.minibatches
+    assert len(training_forwards) > updates  # split
+    assert sum(rows for rows, _, _ in training_forwards) == 6 * updates
+    _assert_same_training(whole, micro, tiny_init)
+
+
+def test_a_token_budget_packs_rows_in_order_up_to_rows_times_the_longest():
+    from trainer.accumulate import _split
+
+    lengths = torch.tensor([4, 2, 3, 9, 3, 1])
+    order = torch.tensor([5, 1, 2, 4, 0, 3])  # shortest first: 1, 2, 3, 3, 4, 9
+    got = _split(6, 0, order, lengths, tokens=12)
+    # 1, 2, 3 (3 x 3 = 9); + 3 would be 4 x 3 = 12: in; + 4 would be 5 x 4: out
+    assert [g.tolist() for g in got] == [[5, 1, 2, 4], [0], [3]]
+    # Both limits: at most 2 rows as well.
+    got = _split(6, 2, order, lengths, tokens=12)
+    assert [g.tolist() for g in got] == [[5, 1], [2, 4], [0], [3]]
+    assert _split(6, 0, order, lengths, tokens=100) == [None]  # all fit: whole
+    parts = plan(
+        _Ranks(other=5), rows=6, size=0, order=order, lengths=lengths, tokens=12
+    )
+    assert [p.blank for p in parts] == [False, False, False, True, True]

@@ -280,3 +280,32 @@ def test_it_refuses_cuda_when_there_is_none():
         pytest.skip("a CUDA device is present")
     with pytest.raises(PolicyError, match="model.device"):
         Policy.build(ModelConfig(device="cuda"), WORDS)
+
+
+def test_columns_past_every_rows_end_are_left_out_of_the_forward(policy):
+    """Rows picked from a wider batch (a micro-batch, a scoring chunk) keep its
+    width; the forward runs only as wide as their longest row, and each row's
+    log-probs, entropies and values are what the row alone gives."""
+    g = torch.Generator().manual_seed(0)
+    lengths = [4, 6, 5]
+    ids = torch.randint(3, 20, (3, 10), generator=g)
+    mask = torch.tensor([[1] * n + [0] * (10 - n) for n in lengths])
+    widths: list[int] = []
+    hook = policy.model.register_forward_pre_hook(
+        lambda mod, args, kw: widths.append(kw["input_ids"].shape[1]),
+        with_kwargs=True,
+    )
+    try:
+        with torch.no_grad():
+            st = policy.token_stats(ids, mask, with_entropy=True, start=1)
+            alone = [
+                policy.token_stats(ids[i : i + 1, :n], mask[i : i + 1, :n], start=1)
+                for i, n in enumerate(lengths)
+            ]
+    finally:
+        hook.remove()
+    assert widths[0] == 6
+    assert st.logprobs.shape == (3, 9) and st.entropy.shape == (3, 9)
+    for i, n in enumerate(lengths):
+        torch.testing.assert_close(st.logprobs[i, : n - 1], alone[i].logprobs[0])
+        assert (st.logprobs[i, 5:] == 0).all() and (st.entropy[i, 5:] == 0).all()
