@@ -63,6 +63,12 @@ SCENARIOS = {
         # nothing trained) must not overwrite.
         "record": {"every": 1, "groups": None, "token_arrays": True},
     },
+    # A token budget: each rank splits its share by its own rows' lengths, so the
+    # ranks' micro-batch counts differ (blanks fill in).
+    "micro_batch_tokens": {
+        "algorithm": {"agg": "seq_mean_token_mean"},
+        "optim": {"micro_batch_tokens": 96},
+    },
 }
 SKIP = ("timing_s/", "perf/")
 
