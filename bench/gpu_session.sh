@@ -42,19 +42,23 @@ medians=()
 if [ "$MODE" = ab ]; then
   # One A/B per question left by the last GPU session (docs/gpu.md), unprofiled:
   # the eager engine with and without the lean forward and the reserved cache, the
-  # continuous engine without the lean forward, the update compiled or not, and a
-  # bigger batch in micro-batches.
+  # continuous engine without the lean forward, the update compiled or not, a
+  # bigger batch in micro-batches, and shared prompts against copied ones.
   step gpu_tests ${TESTS_SECS:-120} $PYT -rA tests/trainer/test_gpu.py -k "optim_compile or micro_batches or prompt_once"
   S=${BENCH_SECS:-70}
   bench eager "$S" --engine eager
   bench eager_no_lean "$S" --engine eager --no-lean
   bench eager_no_reserve "$S" --engine eager --no-reserve
-  bench eager_no_lean_no_reserve "$S" --engine eager --no-lean --no-reserve
   bench continuous_no_lean "$S" --engine continuous --no-lean
   bench compiled_compile_update "${BENCH_SECS_compiled:-170}" --engine compiled --compile-update
   # A batch one forward could not hold (32 x 8 peaked at 60 GiB whole), in
   # micro-batches of 32 rollouts: the update's MFU at a realistic batch.
   bench compiled_64x8_micro32 "${BENCH_SECS_micro:-120}" --engine compiled --compile-update --batch 64x8 --micro 32
+  # The continuous engine's shared prompts (on by default on CUDA) against copies:
+  # 4 prompts of ~256 tokens x 8 completions, tokens/s and key/value buffers.
+  step rollout_shared_prompts "${ROLLOUT_SECS:-100}" python3 bench/rollout_bench.py --shape single \
+    --size 0.5b --device cuda --dtype bfloat16 --repeats 3 --engines continuous:copied,continuous:shared
+  medians+=("$(printf '%-34s %s' shared_prompts "$(tail -n 1 "$OUT/rollout_shared_prompts.log" | cut -c1-400)")")
 else
   step gpu_tests ${TESTS_SECS:-240} $PYT -rA tests/trainer/test_gpu.py tests/trainer/test_gpu_path.py
   for engine in ${ENGINES:-eager compiled continuous}; do

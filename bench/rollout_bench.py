@@ -143,7 +143,9 @@ def _stop_bias(policy: Policy, tool: str | None = None) -> None:
     elif tool is not None:
         bias[policy.encode(tool)[0]] = math.log(vocab)
     head = policy.model.get_output_embeddings()
-    head.register_forward_hook(lambda mod, args, out: out + bias.to(out.dtype))
+    head.register_forward_hook(
+        lambda mod, args, out: out + bias.to(out.device, out.dtype)
+    )
 
 
 def _once(policy, env, tasks, cfg, engine: str, seed: int):
@@ -172,10 +174,10 @@ def _once(policy, env, tasks, cfg, engine: str, seed: int):
 def bench_shape(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
     make, sizes, lengths, tool = SHAPES[shape]
     env = make(tmp)
-    model = ModelConfig(size=args.size, device="cpu")
+    model = ModelConfig(size=args.size, device=args.device, dtype=args.dtype)
     if isinstance(env, tuple):  # an environment and its chat model directory
         env, path = env
-        model = ModelConfig(path=path, device="cpu")
+        model = ModelConfig(path=path, device=args.device, dtype=args.dtype)
     torch.manual_seed(0)
     policy = Policy.build(model, env.vocabulary())
     _stop_bias(policy, tool)
@@ -249,6 +251,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--size", default="small")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU session)")
+    ap.add_argument("--dtype", default="float32")
     ap.add_argument(
         "--engines",
         default=",".join(ENGINES),
