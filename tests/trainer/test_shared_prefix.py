@@ -253,3 +253,31 @@ def test_attention_in_half_precision_is_as_close_as_the_attention_kernels(
     got, _ = attention_lse(q, k, v, mask, dim**-0.5)
     err = float((got.to(dtype).double() - exact).abs().max())
     assert err <= 1.5 * float((kernel.double() - exact).abs().max())
+
+
+def test_prefixes_still_shared_move_to_the_first_rows():
+    """Once groups have ended, the prompts still in use are moved down (their
+    keys and values with them) and the rows point at their new places, so that
+    attention reads them as a slice of the buffers."""
+    prefix = SlotCache(3, capacity=4, headroom=False)
+    cache = SlotCache(4)
+    cache.prefix = prefix
+    prefix.feed([0, 1, 2], [[1, 2], [3, 4, 5], [6]], 0, CPU, F32)
+    marks = torch.tensor([1.0, 2.0, 3.0])[:, None, None, None].expand(3, 1, 3, 2)
+    prefix.update(marks.clone(), marks.clone(), 0)
+    cache.share(0, [0])
+    cache.share(1, [1, 2])
+    cache.share(2, [3])
+    cache.clear(0)  # prompt 0's group is over
+    assert prefix.length == [0, 3, 1] and sorted(cache.sharing) == [1, 2]
+    args = cache.step({1: 9, 2: 9, 3: 9}, {}, 0, CPU, F32)
+    assert args["slot_prefix"].rows is not None  # rows 1 and 2: gathered
+    cache.compact_prefixes()
+    assert cache.base == [-1, 0, 0, 1] and cache.sharing == {0: 2, 1: 1}
+    assert prefix.length == [3, 1, 0]
+    assert (prefix.keys[0][0, :, :3] == 2).all() and (
+        prefix.keys[0][1, :, :1] == 3
+    ).all()
+    args = cache.step({1: 9, 2: 9, 3: 9}, {}, 0, CPU, F32)
+    assert args["slot_prefix"].rows is None  # the first two: a slice
+    assert cache.offset == [0, 3, 3, 1]  # the rows' own columns did not move

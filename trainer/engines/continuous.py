@@ -312,9 +312,11 @@ class SlotRun(Scheduler):
         """No episode is left to begin: rows of ended episodes are filled by the
         last rows in use (one row's keys and values copied each), and the
         buffers' first rows only are used, so that a step computes no row of an
-        ended episode."""
+        ended episode; the prompts still shared move to the prefix cache's first
+        rows likewise (read as a slice, not gathered)."""
         if self.next_new < len(self.gens):
             return
+        self.cache.compact_prefixes()
         used = sum(o is not None for o in self.owner)
         if used == len(self.owner) or used == 0:
             return

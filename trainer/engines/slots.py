@@ -251,6 +251,20 @@ class SlotCache:
             self.base[r] = prefix_row
         self.sharing[prefix_row] = self.sharing.get(prefix_row, 0) + len(rows)
 
+    def compact_prefixes(self) -> None:
+        """The prefixes still shared move to the prefix cache's first rows (one
+        prefix's keys and values copied each), so that attention reads them as a
+        slice of its buffers, not gathered every forward (:class:`SlotPrefix`)."""
+        live = sorted(self.sharing)
+        if live == list(range(len(live))):
+            return
+        for dst, src in enumerate(live):  # dst <= src: nothing live overwritten
+            if src == dst:
+                continue
+            self.prefix.move(src, dst)
+            self.sharing[dst] = self.sharing.pop(src)
+            self.base = [dst if b == src else b for b in self.base]
+
     def copy_row(self, src: int, dst: int) -> None:
         """Row ``dst`` becomes a copy of row ``src`` (a prompt read once for a
         group's rows)."""
