@@ -281,3 +281,60 @@ def test_prefixes_still_shared_move_to_the_first_rows():
     args = cache.step({1: 9, 2: 9, 3: 9}, {}, 0, CPU, F32)
     assert args["slot_prefix"].rows is None  # the first two: a slice
     assert cache.offset == [0, 3, 3, 1]  # the rows' own columns did not move
+
+
+def test_episodes_admitted_later_share_their_groups_prompt_while_it_is_held(
+    swarm,  # noqa: F811
+    monkeypatch,
+):
+    """Two slots, a group of three: episodes 0 and 1 begin together (their prompt
+    fed once), episode 0 ends first and episode 2 takes its slot while episode 1
+    still holds the prompt: it shares it, with no forward of its own. Episode 3
+    (another prompt) then comes alone: its prompt is fed. The episodes are the
+    copied layout's."""
+    from test_continuous_engine import _Script
+
+    from trainer.engines.continuous import episode_generators
+
+    policy = swarm[1]
+    prompts = {0: [policy.bos_id] + [5] * 6, 1: [policy.bos_id] + [6] * 6}
+
+    class Script(_Script):
+        def begin(self, e):
+            self.tokens = getattr(self, "tokens", {})
+            return prompts[0 if e < 3 else 1], self.budgets[e]
+
+        def act(self, e, tokens, logprobs):
+            self.tokens[e] = list(tokens)
+            return super().act(e, tokens, logprobs)
+
+    fed: list[list[list[int]]] = []
+    real = SlotCache.feed
+
+    def spy(self, rows, tokens, *a, **kw):
+        if not self.headroom:  # the prefix cache
+            fed.append([list(t) for t in tokens])
+        return real(self, rows, tokens, *a, **kw)
+
+    monkeypatch.setattr(SlotCache, "feed", spy)
+    saved = policy.stop_ids
+    policy.stop_ids = [policy.model.config.vocab_size]  # never sampled: budgets rule
+    runs = {}
+    try:
+        for shared in (1, None):
+            script = Script(policy, turns=[1, 1, 1, 1], budgets=[2, 9, 4, 3])
+            engine = policy.use_engine("continuous")
+            engine.shared_prefix = shared
+            engine.run_episodes(
+                script,
+                episode_generators(torch.Generator().manual_seed(0), 4),
+                temperature=1.0,
+                top_p=1.0,
+                slots=2,
+            )
+            runs[shared] = script
+    finally:
+        policy.stop_ids = saved
+    assert fed == [[prompts[0]], [prompts[1]]]  # each prompt fed once
+    assert runs[1].order == runs[None].order == [0, 2, 3, 1]
+    assert runs[1].tokens == runs[None].tokens

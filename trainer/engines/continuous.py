@@ -65,10 +65,10 @@ from trainer.engines.slots import ATTENTION, SlotCache, supports
 
 log = logging.getLogger(__name__)
 
-# On an accelerator, a context of at least this many tokens that several rows begin
-# from is kept once (ContinuousEngine.shared_prefix): a GRPO group's G rows then
-# hold one copy of their prompt's keys and values, and each decode step reads it
-# once, not G times.
+# On an accelerator, a context of at least this many tokens is kept once, in the
+# prefix cache, for every row that begins from it (ContinuousEngine.shared_prefix):
+# a GRPO group's G rows then hold one copy of their prompt's keys and values, and
+# each decode step reads it once, not G times.
 SHARED_PREFIX = 64
 
 
@@ -90,9 +90,9 @@ class ContinuousEngine(EagerEngine):
     # from the host generators, as the eager engine draws (a GPU test compares).
     noise_on_device = True
     cache_bytes: int | None = None  # the last slot run's key/value buffers
-    # A context at least this many tokens long that several rows begin from (a
-    # GRPO group's prompt) is kept once, not copied to each row, and attention
-    # reads it once for them all (slots.SlotCache.share); None: always copied;
+    # A context at least this many tokens long (a GRPO group's prompt) is kept
+    # once, not copied to each row that begins from it, and attention reads it
+    # once for them all (slots.SlotCache.share); None: always copied;
     # "auto": SHARED_PREFIX tokens on an accelerator, copied on the CPU (there a
     # second attention call costs more than the keys it saves reading:
     # bench/rollout_bench.py --engines reference,continuous:copied,continuous:shared).
@@ -172,6 +172,11 @@ class SlotRun(Scheduler):
         self.dtype = self.policy.model.get_input_embeddings().weight.dtype
         self.lean = None  # trainer.engines.lean's forward, else the model's
         self.shared_prefix: int | None = None  # see ContinuousEngine.shared_prefix
+        # Contexts in the prefix cache: context -> its row, row -> its context, and
+        # the logits of each row's last token (a later episode's first sample).
+        self.held: dict[tuple[int, ...], int] = {}
+        self.context_of: dict[int, tuple[int, ...]] = {}
+        self.first: torch.Tensor | None = None
 
     def _forward(self, args, rows: torch.Tensor | None = None, cache=None):
         """The logits of the last query of query rows ``rows`` (None: all), over
@@ -194,11 +199,12 @@ class SlotRun(Scheduler):
 
     def _admit(self, joining: list[int]) -> None:
         """New episodes take free rows, each distinct context read once: kept once
-        for the rows that begin from it where it is long enough to be worth it
-        (``shared_prefix``: a row of the cache's ``prefix``, which attention reads
-        once for all of them), else fed to one row and copied to the others;
-        returning ones wait for the next decode forward, which feeds them their
-        pending tokens after their own keys and values."""
+        where it is long enough to be worth it (``shared_prefix``: a row of the
+        cache's ``prefix``, which attention reads once for all the rows that
+        begin from it, and which episodes admitted later with the same context
+        share too, while any row still does), else fed to one row and copied to
+        the others; returning ones wait for the next decode forward, which feeds
+        them their pending tokens after their own keys and values."""
         new = [e for e in joining if e not in self.row]
         self.extending += [e for e in joining if e in self.row]
         if not new:
@@ -211,12 +217,10 @@ class SlotRun(Scheduler):
         for e in new:
             groups.setdefault(tuple(self.pending[e]), []).append(e)
         least = self.shared_prefix
-        shared = [
-            g for c, g in groups.items() if least and len(g) > 1 and len(c) >= least
-        ]
+        shared = {c: g for c, g in groups.items() if least and len(c) >= least}
         if shared:
             self._share(shared)
-        copied = [g for g in groups.values() if g not in shared]
+        copied = [g for c, g in groups.items() if c not in shared]
         if copied:
             self._feed([g[0] for g in copied])
         for g in copied:
@@ -227,27 +231,44 @@ class SlotRun(Scheduler):
             self.pending[e] = []
         self.decoding = sorted(self.decoding + new, key=self.row.get)
 
-    def _share(self, groups: list[list[int]]) -> None:
-        """Each group's context fed once, to a free row of the prefix cache, and
-        shared by the group's rows (:meth:`SlotCache.share`)."""
+    def _share(self, groups: dict[tuple[int, ...], list[int]]) -> None:
+        """Each context's episodes share its row of the prefix cache: the row a
+        context already has while a row shares it (episodes of a group admitted
+        as slots free up), else a free row it is fed to, once
+        (:meth:`SlotCache.share`)."""
         prefix = self.cache.prefix
         if prefix is None:  # as many rows as prefixes, no room to decode on
             prefix = self.cache.prefix = SlotCache(0, capacity=2, headroom=False)
-        free = [r for r in range(prefix.rows) if r not in self.cache.sharing]
-        need = len(groups) - len(free)
-        if need > 0:
-            free += range(prefix.rows, prefix.rows + need)
-            prefix.add_rows(need)
-        at = free[: len(groups)]
-        tokens = [self.pending[g[0]] for g in groups]
-        args = prefix.feed(at, tokens, self.policy.pad_id, self.device, self.dtype)
-        logits = self._forward(args, cache=prefix)
-        if self.logits is None:
-            self.logits = logits.new_zeros((self.cache.rows, logits.shape[-1]))
-        for k, (p, g) in enumerate(zip(at, groups, strict=True)):
-            rows = [self.row[e] for e in g]
+        fresh = [c for c in groups if not self._held(c)]
+        if fresh:
+            free = [r for r in range(prefix.rows) if r not in self.cache.sharing]
+            need = len(fresh) - len(free)
+            if need > 0:
+                free += range(prefix.rows, prefix.rows + need)
+                prefix.add_rows(need)
+            at = free[: len(fresh)]
+            pad = self.policy.pad_id
+            args = prefix.feed(at, list(map(list, fresh)), pad, self.device, self.dtype)
+            logits = self._forward(args, cache=prefix)
+            if self.logits is None:
+                self.logits = logits.new_zeros((self.cache.rows, logits.shape[-1]))
+            if self.first is None:
+                self.first = logits.new_zeros((len(self.owner), logits.shape[-1]))
+            for k, (p, c) in enumerate(zip(at, fresh, strict=True)):
+                self.held[c], self.context_of[p] = p, c
+                self.first[p] = logits[k]
+        for c, g in groups.items():
+            p, rows = self.held[c], [self.row[e] for e in g]
             self.cache.share(p, rows)
-            self.logits[torch.tensor(rows, device=logits.device)] = logits[k]
+            self.logits[torch.tensor(rows, device=self.logits.device)] = self.first[p]
+
+    def _held(self, context: tuple[int, ...]) -> bool:
+        """Whether ``context`` is in a row of the prefix cache a row still shares
+        (a freed row may hold another context since)."""
+        p = self.held.get(context)
+        return (
+            p is not None and p in self.cache.sharing and self.context_of[p] == context
+        )
 
     def _feed(self, eps: list[int]) -> None:
         """One forward of the episodes' pending tokens (new episodes' contexts, or
@@ -316,7 +337,8 @@ class SlotRun(Scheduler):
         rows likewise (read as a slice, not gathered)."""
         if self.next_new < len(self.gens):
             return
-        self.cache.compact_prefixes()
+        if self.cache.compact_prefixes():  # no episode is left to admit
+            self.held, self.context_of = {}, {}
         used = sum(o is not None for o in self.owner)
         if used == len(self.owner) or used == 0:
             return

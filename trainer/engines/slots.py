@@ -251,19 +251,21 @@ class SlotCache:
             self.base[r] = prefix_row
         self.sharing[prefix_row] = self.sharing.get(prefix_row, 0) + len(rows)
 
-    def compact_prefixes(self) -> None:
+    def compact_prefixes(self) -> bool:
         """The prefixes still shared move to the prefix cache's first rows (one
         prefix's keys and values copied each), so that attention reads them as a
-        slice of its buffers, not gathered every forward (:class:`SlotPrefix`)."""
+        slice of its buffers, not gathered every forward (:class:`SlotPrefix`).
+        Whether any moved."""
         live = sorted(self.sharing)
         if live == list(range(len(live))):
-            return
+            return False
         for dst, src in enumerate(live):  # dst <= src: nothing live overwritten
             if src == dst:
                 continue
             self.prefix.move(src, dst)
             self.sharing[dst] = self.sharing.pop(src)
             self.base = [dst if b == src else b for b in self.base]
+        return True
 
     def copy_row(self, src: int, dst: int) -> None:
         """Row ``dst`` becomes a copy of row ``src`` (a prompt read once for a
