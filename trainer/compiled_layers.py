@@ -22,6 +22,14 @@ fails (compilation is lazy, so the backward's fails in ``backward()``), the upda
 runs eagerly from then on and the reason is logged once
 (:meth:`CompiledLayers.give_up`). FSDP's sharded layers are not compiled (their hooks
 would be traced too); they run eagerly with the reason logged.
+
+With several processes (DDP) a failure on one rank only must not send it back into
+collectives the others have left (the first minibatch's gradient all-reduce starts
+during its backward): before that minibatch every rank runs each part class's
+compiled forward and backward once on its own, outside any collective
+(:meth:`CompiledLayers.agree`), and one gather decides for all: compiled everywhere,
+or eager everywhere with the reason logged. A failure after that is raised, not
+retried eagerly on one rank.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import logging
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
@@ -85,6 +94,7 @@ class CompiledLayers:
         self.parts = [part for layer in layers for part in compilable_parts(layer)]
         self.compiled = [torch.compile(m.forward, dynamic=True) for m in self.parts]
         self.proven = False  # a minibatch ran through them, forward and backward
+        self.agreed = False  # the ranks agreed they compile (several processes)
         self.failed: str | None = None  # why the update runs eagerly now
 
     @property
@@ -105,11 +115,49 @@ class CompiledLayers:
             for part in self.parts:
                 vars(part).pop("forward", None)
 
+    def agree(self, par: Any, width: int) -> None:
+        """Several processes: each part class's compiled forward and backward run
+        once here on (2, 3, ``width``) random inputs, no collective involved; then
+        one gather of every rank's outcome: if any failed, every rank runs the
+        update eagerly (the first failure's reason logged). Once per run."""
+        if self.agreed or not self.on or par.world == 1:
+            return
+        error = ""
+        try:
+            self._probe(width)
+        except Exception as exc:  # noqa: BLE001 (compilation fails in many ways)
+            error = repr(exc)
+        failed = par.all_gather_objects(error)
+        self.agreed = True
+        bad = [(rank, e) for rank, e in enumerate(failed) if e]
+        if bad:
+            rank, reason = bad[0]
+            self.failed = (
+                f"the update's compiled layers failed on rank {rank}, every rank "
+                f"runs eagerly: {reason}"
+            )
+            log.warning("%s", self.failed)
+
+    def _probe(self, width: int) -> None:
+        seen: set[type] = set()
+        for part, fn in zip(self.parts, self.compiled, strict=True):
+            if type(part) in seen:
+                continue
+            seen.add(type(part))
+            weight = next(part.parameters())
+            x = torch.randn(
+                (2, 3, width), dtype=weight.dtype, device=weight.device
+            ).requires_grad_()
+            fn(x).float().sum().backward()
+            for p in part.parameters():
+                p.grad = None  # the probe's gradients are not the update's
+
     def give_up(self, exc: BaseException) -> bool:
         """After a failure in a minibatch through these layers: True (the caller
         runs the minibatch again eagerly) if none had succeeded yet, so the failure
-        is compilation's; False (the caller re-raises) otherwise."""
-        if self.proven or not self.on:
+        is compilation's, and no other rank could be in a collective it left
+        (one process); False (the caller re-raises) otherwise."""
+        if self.proven or not self.on or self.agreed:
             return False
         self.failed = f"the update's compiled layers failed, running eagerly: {exc!r}"
         log.warning("%s", self.failed)

@@ -199,3 +199,75 @@ def test_micro_batches_take_the_top_entropy_threshold_from_the_compiled_forward(
             rtol=1e-3,
             atol=1e-4 * float(m.abs().max()),
         )
+
+
+class _TwoRanks:
+    """This process as rank 0 of two; rank 1 reports ``other`` from its probe."""
+
+    world = 2
+
+    def __init__(self, other: str) -> None:
+        self.other = other
+
+    def all_gather_objects(self, obj):
+        return [obj, self.other]
+
+
+def test_ranks_agree_to_compile_before_the_first_minibatch():
+    """Each part class's compiled forward and backward run once on this rank
+    (no collective), then one gather: all succeeded, so compiled everywhere; a
+    failure after that is raised, not retried eagerly on one rank (the others
+    would be in the gradient all-reduce it left)."""
+    model = _model()
+    layers = CompiledLayers(decoder_layers(model))
+    layers.agree(_TwoRanks(other=""), model.config.hidden_size)
+    assert layers.agreed and layers.on
+    assert all(p.grad is None for p in model.parameters())  # the probe's dropped
+    assert layers.give_up(RuntimeError("later")) is False and layers.on
+    # Once per run.
+    layers.agree(_TwoRanks(other="RuntimeError('late')"), model.config.hidden_size)
+    assert layers.on
+
+
+def test_a_failure_on_another_rank_runs_every_rank_eagerly(caplog):
+    model = _model()
+    layers = CompiledLayers(decoder_layers(model))
+    with caplog.at_level(logging.WARNING, logger="trainer.compiled_layers"):
+        layers.agree(
+            _TwoRanks(other="RuntimeError('no triton')"), model.config.hidden_size
+        )
+    assert not layers.on and "rank 1" in layers.failed and "no triton" in layers.failed
+    assert caplog.records[-1].getMessage() == layers.failed
+
+
+def test_a_failure_on_this_rank_is_gathered_and_runs_every_rank_eagerly(
+    monkeypatch,
+):
+    def broken(fn, **kw):
+        def call(*a, **k):
+            raise RuntimeError("no compiler on this rank")
+
+        return call
+
+    monkeypatch.setattr("trainer.compiled_layers.torch.compile", broken)
+    gathered = []
+
+    class Ranks(_TwoRanks):
+        def all_gather_objects(self, obj):
+            gathered.append(obj)
+            return super().all_gather_objects(obj)
+
+    model = _model()
+    layers = CompiledLayers(decoder_layers(model))
+    layers.agree(Ranks(other=""), model.config.hidden_size)
+    assert "no compiler on this rank" in gathered[0]
+    assert not layers.on and "rank 0" in layers.failed
+
+
+def test_one_process_needs_no_agreement():
+    from trainer.single import Single
+
+    layers = CompiledLayers(decoder_layers(_model()))
+    layers.agree(Single(), 64)
+    assert not layers.agreed and layers.on
+    assert layers.give_up(RuntimeError("compile")) is True  # the eager rerun

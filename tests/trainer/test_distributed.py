@@ -69,6 +69,9 @@ SCENARIOS = {
         "algorithm": {"agg": "seq_mean_token_mean"},
         "optim": {"micro_batch_tokens": 96},
     },
+    # optim.compile under DDP: the ranks agree to compile (each probes its parts,
+    # one gather), then train through them as one process does.
+    "compiled": {"algorithm": {"agg": "token_mean"}, "optim": {"compile": True}},
 }
 SKIP = ("timing_s/", "perf/")
 
@@ -275,12 +278,14 @@ def test_two_processes_end_with_the_parameters_of_one(runs, name):
         float((want[k] - v).abs().max()) for k, v in _initial_params(name).items()
     )
     assert moved > 5e-4  # the steps did train: equality below is not trivial
+    # Compiled kernels round by their shapes (each rank's batch is another): 3e-5.
+    tol = 3e-5 if name == "compiled" else 1e-5
     for rank in ranks:
         got = rank[name]["params"]
         assert got.keys() == want.keys()
         for k in want:
             diff = float((got[k] - want[k]).abs().max())
-            assert diff <= 1e-5, (k, diff)
+            assert diff <= tol, (k, diff)
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
