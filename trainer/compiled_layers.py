@@ -115,16 +115,16 @@ class CompiledLayers:
             for part in self.parts:
                 vars(part).pop("forward", None)
 
-    def agree(self, par: Any, width: int) -> None:
+    def agree(self, par: Any, model: nn.Module) -> None:
         """Several processes: each part class's compiled forward and backward run
-        once here on (2, 3, ``width``) random inputs, no collective involved; then
-        one gather of every rank's outcome: if any failed, every rank runs the
-        update eagerly (the first failure's reason logged). Once per run."""
+        here on random inputs (:meth:`_probe`), no collective involved; then one
+        gather of every rank's outcome: if any failed, every rank runs the update
+        eagerly (the first failure's reason logged). Once per run."""
         if self.agreed or not self.on or par.world == 1:
             return
         error = ""
         try:
-            self._probe(width)
+            self._probe(model)
         except Exception as exc:  # noqa: BLE001 (compilation fails in many ways)
             error = repr(exc)
         failed = par.all_gather_objects(error)
@@ -138,17 +138,38 @@ class CompiledLayers:
             )
             log.warning("%s", self.failed)
 
-    def _probe(self, width: int) -> None:
+    def _probe(self, model: nn.Module) -> None:
+        """Each part class's compiled forward on (2, 3, width) inputs with a
+        backward, on (1, 3, width) (a blank part's single row: its own graph) and
+        without gradients (the top-entropy pool's forward); from a generator of
+        its own (the run's random streams untouched), the probe's gradients
+        dropped."""
+        params = [p for p in model.parameters() if p.is_floating_point()]
+        fallback = params[0] if params else torch.empty(0)
+        generator: dict[torch.device, torch.Generator] = {}
         seen: set[type] = set()
         for part, fn in zip(self.parts, self.compiled, strict=True):
             if type(part) in seen:
                 continue
             seen.add(type(part))
-            weight = next(part.parameters())
-            x = torch.randn(
-                (2, 3, width), dtype=weight.dtype, device=weight.device
-            ).requires_grad_()
-            fn(x).float().sum().backward()
+            own = [p for p in part.parameters() if p.is_floating_point()]
+            like = own[0] if own else fallback
+            width = input_width(part, model)
+            gen = generator.setdefault(
+                like.device, torch.Generator(like.device).manual_seed(0)
+            )
+            for rows, grad in ((2, True), (1, True), (2, False)):
+                x = torch.randn(
+                    (rows, 3, width),
+                    dtype=like.dtype,
+                    device=like.device,
+                    generator=gen,
+                )
+                with torch.set_grad_enabled(grad):
+                    out = fn(x.requires_grad_(grad))
+                    out = out[0] if isinstance(out, tuple) else out
+                    if grad and out.requires_grad:
+                        out.float().sum().backward()
             for p in part.parameters():
                 p.grad = None  # the probe's gradients are not the update's
 
@@ -162,6 +183,21 @@ class CompiledLayers:
         self.failed = f"the update's compiled layers failed, running eagerly: {exc!r}"
         log.warning("%s", self.failed)
         return True
+
+
+def input_width(part: nn.Module, model: nn.Module) -> int:
+    """The width of what ``part`` takes: its first linear layer's input features,
+    else its first one-dimensional weight's size (a norm's), else the model's
+    hidden size (its text model's, for a composite config)."""
+    for mod in part.modules():
+        if isinstance(mod, nn.Linear):
+            return mod.in_features
+        weight = getattr(mod, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.dim() == 1:
+            return weight.shape[0]
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(text.hidden_size)
 
 
 def compiled_layers(model: nn.Module, strategy: str) -> CompiledLayers | None:

@@ -231,7 +231,7 @@ def _minibatch_step(
         compiled_layers(learner.policy.model, par.strategy) if optim.compile else None
     )
     if layers is not None:  # several processes: every rank compiles, or none
-        layers.agree(par, learner.policy.model.config.hidden_size)
+        layers.agree(par, learner.policy.model)
     size, tokens = optim.micro_batch_size, optim.micro_batch_tokens
     may_split = (0 < size < mb.size or tokens > 0) and not blank
     order = accumulate.by_length(mb) if may_split else None

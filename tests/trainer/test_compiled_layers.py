@@ -220,12 +220,14 @@ def test_ranks_agree_to_compile_before_the_first_minibatch():
     would be in the gradient all-reduce it left)."""
     model = _model()
     layers = CompiledLayers(decoder_layers(model))
-    layers.agree(_TwoRanks(other=""), model.config.hidden_size)
+    rng = torch.get_rng_state()
+    layers.agree(_TwoRanks(other=""), model)
     assert layers.agreed and layers.on
+    assert torch.equal(torch.get_rng_state(), rng)  # the run's streams untouched
     assert all(p.grad is None for p in model.parameters())  # the probe's dropped
     assert layers.give_up(RuntimeError("later")) is False and layers.on
     # Once per run.
-    layers.agree(_TwoRanks(other="RuntimeError('late')"), model.config.hidden_size)
+    layers.agree(_TwoRanks(other="RuntimeError('late')"), model)
     assert layers.on
 
 
@@ -233,9 +235,7 @@ def test_a_failure_on_another_rank_runs_every_rank_eagerly(caplog):
     model = _model()
     layers = CompiledLayers(decoder_layers(model))
     with caplog.at_level(logging.WARNING, logger="trainer.compiled_layers"):
-        layers.agree(
-            _TwoRanks(other="RuntimeError('no triton')"), model.config.hidden_size
-        )
+        layers.agree(_TwoRanks(other="RuntimeError('no triton')"), model)
     assert not layers.on and "rank 1" in layers.failed and "no triton" in layers.failed
     assert caplog.records[-1].getMessage() == layers.failed
 
@@ -259,7 +259,7 @@ def test_a_failure_on_this_rank_is_gathered_and_runs_every_rank_eagerly(
 
     model = _model()
     layers = CompiledLayers(decoder_layers(model))
-    layers.agree(Ranks(other=""), model.config.hidden_size)
+    layers.agree(Ranks(other=""), model)
     assert "no compiler on this rank" in gathered[0]
     assert not layers.on and "rank 0" in layers.failed
 
@@ -268,6 +268,42 @@ def test_one_process_needs_no_agreement():
     from trainer.single import Single
 
     layers = CompiledLayers(decoder_layers(_model()))
-    layers.agree(Single(), 64)
+    layers.agree(Single(), _model())
     assert not layers.agreed and layers.on
     assert layers.give_up(RuntimeError("compile")) is True  # the eager rerun
+
+
+class _Block(nn.Module):
+    """A decoder block whose one-tensor children include a dropout (no weights)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(6, 12), nn.SiLU(), nn.Linear(12, 6))
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.drop(self.mlp(x))
+
+
+def test_the_probe_takes_parts_without_weights_and_each_parts_own_width():
+    """A dropout has no weight to take a dtype from (the model's is used), and a
+    part's input width is its own (its first linear layer's, a norm's weight's),
+    the text model's hidden size for a composite config otherwise."""
+    from trainer.compiled_layers import input_width
+
+    class Composite(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList([_Block(), _Block()])
+            text = type("Text", (), {"hidden_size": 6})()
+            self.config = type("Config", (), {"get_text_config": lambda self: text})()
+
+    model = Composite()
+    layers = CompiledLayers(decoder_layers(model))
+    assert {type(p) for p in layers.parts} == {nn.Sequential, nn.Dropout}
+    assert input_width(model.layers[0].mlp, model) == 6
+    assert input_width(model.layers[0].drop, model) == 6  # the config's
+    assert input_width(nn.LayerNorm(5), model) == 5
+    layers.agree(_TwoRanks(other=""), model)
+    assert layers.on, layers.failed
+    assert all(p.grad is None for p in model.parameters())
