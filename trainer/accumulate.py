@@ -113,15 +113,13 @@ def plan(
 def _split(rows, size, order, lengths, tokens) -> list[torch.Tensor | None]:
     """The micro-batches' rows (``[None]``: one, the whole minibatch)."""
     size = size if 0 < size < rows else rows
+    taken = torch.arange(rows) if order is None else order
     if tokens <= 0 or lengths is None:
-        if size >= rows:
-            return [None]
-        return list((torch.arange(rows) if order is None else order).split(size))
-    taken = (torch.arange(rows) if order is None else order).tolist()
+        return [None] if size >= rows else list(taken.split(size))
     width = lengths.tolist()
     groups: list[list[int]] = []
     longest = 0  # the open micro-batch's longest row
-    for r in taken:
+    for r in taken.tolist():
         w = width[r]
         if (
             groups
@@ -143,14 +141,16 @@ def _split(rows, size, order, lengths, tokens) -> list[torch.Tensor | None]:
 GROUPED = True
 
 
-def by_length(mb: Batch) -> torch.Tensor | None:
+def by_length(mb: Batch, length: torch.Tensor | None = None) -> torch.Tensor | None:
     """The order a minibatch's rows go into micro-batches: a prompt's rows
-    together (read once per micro-batch, ``Policy.token_stats``), shortest first,
-    so that a micro-batch's rows pad to about the same length; None: as they are
+    together (read once per micro-batch, ``Policy.token_stats``), shortest first
+    (``length``: each row's, on the host, if already counted), so that a
+    micro-batch's rows pad to about the same length; None: as they are
     (``GROUPED`` off)."""
     if not GROUPED:
         return None
-    length = mb.attention_mask.sum(1).cpu()
+    if length is None:
+        length = mb.attention_mask.sum(1).cpu()
     key = length
     if mb.prefixes is not None:
         key = mb.prefixes.of_row.cpu() * (mb.input_ids.shape[1] + 1) + length

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# Scoring without gradients goes 64 rows at a time (``trainer.update.score``).
+# Scoring without gradients goes 64 rows at a time (``trainer.scoring.score``).
 SCORE_CHUNK_ROWS = 64
 # Float32 (B, V) tensors the sampler holds per token: the logits, their softmax and
 # the temperature-scaled copy the sampler's log-probs are taken from.
@@ -240,7 +240,7 @@ def estimate_step(
         + shape.vocab * 4 * UPDATE_VOCAB_COPIES
     )
     score_rows = min(rows, SCORE_CHUNK_ROWS)
-    if config.optim.micro_batch_size:  # scoring goes no wider (trainer.update)
+    if config.optim.micro_batch_size:  # scoring goes no wider (trainer.scoring)
         score_rows = min(score_rows, config.optim.micro_batch_size)
     score_tokens = score_rows * length
     if config.optim.micro_batch_tokens:

@@ -10,7 +10,8 @@ from rewards.types import RewardResult
 from trainer.algorithms import ResolvedAlgorithm, adaptive_kl_coef
 from trainer.batch import Batch, with_kl_penalty
 from trainer.checkpoint import TrainState
-from trainer.update import Scores, token_kl
+from trainer.scoring import Scores
+from trainer.update import token_kl
 
 if TYPE_CHECKING:
     from trainer.single import Handle

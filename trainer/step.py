@@ -41,6 +41,7 @@ from trainer.policy import AdaptersOff, Policy
 from trainer.rollout import Rollout, mask_truncated
 from trainer.sampled import Sampled
 from trainer.sampling import sample
+from trainer.scoring import Scores, score, score_chunk
 from trainer.single import Handle
 from trainer.step_report import (
     build_records,
@@ -52,7 +53,7 @@ from trainer.step_report import (
     token_summaries,
 )
 from trainer.trajectory_events import alert_event
-from trainer.update import Learner, Scores, on_policy, optimise, score, score_chunk
+from trainer.update import Learner, on_policy, optimise
 
 
 @dataclass(frozen=True)

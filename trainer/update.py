@@ -1,9 +1,7 @@
-"""Scoring a batch and the optimisation epochs over it.
+"""The optimisation epochs over a scored batch (:mod:`trainer.scoring`).
 
-``score`` computes, without gradients, what the sampling policy thought of every token
-(old log-probs, entropy, values) and, when the KL term is on, the frozen reference's
-log-probs. On-policy with one epoch and one minibatch (no critic), the policy being
-optimised *is* the sampling policy, so that pass is skipped and the first training
+On-policy with one epoch and one minibatch (no critic), the policy being
+optimised *is* the sampling policy, so the scoring pass is skipped and the first training
 forward supplies the old log-probs (detached) and entropy, as TRL does when
 ``num_iterations == 1``. ``optimise`` (a :class:`Learner`) then runs ``epochs``
 passes of ``minibatches`` over the batch with the configured loss (old log-probs
@@ -36,30 +34,15 @@ from trainer.compiled_layers import compiled_layers
 from trainer.config import OptimConfig
 from trainer.distributed import combine_metrics
 from trainer.policy import Policy, TokenStats
+from trainer.scoring import Scores
 
 if TYPE_CHECKING:
     from trainer.single import Handle
 
 
-@dataclass
-class Scores:
-    old_logprobs: torch.Tensor | None  # (B, T-1); None: filled by the first forward
-    entropy: torch.Tensor | None  # (B, T-1)
-    values: torch.Tensor | None  # (B, T-1)
-    ref_logprobs: torch.Tensor | None  # (B, T-1)
-    kl_beta: float = 0.0  # this step's KL coefficient in the loss (adaptive or fixed)
-    # (B, T-1) int8: why the last epoch's loss left a trained token out (MASK_REASONS
-    # index; 0: it did not). None until an update with a token mask ran.
-    token_masks: torch.Tensor | None = None
-
-
 # The loss-mask reasons of single tokens the update leaves out (trajectory events'
 # ``masked``): by masked importance sampling, by the top-entropy quantile.
 MASK_REASONS = (None, "is_ratio", "low_entropy")
-
-
-def _chunks(n: int, size: int) -> list[slice]:
-    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
 
 
 def on_policy(algo: ResolvedAlgorithm, optim: OptimConfig) -> bool:
@@ -89,61 +72,6 @@ def token_kl(
         clamp=algo.kl_clamp or None,
     )
     return torch.where(keep, kl, zeros)
-
-
-# Rows a scoring forward (no gradients) takes at most (``score``).
-SCORE_CHUNK = 64
-
-
-def score_chunk(optim: OptimConfig, width: int = 1) -> int:
-    """Rows per scoring forward of rows ``width`` tokens wide: ``SCORE_CHUNK``, or
-    fewer where the update goes in smaller micro-batches (what a forward is to
-    hold at most: ``micro_batch_size`` rows, ``micro_batch_tokens`` tokens)."""
-    rows = SCORE_CHUNK
-    if optim.micro_batch_size:
-        rows = min(rows, optim.micro_batch_size)
-    if optim.micro_batch_tokens:
-        rows = min(rows, max(1, optim.micro_batch_tokens // max(width, 1)))
-    return rows
-
-
-@torch.no_grad()
-def score(
-    policy: Policy,
-    ref: Policy | None,
-    batch: Batch,
-    chunk: int = SCORE_CHUNK,
-    *,
-    policy_pass: bool = True,
-) -> Scores:
-    parts: dict[str, list[torch.Tensor]] = {"lp": [], "ent": [], "val": [], "ref": []}
-    start = batch.first_trained()
-    for sl in _chunks(batch.size, chunk):
-        ids, attn = batch.input_ids[sl], batch.attention_mask[sl]
-        pre = None if batch.prefixes is None else batch.prefixes.select(sl)
-        if policy_pass:
-            st = policy.token_stats(
-                ids,
-                attn,
-                with_entropy=True,
-                with_values=True,
-                start=start,
-                prefixes=pre,
-            )
-            parts["lp"].append(st.logprobs)
-            parts["ent"].append(st.entropy)
-            if st.values is not None:
-                parts["val"].append(st.values)
-        if ref is not None:
-            parts["ref"].append(
-                ref.token_stats(ids, attn, start=start, prefixes=pre).logprobs
-            )
-    return Scores(
-        old_logprobs=torch.cat(parts["lp"]) if parts["lp"] else None,
-        entropy=torch.cat(parts["ent"]) if parts["ent"] else None,
-        values=torch.cat(parts["val"]) if parts["val"] else None,
-        ref_logprobs=torch.cat(parts["ref"]) if parts["ref"] else None,
-    )
 
 
 @dataclass(frozen=True)
@@ -234,8 +162,8 @@ def _minibatch_step(
         layers.agree(par, learner.policy.model)
     size, tokens = optim.micro_batch_size, optim.micro_batch_tokens
     may_split = (0 < size < mb.size or tokens > 0) and not blank
-    order = accumulate.by_length(mb) if may_split else None
-    lengths = mb.attention_mask.sum(1).cpu() if tokens > 0 and not blank else None
+    lengths = mb.attention_mask.sum(1).cpu() if may_split else None
+    order = accumulate.by_length(mb, lengths) if may_split else None
     parts = accumulate.plan(par, mb.size, size, blank, order, lengths, tokens)
     # Every rank's normalisers, once (a collective), for every part's loss scale.
     whole = par.all_sum(accumulate.normalisers(mb.loss_mask, blank))

@@ -131,9 +131,9 @@ def test_micro_batches_bound_the_update_to_their_rows():
         whole.update_bytes
     )
     assert quarter.state_bytes == whole.state_bytes  # the update's state is as big
-    # Scoring goes no wider than a micro-batch either (trainer.update.score_chunk).
+    # Scoring goes no wider than a micro-batch either (trainer.scoring.score_chunk).
     assert quarter.score_bytes * 4 == whole.score_bytes
-    from trainer.update import SCORE_CHUNK
+    from trainer.scoring import SCORE_CHUNK
 
     assert SCORE_CHUNK == SCORE_CHUNK_ROWS
 

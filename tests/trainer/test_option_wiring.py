@@ -30,7 +30,7 @@ from trainer.algorithms import resolve_algorithm
 from trainer.checkpoint import TrainState
 from trainer.config import AlgorithmConfig
 from trainer.kl_control import kl_step
-from trainer.update import Scores
+from trainer.scoring import Scores
 
 
 def _same_weights(a, b) -> bool:

@@ -68,12 +68,15 @@ class SlotPrefix:
         -inf for a row with none."""
         n, h, q, d = query.shape
         b = self.count
-        keys = self.cache.keys[layer][:b, :, : self.width]
-        values = self.cache.values[layer][:b, :, : self.width]
-        if self.rows is not None:
-            keys = self.cache.keys[layer][:, :, : self.width].index_select(0, self.rows)
-            values = self.cache.values[layer][:, :, : self.width]
-            values = values.index_select(0, self.rows)
+        keys = self.cache.keys[layer][:, :, : self.width]
+        values = self.cache.values[layer][:, :, : self.width]
+        if self.rows is None:  # the first b rows: a view
+            keys, values = keys[:b], values[:b]
+        else:
+            keys, values = (
+                keys.index_select(0, self.rows),
+                values.index_select(0, self.rows),
+            )
         padded = torch.cat([query, query.new_zeros((1, h, q, d))])
         grouped = padded.index_select(0, self.take).view(b, self.per, h, q, d)
         grouped = grouped.transpose(1, 2).reshape(b, h, self.per * q, d)
