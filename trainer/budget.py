@@ -17,8 +17,9 @@ The estimate follows what the trainer does (``trainer.rollout.play``,
 * **update**: one minibatch (``rows / optim.minibatches``), or one micro-batch of it
   (``optim.micro_batch_size`` rows, ``optim.micro_batch_tokens`` tokens), forward
   and backward: the activations autograd
-  keeps per token and layer, plus float logits with their gradient; the scoring pass
-  without gradients takes 64 rows at a time (no more than a micro-batch's);
+  keeps per token and layer, plus float logits with their gradient (with
+  ``optim.fused_head``, one chunk of them); the scoring pass without gradients
+  takes 64 rows at a time (no more than a micro-batch's);
 * **state**: weights, gradients and AdamW's two moments of the trainable parameters,
   a frozen copy for the KL reference (not with LoRA), sharded ``processes`` ways
   under fsdp.
@@ -45,6 +46,15 @@ SAMPLER_VOCAB_COPIES = 3
 # softmax behind logsumexp / entropy, and the logits' gradient.
 UPDATE_VOCAB_COPIES = 3
 SCORE_VOCAB_COPIES = 2  # no gradient: the logits and one softmax
+# ``optim.fused_head`` (``trainer.head``): float32 logits are held a chunk of this
+# many bytes at a time, whatever the batch.
+HEAD_CHUNK_BYTES = 128 * 2**20
+
+
+def head_chunk_tokens(vocab: int, chunk_bytes: int = HEAD_CHUNK_BYTES) -> int:
+    """Tokens per chunk of the fused head: ``chunk_bytes`` of float32 logits, at
+    least 16."""
+    return max(16, chunk_bytes // (4 * max(vocab, 1)))
 
 
 @dataclass(frozen=True)
@@ -235,9 +245,12 @@ def estimate_step(
     mb_tokens = mb_rows * length
     if config.optim.micro_batch_tokens:  # a longer rollout goes alone
         mb_tokens = min(mb_tokens, max(config.optim.micro_batch_tokens, length))
-    update = mb_tokens * (
-        shape.layers * activation_values(shape) * b
-        + shape.vocab * 4 * UPDATE_VOCAB_COPIES
+    # The fused head holds one chunk's logits (the FSDP-sharded model its own).
+    fused = config.optim.fused_head and config.resources.strategy != "fsdp"
+    head_tokens = head_chunk_tokens(shape.vocab) if fused else mb_tokens
+    update = (
+        mb_tokens * shape.layers * activation_values(shape) * b
+        + min(mb_tokens, head_tokens) * shape.vocab * 4 * UPDATE_VOCAB_COPIES
     )
     score_rows = min(rows, SCORE_CHUNK_ROWS)
     if config.optim.micro_batch_size:  # scoring goes no wider (trainer.scoring)
@@ -245,7 +258,12 @@ def estimate_step(
     score_tokens = score_rows * length
     if config.optim.micro_batch_tokens:
         score_tokens = min(score_tokens, max(config.optim.micro_batch_tokens, length))
-    score = score_tokens * shape.vocab * 4 * SCORE_VOCAB_COPIES
+    score = (
+        min(score_tokens, head_tokens if fused else score_tokens)
+        * shape.vocab
+        * 4
+        * SCORE_VOCAB_COPIES
+    )
     return StepBudget(
         rollouts=rollouts,
         rollout_tokens=length,

@@ -212,6 +212,15 @@ class OptimConfig(_Strict):
         "verl's ppo_max_token_len_per_gpu); a longer rollout goes alone. 0: no "
         "limit. With micro_batch_size, both hold.",
     )
+    fused_head: bool = Field(
+        True,
+        description="Take log-probs and entropies from the final hidden states a "
+        "chunk of tokens at a time (the language-model head, softmax and entropy "
+        "never held for the whole batch, the head's product done again in the "
+        "backward) instead of from the model's logits: the update's memory for "
+        "large vocabularies. Models whose logits are not a plain linear head of "
+        "the last hidden state, and FSDP, use their logits.",
+    )
     compile: bool = Field(
         False,
         description="torch.compile each decoder layer's MLP and norms for the "

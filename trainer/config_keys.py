@@ -154,6 +154,14 @@ SETTINGS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
         {"ours": ("algorithm.entropy_coef",), "verl": (_V + "actor.entropy_coeff",)},
     ),
     (
+        "log-probs from hidden states in chunks (fused linear head)",
+        {
+            "ours": ("optim.fused_head",),
+            "trl": ("use_liger_kernel",),
+            "verl": (_V + "model.use_fused_kernels",),
+        },
+    ),
+    (
         "compiled training forward (torch.compile)",
         {"ours": ("optim.compile",), "trl": ("torch_compile",)},
     ),

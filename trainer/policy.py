@@ -22,6 +22,7 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from trainer.chat import make_renderer
 from trainer.config import ModelConfig
+from trainer.head import head_stats, split_model
 from trainer.models import (
     build_model,
     generation_eos,
@@ -119,6 +120,11 @@ class Policy(nn.Module):
         # or a run at T != 1 would train on ratios of a policy it never sampled from.
         self.temperature = float(temperature)
         self.lora = False  # set by build: only LoRA adapters are trained
+        # Log-probs and entropy from the final hidden states a chunk of tokens at a
+        # time (trainer.head) where the model allows it (checked here, eagerly,
+        # once); False: from its logits.
+        self.fused_head = True
+        split_model(model)
         self.tokenizer = tokenizer
         hidden = model.config.hidden_size
         self.value_head = nn.Linear(hidden, 1) if with_value_head else None
@@ -299,9 +305,9 @@ class Policy(nn.Module):
                 input_ids, attention_mask, prefixes, need_hidden
             )
             if shared is not None:
-                logits, targets, hidden, place = shared
+                feats, targets, hidden, place, split = shared
                 return self._stats(
-                    logits, targets, hidden, place, with_entropy, entropy_grad
+                    feats, targets, hidden, place, with_entropy, entropy_grad, split
                 )
         full = input_ids.shape[1]
         start = max(0, min(int(start), full - 1))
@@ -309,26 +315,47 @@ class Policy(nn.Module):
         # out of the forward: causal attention, so no other position changes.
         T = min(full, max(int(attention_mask.sum(1).max()), start + 2))
         input_ids, attention_mask = input_ids[:, :T], attention_mask[:, :T]
-        out = self.model(
+        split = self._head()
+        feats, hidden, _ = self._forward(
+            split,
+            need_hidden,
             input_ids=input_ids,
             attention_mask=attention_mask,
-            output_hidden_states=need_hidden,
             use_cache=False,
             logits_to_keep=T - start,  # positions start .. T-1
         )
-        hidden = out.hidden_states[-1][:, start:-1, :] if need_hidden else None
+        if hidden is not None:
+            hidden = hidden[:, start:-1, :]
 
         def place(x: torch.Tensor) -> torch.Tensor:
             return F.pad(x, (start, full - T)) if start or full > T else x
 
         return self._stats(
-            out.logits[:, :-1, :],  # positions start .. T-2
+            feats[:, -(T - start) : -1, :],  # positions start .. T-2
             input_ids[:, start + 1 :],
             hidden,
             place,
             with_entropy,
             entropy_grad,
+            split,
         )
+
+    def _head(self) -> tuple[nn.Module, nn.Linear] | None:
+        """(decoder, head) when log-probs are taken from hidden states in chunks."""
+        return split_model(self.model) if self.fused_head else None
+
+    def _forward(self, split, need_hidden: bool, **kwargs):
+        """The model over ``kwargs``: (what the head reads, the last hidden states
+        or None, the output). With ``split`` (:meth:`_head`) what the head reads is
+        the decoder's last hidden states, at every position; else the logits, at
+        the last ``logits_to_keep`` positions."""
+        if split is not None:
+            kwargs.pop("logits_to_keep", None)
+            out = split[0](**kwargs)
+            h = out.last_hidden_state
+            return h, (h if need_hidden else None), out
+        out = self.model(**kwargs, output_hidden_states=need_hidden)
+        return out.logits, (out.hidden_states[-1] if need_hidden else None), out
 
     def _stats(
         self,
@@ -338,9 +365,27 @@ class Policy(nn.Module):
         place: Callable[[torch.Tensor], torch.Tensor],
         with_entropy: bool,
         entropy_grad: bool,
+        split: tuple[nn.Module, nn.Linear] | None = None,
     ) -> TokenStats:
-        """Per-position numbers from (B, K, V) logits predicting (B, K) targets;
+        """Per-position numbers from (B, K, V) logits predicting (B, K) targets, or
+        with ``split`` from (B, K, H) hidden states through its head in chunks;
         ``place`` puts a (B, K) result where it belongs in the (B, T-1) layout."""
+        values = None
+        if hidden is not None:
+            values = place(self.value_head(hidden).squeeze(-1).float())
+        if split is not None:
+            head = split[1]
+            lp, ent = head_stats(
+                logits,
+                head.weight,
+                head.bias,
+                targets,
+                temperature=self.temperature,
+                entropy=with_entropy,
+                entropy_grad=entropy_grad,
+            )
+            entropy = place(ent) if ent is not None else None
+            return TokenStats(logprobs=place(lp), entropy=entropy, values=values)
         logits = logits.float()
         if self.temperature != 1.0:
             logits = logits / self.temperature
@@ -352,9 +397,6 @@ class Policy(nn.Module):
                 z = logits if entropy_grad else logits.detach()
                 ent = lse if entropy_grad else lse.detach()
                 entropy = place(ent - (torch.softmax(z, -1) * z).sum(-1))
-        values = None
-        if hidden is not None:
-            values = place(self.value_head(hidden).squeeze(-1).float())
         return TokenStats(logprobs=logprobs, entropy=entropy, values=values)
 
     def _shared_prefix_forward(
@@ -379,14 +421,15 @@ class Policy(nn.Module):
         p_ids, p_mask = prefixes.ids[used], prefixes.mask[used]
         lead = p_ids.shape[1] - int(p_mask.sum(1).max())  # padding common to all
         p_ids, p_mask = p_ids[:, lead:], p_mask[:, lead:]
-        cache = DynamicCache()
-        out_p = self.model(
+        split = self._head()
+        feats_p, hidden_p, out_p = self._forward(
+            split,
+            need_hidden,
             input_ids=p_ids,
             attention_mask=p_mask,
             position_ids=(p_mask.cumsum(-1) - 1).clamp(min=0),
-            cache=cache,
+            cache=DynamicCache(),
             use_cache=True,
-            output_hidden_states=need_hidden,
             logits_to_keep=1,
         )
         cache = out_p.cache
@@ -398,28 +441,23 @@ class Policy(nn.Module):
         s_ids = torch.where(
             live, input_ids.gather(1, src.clamp(max=T - 1)), self.pad_id
         )
-        out_s = self.model(
+        feats_s, hidden_s, _ = self._forward(
+            split,
+            need_hidden,
             input_ids=s_ids,
             attention_mask=torch.cat([p_mask[inv], live.long()], dim=1),
             position_ids=src,
             cache=cache,
             use_cache=True,
-            output_hidden_states=need_hidden,
         )
+
         # The prompt's last position predicts remainder token 0; remainder position
         # j-1 predicts token j.
-        logits = torch.cat(
-            [take_rows(out_p.logits[:, -1:, :], inv), out_s.logits[:, :-1, :]], 1
-        )
-        hidden = None
-        if need_hidden:
-            hidden = torch.cat(
-                [
-                    take_rows(out_p.hidden_states[-1][:, -1:, :], inv),
-                    out_s.hidden_states[-1][:, :-1, :],
-                ],
-                1,
-            )
+        def join(p: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+            return torch.cat([take_rows(p[:, -1:, :], inv), s[:, :-1, :]], 1)
+
+        feats = join(feats_p, feats_s)
+        hidden = join(hidden_p, hidden_s) if need_hidden else None
         j = torch.arange(T - 1, device=input_ids.device) - (plen.unsqueeze(1) - 1)
         inside = (j >= 0) & (j < S)
         j = j.clamp(0, S - 1)
@@ -427,7 +465,7 @@ class Policy(nn.Module):
         def place(x: torch.Tensor) -> torch.Tensor:
             return torch.where(inside, x.gather(1, j), x.new_zeros(()))
 
-        return logits, s_ids, hidden, place
+        return feats, s_ids, hidden, place, split
 
 
 class AdaptersOff:

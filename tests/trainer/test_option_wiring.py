@@ -33,6 +33,11 @@ from trainer.kl_control import kl_step
 from trainer.scoring import Scores
 
 
+def _max_diff(a, b) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
 def _same_weights(a, b) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
@@ -43,7 +48,9 @@ def test_the_value_clip_reaches_the_critic(tmp_path):
     # Two epochs: in the first V == V_old and no clip acts; in the second the critic
     # has moved (towards its targets, at a small learning rate) by more than 1e-7
     # and by far less than 1000. A huge clip trains exactly as no clip; a tight one
-    # keeps the clipped (larger) error and trains differently.
+    # keeps the clipped (larger) error and trains differently. "Exactly" up to the
+    # last bit of a few values: where V - V_old is not exact in floating point
+    # (V crossed zero), V_old + (V - V_old) is V to rounding, not bit for bit.
     def ppo(clip):
         cfg = tiny(
             algorithm={"preset": "ppo", "value_clip": clip},
@@ -53,11 +60,9 @@ def test_the_value_clip_reaches_the_critic(tmp_path):
 
     off, huge, tight = ppo(0), ppo(1000), ppo(1e-7)
     assert huge.metrics()["value_loss"] == off.metrics()["value_loss"]
-    assert _same_weights(huge.weights(), off.weights())
+    assert _max_diff(huge.weights(), off.weights()) < 1e-7
     assert tight.metrics()["value_loss"] > off.metrics()["value_loss"]
-    assert not torch.equal(
-        tight.weights()["value_head.weight"], off.weights()["value_head.weight"]
-    )
+    assert _max_diff(tight.weights(), off.weights()) > 1e-6
 
 
 # ----- masking truncated rollouts ------------------------------------------------

@@ -291,7 +291,7 @@ def test_columns_past_every_rows_end_are_left_out_of_the_forward(policy):
     ids = torch.randint(3, 20, (3, 10), generator=g)
     mask = torch.tensor([[1] * n + [0] * (10 - n) for n in lengths])
     widths: list[int] = []
-    hook = policy.model.register_forward_pre_hook(
+    hook = policy.model.get_decoder().register_forward_pre_hook(
         lambda mod, args, kw: widths.append(kw["input_ids"].shape[1]),
         with_kwargs=True,
     )
