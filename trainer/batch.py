@@ -21,8 +21,8 @@ from trainer.algorithms import (
     group_advantages,
     process_advantages,
 )
-from trainer.policy import Prefixes, left_pad
 from trainer.rollout import Rollout
+from trainer.rows import Prefixes, left_pad
 
 if TYPE_CHECKING:
     from trainer.single import Handle

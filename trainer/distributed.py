@@ -138,7 +138,7 @@ class Parallel:
             raise RuntimeError("Parallel.wrap(policy) was not called")
         prefixes = kwargs.get("prefixes")
         if self.strategy == "fsdp" and prefixes is not None:
-            from trainer.policy import shares_prefix
+            from trainer.rows import shares_prefix
 
             if self.any(not shares_prefix(attention_mask, prefixes)):
                 kwargs["prefixes"] = None

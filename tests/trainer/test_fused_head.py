@@ -23,7 +23,8 @@ import trainer.head
 import trainer.policy
 from trainer.config import ModelConfig
 from trainer.head import head_stats, split_model
-from trainer.policy import Policy, Prefixes
+from trainer.policy import Policy
+from trainer.rows import Prefixes
 
 WORDS = [f"w{i}" for i in range(40)]
 

@@ -246,7 +246,7 @@ def test_metrics_of_parts_combine_by_their_trained_tokens():
 def test_micro_batches_keep_a_prompts_rows_together_shortest_first(monkeypatch):
     from trainer import accumulate
     from trainer.batch import Batch
-    from trainer.policy import Prefixes
+    from trainer.rows import Prefixes
 
     lengths = [5, 3, 2, 4]
     T = 6

@@ -155,7 +155,7 @@ def test_rows_shared_from_a_prompt_sum_their_gradients_the_same_way_every_time()
     depend on how threads meet (advanced indexing's backward accumulates in
     parallel: a run's numbers moved by ~1e-7 from one process to the next, and a
     seeded run diverged); a size where the parallel path runs, two threads."""
-    from trainer.policy import take_rows
+    from trainer.rows import take_rows
 
     torch.manual_seed(0)
     index = torch.randint(0, 11, (64,))

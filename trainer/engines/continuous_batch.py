@@ -72,7 +72,7 @@ class BatchRun(Scheduler):
     def _extend(self, eps: list[int]) -> _Batch | None:
         if not eps:
             return None
-        from trainer.policy import left_pad
+        from trainer.rows import left_pad
 
         dev = self.policy.device
         helds = [self.held[e] for e in eps]

@@ -23,7 +23,7 @@ def prefill(
     """One forward over the contexts, left-padded: the model's output (its KV
     cache), each row's next-token logits (B, V), attention mask and positions
     (both (B, P))."""
-    from trainer.policy import left_pad
+    from trainer.rows import left_pad
 
     dev = policy.device
     table: dict[tuple[int, ...], int] = {}
