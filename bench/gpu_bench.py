@@ -103,6 +103,11 @@ def main() -> int:
         help="optim.micro_batch_size: the update in micro-batches of ROWS rollouts "
         "(a batch bigger than one forward can hold)",
     )
+    ap.add_argument(
+        "--no-fused-head",
+        action="store_true",
+        help="optim.fused_head off: log-probs from the model's whole logits",
+    )
     args = ap.parse_args()
     import torch
 
@@ -129,6 +134,7 @@ def main() -> int:
             "optim": {
                 "compile": args.compile_update,
                 "micro_batch_size": args.micro,
+                "fused_head": not args.no_fused_head,
             },
             "rollout": {
                 "tasks_per_step": tasks,
@@ -153,6 +159,7 @@ def main() -> int:
                     f"{' (no reserve)' if args.no_reserve else ''}"
                     f"{', update compiled' if args.compile_update else ''}"
                     f"{f', micro-batches of {args.micro}' if args.micro else ''}"
+                    f"{', head unfused' if args.no_fused_head else ''}"
                 )
             if ev["type"] == "step" and ev["step"] > 0:
                 m = ev["metrics"]

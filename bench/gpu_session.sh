@@ -42,14 +42,20 @@ medians=()
 if [ "$MODE" = ab ]; then
   # One A/B per question left by the last GPU session (docs/gpu.md), unprofiled:
   # the eager engine with and without the lean forward and the reserved cache, the
-  # continuous engine without the lean forward, the update compiled or not, a
-  # bigger batch in micro-batches, and shared prompts against copied ones.
-  step gpu_tests ${TESTS_SECS:-120} $PYT -rA tests/trainer/test_gpu.py -k "optim_compile or micro_batches or prompt_once"
+  # update with and without the fused head, the update compiled or not, a bigger
+  # batch in micro-batches, and shared prompts against copied ones.
+  step gpu_tests ${TESTS_SECS:-120} $PYT -rA tests/trainer/test_gpu.py -k "optim_compile or micro_batches or prompt_once or fused_head"
   S=${BENCH_SECS:-70}
   bench eager "$S" --engine eager
   bench eager_no_lean "$S" --engine eager --no-lean
   bench eager_no_reserve "$S" --engine eager --no-reserve
-  bench continuous_no_lean "$S" --engine continuous --no-lean
+  # The update with the head's log-probs from the whole logits (before
+  # optim.fused_head), against "eager" above: its tokens/s, MFU and peak memory.
+  bench eager_no_fused_head "$S" --engine eager --no-fused-head
+  # The head alone at Qwen2.5-0.5B's 24 layers: memory and time, both ways.
+  step head_bench "${HEAD_SECS:-90}" python3 bench/head_bench.py --device cuda \
+    --dtype bfloat16 --layers 24 --batch 16x512 --repeats 1
+  medians+=("$(printf '%-34s %s' head "$(tail -n 1 "$OUT/head_bench.log" | cut -c1-400)")")
   bench compiled_compile_update "${BENCH_SECS_compiled:-170}" --engine compiled --compile-update
   # A batch one forward could not hold (32 x 8 peaked at 60 GiB whole), in
   # micro-batches of 32 rollouts: the update's MFU at a realistic batch.

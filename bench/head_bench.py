@@ -4,7 +4,7 @@ chunks (``trainer.head``).
 
     python bench/head_bench.py [--vocab 151936] [--hidden 896] [--layers 2]
                                [--batch 8x256] [--repeats 3] [--threads 2]
-                               [--device cpu] [--dtype float32]
+                               [--device cpu] [--dtype float32] [--frozen-head]
 
 The model is a Llama of Qwen2.5-0.5B's widths (896 hidden, 14 heads of 64, 2
 key/value heads, a 4,864-wide MLP, a 151,936-entry vocabulary, an untied head)
@@ -18,7 +18,9 @@ iteration warms up, the median of the next three is timed. Reported per run:
 parameters left out), ``vocab_wide_mib`` (those of them a vocabulary wide),
 ``peak_rss_mib`` (the process's peak resident memory; on CUDA the allocator's
 peak above the weights), ``forward_s``, ``backward_s``, and the log-probs'
-sum and a gradient norm (the same numbers both ways, to rounding). Medians and
+sum and a gradient norm (the same numbers both ways, to rounding). The loss has
+an entropy bonus (its gradient too) unless ``--frozen-head``, which also freezes
+the head as LoRA does. Medians and
 the fused / logits ratios are printed last.
 """
 
@@ -64,6 +66,8 @@ def child(args: argparse.Namespace) -> dict:
     policy = Policy(model, build_word_tokenizer(["a", "b"]))
     policy = policy.to(device=device, dtype=dtype)
     policy.fused_head = args.variant == "fused"
+    if args.frozen_head:  # LoRA's: the head is not trained
+        model.lm_head.weight.requires_grad_(False)
     rows, width = (int(x) for x in args.batch.split("x"))
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, args.vocab, (rows, width), generator=g).to(device)
@@ -95,8 +99,12 @@ def child(args: argparse.Namespace) -> dict:
         sync()
         t0 = time.perf_counter()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            st = policy.token_stats(ids, mask, with_entropy=True, entropy_grad=True)
-            loss = (st.logprobs * weights).sum() + 0.01 * st.entropy.sum()
+            st = policy.token_stats(
+                ids, mask, with_entropy=True, entropy_grad=not args.frozen_head
+            )
+            loss = (st.logprobs * weights).sum()
+            if not args.frozen_head:
+                loss = loss + 0.01 * st.entropy.sum()
         sync()
         t1 = time.perf_counter()
         loss.backward()
@@ -105,7 +113,9 @@ def child(args: argparse.Namespace) -> dict:
         if i:
             fwd.append(t1 - t0)
             bwd.append(t2 - t1)
-    grad = torch.cat([p.grad.float().flatten() for p in policy.parameters()])
+    grad = torch.cat(
+        [p.grad.float().flatten() for p in policy.parameters() if p.grad is not None]
+    )
     if device.type == "cuda":
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
     else:
@@ -133,6 +143,12 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
+    p.add_argument(
+        "--frozen-head",
+        action="store_true",
+        help="the head not trained and no entropy bonus (LoRA's case: the fused "
+        "head takes the hidden states' gradient in the forward)",
+    )
     p.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.variant:

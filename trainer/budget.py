@@ -69,6 +69,41 @@ class ModelShape:
     kv_width: int  # key/value heads x head dim: a token's K (or V) in one layer
     vocab: int
     dtype_bytes: int  # 2 for bfloat16, 4 for float32
+    # The config names a transform of the head's product (``HEAD_TRANSFORMS``):
+    # such a model is scored through its whole logits, fused head or not.
+    head_transformed: bool = False
+
+
+# Config keys of a transform some architectures apply to the head's product or its
+# input (Gemma's tanh softcap, Cohere's and Granite's scales, Falcon-H1's
+# multiplier, MiniCPM's width scaling): ``optim.fused_head`` leaves such a model
+# its own forward (``trainer.head.split_model``, which also checks the numbers).
+HEAD_TRANSFORMS = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "logits_scaling",
+    "lm_head_multiplier",
+    "dim_model_base",
+)
+
+
+def head_transformed(cfg: Any) -> bool:
+    """Whether a model config (a ``config.json`` mapping or a transformers config,
+    its ``text_config`` too) sets one of ``HEAD_TRANSFORMS`` to something but
+    nothing (None, 1)."""
+    parts = [cfg]
+    text = cfg.get("text_config") if isinstance(cfg, Mapping) else None
+    text = text if text is not None else getattr(cfg, "text_config", None)
+    if text is not None:
+        parts.append(text)
+    for part in parts:
+        for key in HEAD_TRANSFORMS:
+            value = (
+                part.get(key) if isinstance(part, Mapping) else getattr(part, key, None)
+            )
+            if value not in (None, 1, 1.0):
+                return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -168,6 +203,7 @@ def shape_from_hf_config(
         kv_width=kv_heads * head_dim,
         vocab=vocab,
         dtype_bytes=dtype_bytes,
+        head_transformed=head_transformed(cfg),
     )
 
 
@@ -204,6 +240,7 @@ def with_lora(shape: ModelShape, rank: int, targets: int) -> ModelShape:
         kv_width=shape.kv_width,
         vocab=shape.vocab,
         dtype_bytes=shape.dtype_bytes,
+        head_transformed=shape.head_transformed,
     )
 
 
@@ -245,13 +282,21 @@ def estimate_step(
     mb_tokens = mb_rows * length
     if config.optim.micro_batch_tokens:  # a longer rollout goes alone
         mb_tokens = min(mb_tokens, max(config.optim.micro_batch_tokens, length))
-    # The fused head holds one chunk's logits (the FSDP-sharded model its own).
-    fused = config.optim.fused_head and config.resources.strategy != "fsdp"
+    # The fused head holds one chunk's logits (the FSDP-sharded model, and one
+    # whose logits are more than the head's product, their whole logits), and a
+    # trained bf16 head's gradient is summed in a float32 (V, H) buffer.
+    fused = (
+        config.optim.fused_head
+        and config.resources.strategy != "fsdp"
+        and not shape.head_transformed
+    )
     head_tokens = head_chunk_tokens(shape.vocab) if fused else mb_tokens
     update = (
         mb_tokens * shape.layers * activation_values(shape) * b
         + min(mb_tokens, head_tokens) * shape.vocab * 4 * UPDATE_VOCAB_COPIES
     )
+    if fused and b < 4 and shape.trainable == shape.params:
+        update += shape.vocab * shape.hidden * 4
     score_rows = min(rows, SCORE_CHUNK_ROWS)
     if config.optim.micro_batch_size:  # scoring goes no wider (trainer.scoring)
         score_rows = min(score_rows, config.optim.micro_batch_size)

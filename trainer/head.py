@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.budget import HEAD_CHUNK_BYTES, head_chunk_tokens
+from trainer.budget import HEAD_CHUNK_BYTES, head_chunk_tokens, head_transformed
 
 # Float32 logits one chunk holds (``trainer.budget`` counts it): the forward and
 # the backward each keep a few tensors of this size at a time, whatever the batch.
@@ -84,9 +84,11 @@ class _HeadStats(torch.autograd.Function):
         temperature, size = ctx.temperature, ctx.size
         use_ent = ctx.grad_ent and g_ent is not None
         grad_h = torch.empty_like(hidden) if want_h else None
-        # A bf16 weight's gradient is summed over chunks in float32 (one rounding
-        # to its dtype at the end, as the unfused product's).
-        acc = torch.float32 if weight.dtype in (torch.float16, torch.bfloat16) else None
+        # The weight's gradient is summed over the chunks in place, in float32 for
+        # a bf16 or fp16 weight (one rounding to its dtype at the end, as the
+        # unfused product's): no (V, H) temporary a chunk.
+        low = weight.dtype in (torch.float16, torch.bfloat16)
+        acc = torch.float32 if low else None
         grad_w = torch.zeros_like(weight, dtype=acc) if want_w else None
         grad_b = torch.zeros_like(bias, dtype=acc) if want_b else None
         for i in range(0, hidden.shape[0], size):
@@ -102,11 +104,11 @@ class _HeadStats(torch.autograd.Function):
                 gz -= p * (logp + ent[i : i + size].unsqueeze(-1)) * ge
             if temperature != 1.0:
                 gz /= temperature
-            gz = gz.to(weight.dtype)
+            gz32, gz = gz, gz.to(weight.dtype)
             if want_h:
                 grad_h[i : i + size] = gz @ weight
             if want_w:
-                grad_w += (gz.t() @ h).to(grad_w.dtype)
+                _add_product(grad_w, gz, gz32, h)
             if want_b:
                 grad_b += gz.sum(0).to(grad_b.dtype)
         if grad_w is not None:
@@ -114,6 +116,31 @@ class _HeadStats(torch.autograd.Function):
         if grad_b is not None:
             grad_b = grad_b.to(bias.dtype)
         return grad_h, grad_w, grad_b, None, None, None, None, None
+
+
+# Whether this build's matrix product writes float32 from bf16/fp16 inputs on the
+# device (``out_dtype``; CUDA): None until tried.
+_OUT_DTYPE: dict[str, bool] = {}
+
+
+def _add_product(acc, gz, gz32, h) -> None:
+    """``acc += gz.T @ h`` in place. ``acc`` in the weight's dtype, or float32
+    for a bf16/fp16 weight: there the products are taken in the low precision
+    and summed in float32 where the device's product can write float32
+    (``out_dtype``, CUDA), else in float32 from ``gz32``, the float32 gradient
+    ``gz`` was cast from."""
+    if acc.dtype == gz.dtype:
+        acc.addmm_(gz.t(), h)
+        return
+    device = acc.device.type
+    if device == "cuda" and _OUT_DTYPE.get(device, True):
+        try:
+            torch.addmm(acc, gz.t(), h, out_dtype=acc.dtype, out=acc)
+            _OUT_DTYPE[device] = True
+            return
+        except (RuntimeError, TypeError):  # a build without it
+            _OUT_DTYPE[device] = False
+    acc.addmm_(gz32.t(), h.to(acc.dtype))
 
 
 def head_stats(
@@ -145,11 +172,6 @@ def head_stats(
         h, weight, bias, t, float(temperature), bool(entropy), grad_ent, frozen
     )
     return lp.view(lead), ent.view(lead) if entropy else None
-
-
-# Config keys of a transform some architectures apply to the head's product (a
-# tanh softcap, a scale); a model with one set is scored through its own forward.
-LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 
 def split_model(model: nn.Module) -> tuple[nn.Module, nn.Linear] | None:
@@ -189,9 +211,7 @@ def _parts(model: nn.Module) -> tuple[nn.Module, nn.Linear] | None:
 
 def _check(model: nn.Module) -> bool:
     config = getattr(model, "config", None)
-    if any(
-        getattr(config, key, None) not in (None, 1, 1.0) for key in LOGIT_TRANSFORMS
-    ):
+    if config is not None and head_transformed(config):  # trainer.budget's keys
         return False
     parts = _parts(model)
     if parts is None:

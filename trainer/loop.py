@@ -84,8 +84,8 @@ def train(
         with_value_head=algo.needs_value_head,
         max_positions=max(2048, config.rollout.max_total_tokens + 8),
         temperature=config.rollout.temperature,
+        fused_head=config.optim.fused_head,
     )
-    policy.fused_head = config.optim.fused_head
     policy.use_engine(config.rollout.engine)
     ckpt = latest_checkpoint(checkpoint_dir) if resume else None
     if ckpt is None and init_checkpoint is not None:

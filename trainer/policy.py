@@ -51,6 +51,7 @@ class Policy(nn.Module):
         *,
         with_value_head: bool = False,
         temperature: float = 1.0,
+        fused_head: bool = True,
     ) -> None:
         super().__init__()
         self.model = model
@@ -60,10 +61,11 @@ class Policy(nn.Module):
         self.temperature = float(temperature)
         self.lora = False  # set by build: only LoRA adapters are trained
         # Log-probs and entropy from the final hidden states a chunk of tokens at a
-        # time (trainer.head) where the model allows it (checked here, eagerly,
-        # once); False: from its logits.
-        self.fused_head = True
-        split_model(model)
+        # time (trainer.head) where the model allows it (checked here, before any
+        # update compiles its layers, once); False: from its logits.
+        self.fused_head = fused_head
+        if fused_head:
+            split_model(model)
         self.tokenizer = tokenizer
         hidden = model.config.hidden_size
         self.value_head = nn.Linear(hidden, 1) if with_value_head else None
@@ -95,13 +97,18 @@ class Policy(nn.Module):
         with_value_head: bool = False,
         max_positions: int = 2048,
         temperature: float = 1.0,
+        fused_head: bool = True,
     ) -> Policy:
         """The default model from a config, or a local model directory."""
         device = resolve_device(cfg.device)
         dtype = resolve_dtype(cfg.dtype, device)
         model, tokenizer = build_model(cfg, vocabulary, max_positions=max_positions)
         policy = cls(
-            model, tokenizer, with_value_head=with_value_head, temperature=temperature
+            model,
+            tokenizer,
+            with_value_head=with_value_head,
+            temperature=temperature,
+            fused_head=fused_head,
         )
         policy.lora = cfg.lora is not None
         return policy.to(device=device, dtype=dtype)

@@ -132,6 +132,17 @@ def test_an_update_over_the_limit_names_micro_batches_which_make_it_fit(
     assert Run.objects.count() == 2
 
 
+def test_an_update_holding_every_logit_names_the_fused_head(
+    owner, tiny_config, settings
+):
+    settings.RUN_MAX_STEP_MEMORY_MB = 1024
+    config = _one_turn(tiny_config, "small", action=512, total=1024)
+    assert "config.optim.fused_head" not in _refused(owner, config)  # on already
+    config["optim"] = {"fused_head": False}
+    errors = _refused(owner, config)
+    assert errors["config.optim.fused_head"].startswith("a step needs about ")
+
+
 def test_a_path_model_is_sized_from_its_config_json(
     owner, tiny_config, settings, tmp_path
 ):

@@ -218,3 +218,77 @@ def test_a_token_budget_bounds_the_update_to_its_tokens():
     assert estimate_step(both, SHAPE, kl_reference=False).update_bytes == (
         quarter.update_bytes
     )
+
+
+def test_the_fused_head_holds_one_chunk_of_logits():
+    """optim.fused_head (on by default): the update and scoring hold one chunk of
+    float32 logits, not every token's; off, or under fsdp, every token's."""
+    import dataclasses
+
+    from trainer.budget import UPDATE_VOCAB_COPIES, head_chunk_tokens
+
+    big = dataclasses.replace(SHAPE, vocab=151936)  # Qwen2.5's vocabulary
+    chunk = head_chunk_tokens(big.vocab)
+    assert chunk == 220  # 128 MiB of float32 logits
+
+    def step(**optim):
+        base = config(tasks_per_step=64, max_action_tokens=64, max_total_tokens=256)
+        cfg = base.model_copy(update={"optim": base.optim.model_copy(update=optim)})
+        return estimate_step(cfg, big, kl_reference=False)
+
+    fused, whole = step(), step(fused_head=False)
+    tokens = 64 * 2 * 128  # rows x length
+    activations = tokens * 2 * (6 * 8 + 2 * 4 + 4 * 16) * 4
+    head = big.vocab * 4 * UPDATE_VOCAB_COPIES
+    assert whole.update_bytes == activations + tokens * head
+    assert fused.update_bytes == activations + chunk * head
+    assert fused.score_bytes * (64 * 128) == whole.score_bytes * chunk
+    assert fused.memory_bytes < whole.memory_bytes / 20
+    # FSDP's sharded model scores through its logits (trainer.head.split_model).
+    fsdp = config(tasks_per_step=64, max_action_tokens=64, max_total_tokens=256)
+    fsdp = fsdp.model_copy(
+        update={
+            "resources": fsdp.resources.model_copy(
+                update={"processes": 2, "strategy": "fsdp"}
+            )
+        }
+    )
+    sharded = estimate_step(fsdp, big, kl_reference=False)
+    assert sharded.update_bytes == whole.update_bytes // 2  # half the rows each
+    # A model whose logits are more than the head's product keeps them whole.
+    capped = dataclasses.replace(big, head_transformed=True)
+    base = config(tasks_per_step=64, max_action_tokens=64, max_total_tokens=256)
+    assert estimate_step(base, capped, kl_reference=False).update_bytes == (
+        whole.update_bytes
+    )
+    # A trained bf16 head sums its gradient in a float32 (V, H) buffer.
+    bf16 = dataclasses.replace(big, dtype_bytes=2)
+    fused16 = estimate_step(base, bf16, kl_reference=False).update_bytes
+    assert fused16 == activations // 2 + chunk * head + big.vocab * big.hidden * 4
+
+
+def test_a_config_naming_a_transform_of_the_logits_is_flagged():
+    from trainer.budget import head_transformed
+
+    plain = {
+        "vocab_size": 100,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+    }
+    assert not head_transformed(plain)
+    assert not shape_from_hf_config(plain, dtype_bytes=2).head_transformed
+    for extra in (
+        {"final_logit_softcapping": 30.0},  # Gemma 2
+        {"logit_scale": 0.0625},  # Cohere
+        {"logits_scaling": 8.0},  # Granite
+        {"text_config": {"final_logit_softcapping": 30.0}},  # Gemma 3
+    ):
+        cfg = {**plain, **extra}
+        assert head_transformed(cfg), extra
+        assert shape_from_hf_config(cfg, dtype_bytes=2).head_transformed
+    # Neutral values are no transform.
+    assert not head_transformed({**plain, "logits_scaling": 1.0, "logit_scale": None})
+    assert head_transformed(LlamaConfig(final_logit_softcapping=30.0))
+    assert not head_transformed(LlamaConfig())

@@ -258,3 +258,43 @@ def _swarm_on_the_gpu(dtype: str, group_size: int):
         max_total_tokens=400,
     )
     return env, policy, cfg, env.sample_tasks(cfg.tasks_per_step, random.Random(0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_head_scores_as_the_logits_on_the_gpu(dtype):
+    """optim.fused_head on CUDA: a 32k-entry vocabulary in chunks (4 of them at
+    1,024 tokens), log-probs, entropies and every gradient as the model's logits
+    give them, to float32 or bf16 rounding."""
+    import copy
+
+    import trainer.head
+    from trainer.policy import Policy
+
+    words = [f"w{i}" for i in range(32000)]
+    torch.manual_seed(0)
+    fused = Policy.build(ModelConfig(size="tiny", device="cuda"), words)
+    fused = fused.to(dtype=dtype)
+    unfused = copy.deepcopy(fused)
+    unfused.fused_head = False
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 32000, (16, 64), generator=g).cuda()
+    mask = torch.ones_like(ids)
+    chunk = trainer.head.CHUNK_BYTES
+    trainer.head.CHUNK_BYTES = 4 * 32003 * 256  # 256 tokens a chunk
+    try:
+        out = []
+        for policy in (unfused, fused):
+            policy.zero_grad(set_to_none=True)
+            st = policy.token_stats(ids, mask, with_entropy=True, entropy_grad=True)
+            (st.logprobs.sum() + 0.1 * st.entropy.sum()).backward()
+            grads = {n: p.grad.float() for n, p in policy.named_parameters()}
+            out.append((st.logprobs.detach(), st.entropy.detach(), grads))
+    finally:
+        trainer.head.CHUNK_BYTES = chunk
+    (lp0, ent0, g0), (lp1, ent1, g1) = out
+    rel = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(lp1, lp0, rtol=rel, atol=rel * float(lp0.abs().max()))
+    torch.testing.assert_close(ent1, ent0, rtol=rel, atol=rel * float(ent0.abs().max()))
+    for name in g0:
+        scale = float(g0[name].abs().max()) or 1.0
+        assert float((g0[name] - g1[name]).abs().max()) <= 4 * rel * scale, name
