@@ -36,6 +36,23 @@ def _logits(h, weight, bias, temperature: float) -> torch.Tensor:
     return z / temperature if temperature != 1.0 else z
 
 
+def _grad_logits(z, lse, targets, g, temperature: float, entropy=None):
+    """A chunk's gradient with respect to its logits (before the temperature),
+    float32, from its tempered logits ``z``, their log-sum-exp, the (n, 1)
+    targets and the log-probs' (n, 1) gradient ``g``: g (onehot - p) / T; with
+    ``entropy`` = (H, its gradient), plus that gradient times dH/dz = -p (log p + H)."""
+    logp = z - lse.unsqueeze(-1)
+    p = logp.exp()
+    gz = p * -g
+    gz.scatter_add_(-1, targets, g)
+    if entropy is not None:
+        ent, g_ent = entropy
+        gz -= p * (logp + ent.unsqueeze(-1)) * g_ent.unsqueeze(-1)
+    if temperature != 1.0:
+        gz /= temperature
+    return gz
+
+
 class _HeadStats(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -57,11 +74,10 @@ class _HeadStats(torch.autograd.Function):
             logprobs[i : i + size] = z.gather(-1, t).squeeze(-1) - s
             if entropy:
                 ent[i : i + size] = s - (torch.softmax(z, -1) * z).sum(-1)
-            if frozen:
-                gz = (z - s.unsqueeze(-1)).exp_().neg_()
-                gz.scatter_add_(-1, t, torch.ones_like(t, dtype=gz.dtype))
-                if temperature != 1.0:
-                    gz /= temperature
+            if frozen:  # the gradient of a log-prob of 1
+                gz = _grad_logits(
+                    z, s, t, torch.ones_like(s).unsqueeze(-1), temperature
+                )
                 unit[i : i + size] = gz.to(weight.dtype) @ weight
         ctx.temperature, ctx.size, ctx.grad_ent = temperature, size, grad_ent
         if frozen:
@@ -93,18 +109,15 @@ class _HeadStats(torch.autograd.Function):
         grad_b = torch.zeros_like(bias, dtype=acc) if want_b else None
         for i in range(0, hidden.shape[0], size):
             h = hidden[i : i + size]
-            z = _logits(h, weight, bias, temperature)
-            logp = z - lse[i : i + size].unsqueeze(-1)
-            p = logp.exp()
-            g = g_lp[i : i + size].unsqueeze(-1)
-            gz = p * -g
-            gz.scatter_add_(-1, targets[i : i + size].unsqueeze(-1), g)
-            if use_ent:  # dH/dz = -p (log p + H)
-                ge = g_ent[i : i + size].unsqueeze(-1)
-                gz -= p * (logp + ent[i : i + size].unsqueeze(-1)) * ge
-            if temperature != 1.0:
-                gz /= temperature
-            gz32, gz = gz, gz.to(weight.dtype)
+            gz32 = _grad_logits(
+                _logits(h, weight, bias, temperature),
+                lse[i : i + size],
+                targets[i : i + size].unsqueeze(-1),
+                g_lp[i : i + size].unsqueeze(-1),
+                temperature,
+                (ent[i : i + size], g_ent[i : i + size]) if use_ent else None,
+            )
+            gz = gz32.to(weight.dtype)
             if want_h:
                 grad_h[i : i + size] = gz @ weight
             if want_w:

@@ -305,7 +305,7 @@ class Policy(nn.Module):
 
     def _stats(
         self,
-        logits: torch.Tensor,
+        feats: torch.Tensor,
         targets: torch.Tensor,
         hidden: torch.Tensor | None,
         place: Callable[[torch.Tensor], torch.Tensor],
@@ -322,7 +322,7 @@ class Policy(nn.Module):
         if split is not None:
             head = split[1]
             lp, ent = head_stats(
-                logits,
+                feats,
                 head.weight,
                 head.bias,
                 targets,
@@ -332,7 +332,7 @@ class Policy(nn.Module):
             )
             entropy = place(ent) if ent is not None else None
             return TokenStats(logprobs=place(lp), entropy=entropy, values=values)
-        logits = logits.float()
+        logits = feats.float()
         if self.temperature != 1.0:
             logits = logits / self.temperature
         lse = torch.logsumexp(logits, dim=-1)
