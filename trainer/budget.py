@@ -13,7 +13,8 @@ The estimate follows what the trainer does (``trainer.rollout.play``,
   floor of what a step may hold, never more than it can);
 * **generation**: all of a process's rollouts are played in lock-step in one batch, so
   the KV cache holds every row at full length (``2 x layers x kv_width`` values a
-  token) and the sampler keeps a few ``(rows, vocab)`` float tensors;
+  token) and the sampler keeps a few ``(rows, vocab)`` float tensors (the continuous
+  engine: ``rollout.max_live_episodes`` rows at most, where it is set);
 * **update**: one minibatch (``rows / optim.minibatches``), or one micro-batch of it
   (``optim.micro_batch_size`` rows, ``optim.micro_batch_tokens`` tokens), forward
   and backward: the activations autograd
@@ -274,8 +275,10 @@ def estimate_step(
     state = shape.params * b // shards + 3 * shape.trainable * b // shards
     if kl_reference:
         state += shape.params * b  # the reference stays whole
-    kv = rows * length * shape.layers * 2 * shape.kv_width * b
-    sampler = rows * shape.vocab * 4 * SAMPLER_VOCAB_COPIES
+    # The continuous engine holds at most rollout.max_live_episodes episodes at once.
+    live = min(rows, r.max_live_episodes) if r.max_live_episodes else rows
+    kv = live * length * shape.layers * 2 * shape.kv_width * b
+    sampler = live * shape.vocab * 4 * SAMPLER_VOCAB_COPIES
     mb_rows = math.ceil(rows / config.optim.minibatches)
     if config.optim.micro_batch_size:
         mb_rows = min(mb_rows, config.optim.micro_batch_size)

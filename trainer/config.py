@@ -170,6 +170,26 @@ class RolloutConfig(_Strict):
         "reference (the plain loop, for comparison) or one a plugin registered.",
     )
 
+    env_workers: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="rollout.engine continuous: threads that step the environments "
+        "(their tool calls) while the other episodes decode; 0: on the decode thread "
+        "(the built-in environments step in microseconds). For an environment whose "
+        "steps wait (a sandbox, a network call) and are thread-safe "
+        "(steps_in_threads); others always step on the decode thread. The episodes "
+        "and their tokens do not change.",
+    )
+    max_live_episodes: int = Field(
+        0,
+        ge=0,
+        le=65536,
+        description="rollout.engine continuous: episodes in the decode batch at most "
+        "(vLLM's max_num_seqs); the next begins as one ends. 0: all of the step's at "
+        "once. Fewer hold less KV cache; the episodes and their tokens do not change.",
+    )
+
     @field_validator("engine")
     @classmethod
     def _registered_engine(cls, name: str) -> str:
@@ -334,6 +354,24 @@ class TrainConfig(_Strict):
                 f"resources.processes: {n} processes need at least {n} tasks a "
                 f"step, rollout.tasks_per_step is {self.rollout.tasks_per_step}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _engine_options_fit(self) -> TrainConfig:
+        from trainer.engines import ENGINES
+
+        r = self.rollout
+        if getattr(ENGINES.get(r.engine), "continuous", False):
+            return self
+        set_ = [
+            f"rollout.{name}: {getattr(r, name)} applies to rollout.engine: "
+            f"continuous (the {r.engine} engine plays every turn in lock-step); "
+            "set it to 0 or choose the continuous engine"
+            for name in ("env_workers", "max_live_episodes")
+            if getattr(r, name)
+        ]
+        if set_:
+            raise ValueError("\n".join(set_))
         return self
 
     @model_validator(mode="after")

@@ -134,6 +134,13 @@ SETTINGS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
         },
     ),
     (
+        "sequences decoded at once at most",
+        {
+            "ours": ("rollout.max_live_episodes",),
+            "verl": (_V + "rollout.max_num_seqs",),
+        },
+    ),
+    (
         "gradient clipping (max norm)",
         {
             "ours": ("optim.grad_clip",),

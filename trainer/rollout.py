@@ -15,6 +15,7 @@ actions of a truncated rollout when the run masks those (``mask_truncated``).
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field, replace
 
@@ -24,6 +25,15 @@ from rewards.types import Episode
 from trainer.config import RolloutConfig
 from trainer.envs.base import Environment, EnvSession, Task
 from trainer.policy import Policy
+
+log = logging.getLogger(__name__)
+_SAID: set[str] = set()  # what _say_once has logged in this process
+
+
+def _say_once(message: str) -> None:
+    if message not in _SAID:
+        _SAID.add(message)
+        log.info(message)
 
 
 @dataclass
@@ -111,7 +121,15 @@ def play(
             contexts.append(list(ids))
     if getattr(policy.engine, "continuous", False):
         driver = _Episodes(policy, cfg, sessions, rollouts, contexts)
-        driver.play(generator, workers=None if env.steps_in_threads else 0)
+        # 0 in the config: the engine's own defaults (ContinuousEngine.workers,
+        # .slots); an environment not marked thread-safe steps on the decode thread.
+        workers = (cfg.env_workers or None) if env.steps_in_threads else 0
+        if cfg.env_workers and not env.steps_in_threads:
+            _say_once(
+                f"rollout.env_workers: the {type(env).__name__} environment does not "
+                "declare steps_in_threads; its steps run on the decode thread"
+            )
+        driver.play(generator, workers=workers, slots=cfg.max_live_episodes or None)
     else:
         _lock_step(policy, cfg, sessions, rollouts, contexts, generator)
     for ro, sess in zip(rollouts, sessions, strict=True):
@@ -193,7 +211,9 @@ class _Episodes:
         self.turn = [0] * len(sessions)
         self.actions: list[list[int]] = [[] for _ in sessions]
 
-    def play(self, generator: torch.Generator, workers: int | None) -> None:
+    def play(
+        self, generator: torch.Generator, workers: int | None, slots: int | None
+    ) -> None:
         from trainer.engines.continuous import episode_generators
 
         engine = self.policy.engine
@@ -205,6 +225,7 @@ class _Episodes:
             temperature=self.cfg.temperature,
             top_p=self.cfg.top_p,
             workers=workers,
+            slots=slots,
         )
 
     def _next(self, e: int, tokens: list[int]):

@@ -145,6 +145,8 @@ def check_budget(config: Any, takers: list[Offer]) -> list[str]:
             *budget.token_fields,
             "model.path" if config.model.path else "model.size",
         ]
+        if budget.phase == "generation" and r.engine == "continuous":
+            fields.append("rollout.max_live_episodes")  # fewer episodes at once
         if budget.phase in ("update", "scoring") and not config.optim.fused_head:
             fields.append("optim.fused_head")  # the logits held a chunk at a time
         if budget.phase == "update":  # micro-batches: the same update, less memory

@@ -308,3 +308,20 @@ def test_the_forms_live_check_shows_the_steps_estimate(owner_client, tiny_config
         f"A step: {tokens:,} tokens (limit 16,777,216), about "
     )
     assert "per training process" in res["estimate"]
+
+
+def test_a_rollout_over_the_limit_names_max_live_episodes_for_the_continuous_engine(
+    owner, tiny_config, settings
+):
+    settings.RUN_MAX_STEP_MEMORY_MB = 1024
+    # 128 rollouts of ~1,040 tokens on the small model, the update one rollout at a
+    # time: the rollout's KV cache (~1.1 GiB) sets the peak.
+    config = _one_turn(tiny_config, "small", action=1024, total=2048)
+    config["optim"] = {"micro_batch_size": 1}
+    assert "config.rollout.max_live_episodes" not in _refused(owner, config)  # eager
+    config["rollout"]["engine"] = "continuous"
+    errors = _refused(owner, config)
+    assert ", generation 1." in errors["config.rollout.max_live_episodes"]
+    config["rollout"]["max_live_episodes"] = 16  # 16 episodes' KV cache at once
+    services.launch_run(owner, config)
+    assert Run.objects.count() == 1

@@ -82,7 +82,9 @@ class ContinuousEngine(EagerEngine):
     # Threads stepping environments (0: on the decode thread). 0 by default: the
     # built-in environments step in microseconds, and on a 2-core CPU the pool
     # made the swarm shape slower (bench/rollout_bench.py); an environment whose
-    # tool calls wait (a sandbox, a network call) wants a few.
+    # tool calls wait (a sandbox, a network call) wants a few. The rollout passes
+    # rollout.env_workers and rollout.max_live_episodes where they are set (not 0);
+    # these are the defaults otherwise.
     workers = 0
     slots: int | None = None  # episodes in the decode batch at most (None: all)
     in_place: bool | None = None  # slot rows (None: where the model supports them)
