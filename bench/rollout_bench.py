@@ -26,6 +26,12 @@ episode plays 1-4 turns (``turns_per_episode`` in the output). The reference and
 draws from per-episode random streams, so its episodes are other samples of the
 same distribution (its token counts are printed beside theirs).
 
+``--tool-ms MS``: every environment step that returns an observation (a tool
+call's result) waits MS milliseconds first, as a sandbox or a search API does;
+``continuous:threads`` steps the environments on ``--env-workers`` threads
+(``rollout.env_workers``), so the waits overlap each other and the decoding; the
+other engines step them on the decode thread.
+
 ``dataset_chat``: the ``dataset``-with-calculator shape as a new user meets it,
 with a chat model directory (byte-level BPE, ChatML template, ``<tool_call>`` a
 special token; ``tests/trainer/chatmodel.py``, 134k parameters) and
@@ -148,18 +154,46 @@ def _stop_bias(policy: Policy, tool: str | None = None) -> None:
     )
 
 
-def _once(policy, env, tasks, cfg, engine: str, seed: int):
+class _Waiting:
+    """An environment session whose tool calls take ``seconds`` (a sandbox, a
+    search API): a step that returns an observation (the episode goes on) waits
+    that long first; the final step does not."""
+
+    def __init__(self, session, seconds: float) -> None:
+        self.session, self.seconds = session, seconds
+
+    def step(self, action):
+        out = self.session.step(action)
+        if not out.done:
+            time.sleep(self.seconds)
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.session, name)
+
+
+def _with_tool_latency(env: Environment, ms: float) -> Environment:
+    if ms > 0:
+        start = env.start
+        env.start = lambda task: _Waiting(start(task), ms / 1000)
+    return env
+
+
+def _once(policy, env, tasks, cfg, engine: str, seed: int, workers: int = 0):
     """Seconds, action tokens sampled, mean turns an episode, mean prompt tokens,
     the key/value buffers' MiB (slot rows only). ``continuous:copied``: the
     continuous engine copying a group's prompt to each of its rows
     (``shared_prefix`` None); ``continuous:shared``: keeping it once (from
-    ``SHARED_PREFIX`` tokens; the CPU's default is to copy)."""
+    ``SHARED_PREFIX`` tokens; the CPU's default is to copy);
+    ``continuous:threads``: stepping the environments on ``workers`` threads
+    (``rollout.env_workers``; the others step them on the decode thread)."""
     name, _, variant = engine.partition(":")
     eng = policy.use_engine(name)
     if name == "continuous":
         eng.shared_prefix = {"copied": None, "shared": SHARED_PREFIX}.get(
             variant, type(eng).shared_prefix
         )
+        eng.workers = workers if variant == "threads" else 0
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     rollouts = play(policy, env, tasks, cfg, generator=gen)
@@ -178,6 +212,7 @@ def bench_shape(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
     if isinstance(env, tuple):  # an environment and its chat model directory
         env, path = env
         model = ModelConfig(path=path, device=args.device, dtype=args.dtype)
+    env = _with_tool_latency(env, args.tool_ms)
     torch.manual_seed(0)
     policy = Policy.build(model, env.vocabulary())
     _stop_bias(policy, tool)
@@ -192,7 +227,9 @@ def bench_shape(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
         tasks = env.sample_tasks(cfg.tasks_per_step, random.Random(r))
         order = engines if r % 2 == 0 else engines[::-1]
         for engine in order:
-            seconds, n, t, p, mib = _once(policy, env, tasks, cfg, engine, seed=r)
+            seconds, n, t, p, mib = _once(
+                policy, env, tasks, cfg, engine, seed=r, workers=args.env_workers
+            )
             if r and mib is not None:
                 cache_mib.setdefault(engine, []).append(mib)
             if r:
@@ -204,6 +241,7 @@ def bench_shape(shape: str, args: argparse.Namespace, tmp: Path) -> dict:
     out = {
         "shape": shape,
         "rows": cfg.tasks_per_step * cfg.group_size,
+        "tool_ms": args.tool_ms,
         "model": "chat model directory" if model.path else model.size,
         "prompt_tokens": round(statistics.mean(prompt), 1),
         "turns_per_episode": round(statistics.mean(turns), 2),
@@ -257,8 +295,17 @@ def main() -> None:
         "--engines",
         default=",".join(ENGINES),
         help="comma-separated, the first the baseline of the ratios; "
-        "continuous:copied copies a group's prompt to each row",
+        "continuous:copied copies a group's prompt to each row; "
+        "continuous:threads steps the environments on --env-workers threads",
     )
+    ap.add_argument(
+        "--tool-ms",
+        type=float,
+        default=0.0,
+        help="each environment step that returns an observation waits this long "
+        "first, as a tool call to a sandbox or a search API does",
+    )
+    ap.add_argument("--env-workers", type=int, default=8)
     args = ap.parse_args()
     args.engines = tuple(args.engines.split(","))
     torch.set_num_threads(args.threads)
