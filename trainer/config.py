@@ -205,11 +205,36 @@ class RolloutConfig(_Strict):
 class OptimConfig(_Strict):
     """AdamW and the update schedule."""
 
-    lr: float = Field(1e-3, gt=0, le=1)
-    weight_decay: float = Field(0.0, ge=0, le=1)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.999, ge=0, lt=1)
-    grad_clip: float = Field(1.0, gt=0, le=1e6)
+    lr: float = Field(
+        1e-3,
+        gt=0,
+        le=1,
+        description="AdamW's learning rate. Fine-tuning "
+        "a pretrained chat model usually wants 1e-6 to 1e-5; the built-in small "
+        "models train from scratch at 1e-3.",
+    )
+    weight_decay: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="AdamW's decoupled weight decay (0: none, as TRL's default).",
+    )
+    beta1: float = Field(
+        0.9, ge=0, lt=1, description="AdamW's decay rate of the gradient's mean."
+    )
+    beta2: float = Field(
+        0.999,
+        ge=0,
+        lt=1,
+        description="AdamW's decay rate of the squared gradient's mean (0.95-0.999).",
+    )
+    grad_clip: float = Field(
+        1.0,
+        gt=0,
+        le=1e6,
+        description="The gradient's global norm is clipped to this before each step "
+        "(grad_norm in the charts is the norm before clipping).",
+    )
     epochs: int = Field(
         1, ge=1, le=64, description="Optimisation epochs over each batch."
     )

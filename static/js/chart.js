@@ -71,6 +71,20 @@ function axisWidth(u, values) {
   return Math.max(40, Math.ceil(widest) + 18);
 }
 
+/** An axis title that fits beside a 220-px chart (~28 characters of 12-px text):
+ *  the series' names, or where they are longer, their shared prefix (to its last
+ *  "/", "_" or ".") with a "*" for the rest; the legend names each series. */
+export function axisTitle(names, suffix = "") {
+  const MAX = 28;
+  const whole = names.join(", ") + suffix;
+  if (whole.length <= MAX || names.length < 2) return whole;
+  let p = names[0];
+  for (const n of names) while (!n.startsWith(p)) p = p.slice(0, -1);
+  const cut = Math.max(p.lastIndexOf("/"), p.lastIndexOf("_"), p.lastIndexOf("."));
+  const head = cut > 0 ? `${p.slice(0, cut + 1)}*` : `${names[0]} +${names.length - 1}`;
+  return (head + suffix).length <= MAX ? head + suffix : head;
+}
+
 /** The magnitude split: ``null`` when every series fits one axis, else a boolean per
  *  series, true for those on the second (right) axis: the larger ones, past the
  *  widest gap of at least ``ratio`` between the series' largest absolute values. */
@@ -206,11 +220,11 @@ export class MetricChart {
     const y = { ...axis, size: axisWidth, values: (u, splits) => tickLabels(splits) };
     const x = { ...axis, incrs: STEP_INCRS, label: this.xTitle, labelSize: 20 };
     if (!right) return [x, { ...y, scale: "y", label: this.yTitle, labelSize: 20 }];
-    const on = (side) => this.labels.filter((_, k) => right[k] === side && this.present[k]).join(", ");
+    const on = (side) => this.labels.filter((_, k) => right[k] === side && this.present[k]);
     return [
       x,
-      { ...y, scale: "y", label: on(false), labelSize: 20 },
-      { ...y, scale: "y2", side: 1, label: `${on(true)} (right axis)`, labelSize: 20, grid: { show: false } },
+      { ...y, scale: "y", label: axisTitle(on(false)), labelSize: 20 },
+      { ...y, scale: "y2", side: 1, label: axisTitle(on(true), " (right axis)"), labelSize: 20, grid: { show: false } },
     ];
   }
 

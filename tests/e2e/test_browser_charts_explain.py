@@ -41,7 +41,9 @@ native = Run.objects.create(name='native', owner=alice, config=default_config('c
 def native_events():
     for s in range(1, 9):
         yield {'type': 'step', 'step': s, 'metrics': {'reward': 0.05 * s,
-               'entropy': 2.0 - 0.1 * s, 'policy_loss': 0.01, 'grad_norm': 0.5}}
+               'entropy': 2.0 - 0.1 * s, 'policy_loss': 0.01, 'grad_norm': 0.5,
+               'rollout/logprob_diff': 2e-7, 'rollout/ratio_mean': 1.0,
+               'rollout/ratio_min': 0.999, 'rollout/ratio_max': 1.001}}
     yield {'type': 'trajectory', 'step': 4, 'group': 0, 'index': 0,
            'task_id': 'lonely', 'reward': 1.0, 'advantage': 0.5,
            'steps': [{'action': 'answer 4'}]}
@@ -108,7 +110,17 @@ def test_charts_are_read_with_the_keyboard(live, page, shots, ui):
     _trl, native = live.script(SEED)
     ui.login(page, live.url)
     page.goto(f"{live.url}/runs/{native}/")
-    _charts_ready(page, ui, ["reward", "entropy"])
+    _charts_ready(page, ui, ["reward", "entropy", "sampler"])
+    # Three series on the right axis: their title fits the chart's height (their
+    # names joined were cut off at both ends), the legend names each.
+    sampler = page.evaluate(CHART, "sampler")
+    assert sampler["axes"][1:] == [
+        "rollout/logprob_diff",
+        "rollout/ratio_* (right axis)",
+    ], sampler
+    assert "rollout/ratio_min (right axis)" in sampler["labels"]
+    page.locator("[data-chart=sampler]").scroll_into_view_if_needed()
+    ui.shot(page, shots, "explain_03_sampler_axes")
     reward = page.evaluate(CHART, "reward")
     assert reward["focusable"] and reward["name"].startswith("Reward: "), reward
     assert reward["axes"] == ["training step", "reward"], reward
