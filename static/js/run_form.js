@@ -284,4 +284,11 @@ form.addEventListener("submit", (e) => {
 });
 
 showPreset();
+// Refused by the server: the first field it names gets the focus (its folded
+// sections open), so the problem is in view, not a page's length below the banner.
+if (form.querySelector("[data-error-summary]")) {
+  const first = form.querySelector("[aria-invalid='true']");
+  for (let box = first?.closest("details"); box; box = box.parentElement?.closest("details")) box.open = true;
+  first?.focus();
+}
 runCheck();

@@ -60,6 +60,12 @@ def test_configure_launch_watch_inspect_clone_compare(live, page, shots, ui):
     error = page.text_content("[data-errors-for='algorithm.clip_high']")
     assert "less than or equal to 10" in error
     assert page.input_value("[name='reward.components.0.weight']") == "2.0"  # kept
+    # The refused field has the focus, in view (not a page's length below).
+    focused = page.evaluate(
+        "() => { const a = document.activeElement, r = a.getBoundingClientRect();"
+        " return [a.name, r.top >= 0 && r.bottom <= innerHeight]; }"
+    )
+    assert focused == ["algorithm.clip_high", True], focused
     ui.shot(page, shots, "02_new_run_field_error")
 
     page.fill("[name='algorithm.clip_high']", "")
