@@ -174,7 +174,12 @@ function setStatus(status, lastStep) {
     if (question && status === "running") question.textContent = "Stop this run at its next step? What it recorded so far is kept.";
     if (status === "running" && runningSince === null) runningSince = performance.now() - 1000 * (strip.duration_s || 0);
     if (FINAL.has(status) && runningSince !== null) { tickDuration(); runningSince = null; }
+    const ended = FINAL.has(status) && !FINAL.has(data.status);
     data.status = status;
+    if (ended) {
+      setLive(document.body.dataset.live || "live"); // "up to date", not "live"
+      refreshModel();
+    }
   }
   if (typeof lastStep === "number") {
     const ls = document.querySelector("[data-last-step]");
@@ -182,6 +187,21 @@ function setStatus(status, lastStep) {
     const prog = document.querySelector("[data-progress]");
     if (prog) prog.value = lastStep;
   }
+}
+
+// The run has ended: its last checkpoint is kept now, so the Model box is fetched
+// again (the page's own, server-rendered) instead of saying "no checkpoint yet"
+// until a reload.
+async function refreshModel() {
+  const box = document.querySelector("[data-model]");
+  if (!box || !box.querySelector("[data-model-none]")) return;
+  try {
+    const r = await fetch(location.pathname, { credentials: "same-origin" });
+    if (!r.ok) return;
+    const page = new DOMParser().parseFromString(await r.text(), "text/html");
+    const fresh = page.querySelector("[data-model]");
+    if (fresh) box.replaceWith(document.importNode(fresh, true));
+  } catch { /* a reload shows it */ }
 }
 
 function setLive(state) {

@@ -37,6 +37,11 @@ def test_download_the_model_from_the_run_page_and_start_from_it(
         "document.querySelector('[data-run-status] .badge').textContent === 'succeeded'",
         300,
     )
+    # Without a reload: the page no longer says "live" but "up to date", and the
+    # Model box offers the checkpoint the run kept at its end.
+    ui.until(page, "document.querySelector('[data-model] [data-model-step]')", 30)
+    assert "The checkpoint of step 2" in page.text_content("[data-model]")
+    assert page.text_content("[data-live-text]") == "up to date"
     page.reload()
     assert page.text_content("[data-model-link]") == "Model · step 2"  # at the top
     page.click("[data-model-link]")
