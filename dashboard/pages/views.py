@@ -346,6 +346,8 @@ def compare(request: HttpRequest) -> HttpResponse:
             "tasks": tasks,
             "task": task,
             "side_by_side": side_by_side,
+            # Runs with no step recorded share no task for a plainer reason.
+            "unstarted": [r for r in runs if not r.last_step],
             "task_query": urlencode(
                 {"runs": ",".join(str(r.pk) for r in runs), "task": task}
             ),

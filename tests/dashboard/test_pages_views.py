@@ -207,6 +207,15 @@ def test_compare_shows_summary_config_diff_charts_and_the_same_task(owner, swarm
     assert "reward" in r.context["page_data"]["keys"]
 
 
+def test_compare_says_a_run_that_never_stepped_has_no_tasks_to_line_up(owner, swarm):
+    cancelled = seed_run(owner, name="never ran", steps=12, done=0, status="cancelled")
+    r = login(owner).get(f"/compare/?runs={swarm.pk},{cancelled.pk}")
+    assert r.status_code == 200 and not r.context["tasks"]
+    text = r.content.decode()
+    assert "never ran</a> recorded no step yet" in text
+    assert "different seeds or environments" not in text
+
+
 def test_compare_wants_two_to_eight_runs(owner, swarm):
     c = login(owner)
     assert b"between 2 and 8" in c.get("/compare/").content
