@@ -10,7 +10,7 @@ import { csrfToken, el, fmt, readJSONScript } from "./util.js";
 
 const SERIES = ["sign_flips", "best_changes", "rank_changes", "token_flip_share"];
 const KIND_LABEL = {
-  sign_flip: "advantage sign flips",
+  sign_flip: "advantage sign changes", // to or from 0 too: its push appears or goes
   best_change: "best rollout changes",
   rank_change: "ranking changes",
   signal_change: "group signal changes",
@@ -137,7 +137,11 @@ function init(section) {
     result.hidden = false;
     section.querySelector("[data-whatif-summary]").textContent = summary(last.total);
     section.querySelector("[data-whatif-notes]").textContent = notes(last);
-    section.querySelector("[data-whatif-examples] tbody").replaceChildren(...exampleRows(last));
+    const rows = exampleRows(last);
+    const table = section.querySelector("[data-whatif-examples]");
+    table.tBodies[0].replaceChildren(...rows);
+    table.closest(".table-wrap").hidden = !rows.length; // a header over nothing says less
+    section.querySelector("[data-whatif-none]").hidden = rows.length > 0;
     if (!chart) chart = new MetricChart(section.querySelector("[data-whatif-plot]"), { keys: SERIES, band: false });
     chart.load(series(last.steps));
     cloneBtn.disabled = false;

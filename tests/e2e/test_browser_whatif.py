@@ -68,10 +68,13 @@ def test_reweight_a_swarm_run_and_launch_the_clone(live, page, shots, ui):
         "#whatif [data-whatif-summary]"
     )
     assert panel.locator("[data-whatif-examples] tbody tr").count() == 0
+    assert panel.locator("[data-whatif-none]").is_visible()  # said, not an empty table
+    assert not panel.locator("[data-whatif-examples]").is_visible()
 
     panel.locator("[data-weight=r_parallel]").fill("0")
     panel.locator("[data-whatif-run]").click()
     page.wait_for_selector("#whatif tr[data-kind=sign_flip]")
+    assert not panel.locator("[data-whatif-none]").is_visible()
     summary = page.text_content("#whatif [data-whatif-summary]")
     flips = int(re.match(r"(\d+) of 72", summary).group(1))
     assert flips > 0
