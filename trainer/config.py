@@ -389,9 +389,9 @@ class TrainConfig(_Strict):
         if getattr(ENGINES.get(r.engine), "continuous", False):
             return self
         set_ = [
-            f"rollout.{name}: {getattr(r, name)} applies to rollout.engine: "
-            f"continuous (the {r.engine} engine plays every turn in lock-step); "
-            "set it to 0 or choose the continuous engine"
+            f"rollout.{name}: applies to rollout.engine: continuous only (the "
+            f"{r.engine} engine plays every turn in lock-step); set it to 0 or "
+            "choose the continuous engine"
             for name in ("env_workers", "max_live_episodes")
             if getattr(r, name)
         ]
