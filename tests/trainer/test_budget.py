@@ -292,3 +292,18 @@ def test_a_config_naming_a_transform_of_the_logits_is_flagged():
     assert not head_transformed({**plain, "logits_scaling": 1.0, "logit_scale": None})
     assert head_transformed(LlamaConfig(final_logit_softcapping=30.0))
     assert not head_transformed(LlamaConfig())
+
+
+def test_the_continuous_engine_holds_as_many_episodes_as_may_be_live():
+    # 3 tasks x 2 rollouts: rollout.max_live_episodes 2 holds a third of the KV
+    # cache and sampler rows; 64 no more than there are; the update is every row's.
+    whole = estimate_step(config(engine="continuous"), SHAPE, kl_reference=False)
+    capped = estimate_step(
+        config(engine="continuous", max_live_episodes=2), SHAPE, kl_reference=False
+    )
+    assert capped.generation_bytes * 3 == whole.generation_bytes
+    more = estimate_step(
+        config(engine="continuous", max_live_episodes=64), SHAPE, kl_reference=False
+    )
+    assert more.generation_bytes == whole.generation_bytes
+    assert capped.update_bytes == whole.update_bytes

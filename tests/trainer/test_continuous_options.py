@@ -12,7 +12,6 @@ from option_registry import covers
 from pydantic import ValidationError
 
 import trainer.engines.continuous as continuous
-from trainer.budget import ModelShape, estimate_step
 from trainer.config import TrainConfig
 from trainer.envs.base import make_env
 from trainer.events import ListSink
@@ -113,22 +112,3 @@ def test_the_options_are_refused_for_a_lock_step_engine(field, engine):
     message = f"rollout.{field}: applies to rollout.engine: continuous only"
     assert message in str(err.value)
     _config(engine=engine, **{field: 0})  # the default is fine anywhere
-
-
-def test_the_budget_holds_as_many_episodes_as_may_be_live():
-    shape = ModelShape(
-        params=10**8,
-        trainable=10**8,
-        layers=12,
-        hidden=768,
-        intermediate=3072,
-        kv_width=768,
-        vocab=32000,
-        dtype_bytes=2,
-    )
-    whole = estimate_step(_config(), shape, kl_reference=False)
-    capped = estimate_step(_config(max_live_episodes=2), shape, kl_reference=False)
-    assert capped.generation_bytes * TASKS * GROUP == whole.generation_bytes * 2
-    more = estimate_step(_config(max_live_episodes=64), shape, kl_reference=False)
-    assert more.generation_bytes == whole.generation_bytes  # no more than there are
-    assert capped.update_bytes == whole.update_bytes  # the update is every rollout's
