@@ -106,9 +106,13 @@ def _start_worker() -> None:
         _worker.start()
 
 
-def stop() -> None:
+def stop(wait_s: float = 0.0) -> bool:
     """This process is exiting: runs not started stay queued (the next process's
-    :func:`recover` submits them) and the one in progress stops at its next step."""
+    :func:`recover` submits them) and the one in progress stops at its next step.
+    ``wait_s``: how long to wait for it to get there (its thread is a daemon: an
+    interpreter that exits while it is inside a tensor operation can crash on the
+    way out, "Segmentation fault" or "terminate called without an active
+    exception"). True when no run is left executing."""
     global _stopping
     from dashboard.runs import execution
 
@@ -120,6 +124,17 @@ def stop() -> None:
                 f.cancel()
         _pending.clear()
         _lock.notify_all()
+        worker = _worker
+    if worker is None or worker is threading.current_thread():
+        return True
+    worker.join(wait_s)
+    return not worker.is_alive()
+
+
+def executing() -> bool:
+    """Whether a run is executing in this process now."""
+    with _lock:
+        return bool(_current)
 
 
 def submit(run_id: str, queue: str = "") -> Future:

@@ -63,3 +63,23 @@ def test_an_interrupted_run_stops_at_its_next_step_and_resumes_later(
         400,
         "",
     )
+
+
+def test_stopping_the_embedded_executor_waits_for_the_run_to_reach_its_next_step(
+    owner, tiny_config, fake_runner, published, monkeypatch, interrupt
+):
+    # manage.py serve's exit: the executor's thread is a daemon, and an interpreter
+    # that exits while it is inside a step can crash on the way out ("Segmentation
+    # fault"); stop() waits for the step to end.
+    from dashboard.runs import inprocess
+
+    monkeypatch.setattr(inprocess, "_stopping", False)  # restored for other tests
+    monkeypatch.setenv("FAKE_RUNNER_STEP_S", "0.05")
+    run = services.launch_run(owner, {**tiny_config, "steps": 400})
+    outcome = inprocess.submit(str(run.id))
+    wait_for(lambda: Run.objects.get(pk=run.pk).last_step >= 3, 30, message="step 3")
+    assert inprocess.executing()
+    assert inprocess.stop(wait_s=30)  # the thread has ended
+    assert not inprocess.executing()
+    assert outcome.result(timeout=1) == "interrupted"
+    assert Run.objects.get(pk=run.pk).status == "running"  # resumable, not ended

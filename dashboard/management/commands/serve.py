@@ -6,8 +6,9 @@ recovers what a previous process left queued or running. ``--demo`` runs
 ``daphne dashboard.asgi:application`` directly after ``manage.py migrate``.
 
 Stopping it (Ctrl-C, SIGTERM) in the embedded mode stops the run in progress at its
-next training step (a warm start in progress finishes first) and leaves it and the
-queued runs to the next start, which resumes them from their last checkpoints.
+next training step (or warm-start step), waits for it there (``STOP_WAIT_S`` at
+most), and leaves it and the queued runs to the next start, which resumes them from
+their last checkpoints.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+
+# How long stopping the server waits for the in-process run to reach its next step.
+STOP_WAIT_S = 60.0
 
 
 class Command(BaseCommand):
@@ -62,7 +66,18 @@ class Command(BaseCommand):
         finally:
             if settings.RUN_EXECUTOR == "inprocess":
                 # The in-process run must not hold the exit until it ends (the long
-                # demo takes half an hour): it stops at its next step, resumable.
+                # demo takes half an hour): it stops at its next step, resumable,
+                # and the exit waits for that step (STOP_WAIT_S at most).
                 from dashboard.runs import inprocess
 
-                inprocess.stop()
+                if inprocess.executing():
+                    self.stdout.write(
+                        "stopping the run in progress at its next step (it resumes "
+                        "from its last checkpoint at the next start)"
+                    )
+                    self.stdout.flush()
+                if not inprocess.stop(STOP_WAIT_S):
+                    self.stdout.write(
+                        f"the run in progress did not stop within {STOP_WAIT_S:.0f} s; "
+                        "exiting without it (it resumes at the next start)"
+                    )
