@@ -158,6 +158,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
     stats = run_reads.run_stats(run)
     alerts = run_reads.alert_dicts(run, run_reads.alerts(run))
     repairs = repair.with_repairs(run, alerts)  # the repair loop (issue 25)
+    components = whatif.component_weights(run)  # what-if panel (issue 12)
     traj_steps = trajs.trajectory_steps(run)
     keys = metrics.metric_keys(run)
     page_data = {
@@ -209,7 +210,8 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "clones": list(services.visible_runs(request.user).filter(parent=run)[:20]),
             "kept": kept_model.kept_model(run),  # the model it keeps (issue 22)
             # what-if panel (issue 12), opened from an alert with its fix (issue 25)
-            "whatif_components": whatif.component_weights(run),
+            "whatif_components": components,
+            "whatif_addable": any(c["added"] for c in components),
             "repairs": repairs,
             "repairing": run.repair if run.repair.get("detector") else None,
             "active": run.status in ACTIVE_STATUSES,

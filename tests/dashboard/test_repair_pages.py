@@ -65,3 +65,15 @@ def test_a_repair_clones_page_carries_the_comparison(hacked, owner, enqueued):
     parent = client_for(owner).get(f"/runs/{hacked.pk}/").content.decode()
     assert f'href="/runs/{clone.pk}/"' in parent
     assert Run.objects.get(pk=clone.pk).repair["detector"] == "spurious_parallelism"
+
+
+def test_the_whatif_offers_no_added_line_when_nothing_can_be_added(owner):
+    from tests.fixtures.seed import seed_run, valid_config
+
+    config = valid_config("calc", "grpo", 4)
+    names = {c["name"] for c in config["reward"]["components"]}
+    assert names >= {"outcome", "format"}  # every component calc can add
+    run = seed_run(owner, env="calc", steps=4, config=config)
+    html = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert 'data-weight="outcome"' in html and "data-whatif-addable" not in html
+    assert "Not in this run" not in html
