@@ -80,7 +80,13 @@ class LaunchIn(Schema):
     config: dict[str, Any] = Field(
         description="A TrainConfig (see /api/config/schema)."
     )
-    name: str | None = Field(None, description="Defaults to config.name.")
+    name: str | None = Field(
+        None,
+        description=(
+            "Defaults to config.name; with neither, <env>-<preset>-<n> "
+            "(calc-grpo-3: one past the caller's highest such name)."
+        ),
+    )
 
 
 class CloneIn(Schema):

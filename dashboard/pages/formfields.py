@@ -52,7 +52,11 @@ _ROW = re.compile(r"^reward\.(components|judges)\.(\d+)\.name$")
 _DIM = re.compile(r"^reward\.judges\.(\d+)\.rubric\.(\d+)\.name$")
 _TRUE = {"on", "true", "1", "yes"}
 BASIC = [
-    sc.field_spec(TrainConfig, "name", ""),
+    replace(
+        sc.field_spec(TrainConfig, "name", ""),
+        optional=True,  # blank: named from the environment and algorithm
+        placeholder="left blank: from the environment and algorithm, e.g. calc-grpo-1",
+    ),
     sc.field_spec(TrainConfig, "steps", ""),
     sc.field_spec(TrainConfig, "seed", ""),
 ]

@@ -67,14 +67,15 @@ def default_config(
         cfg = TrainConfig.model_validate(
             {**base, "env": env_cfg, "algorithm": algorithm}
         )
-        return normalise(cfg.model_dump(mode="json"))
+        out = normalise(cfg.model_dump(mode="json", exclude={"name"}))
     except ValueError:  # a required parameter is blank, or a demo file went stale
         out = TrainConfig.model_validate({"algorithm": {"preset": preset}}).model_dump(
-            mode="json"
+            mode="json", exclude={"name"}
         )
         out["env"] = {"name": env, "params": {**_param_defaults(env), **(params or {})}}
         out["reward"] = None
-        return normalise(out)
+        out = normalise(out)
+    return out  # no name: a blank one is the run's own (services.auto_name)
 
 
 def _param_defaults(env: str) -> dict[str, Any]:

@@ -77,8 +77,14 @@ def _submit(request: HttpRequest, parent: Run | None) -> HttpResponse:
     if form.is_valid():
         assert form.cleaned is not None
         try:
+            # A name left blank: the run is named from what it is (services.auto_name).
+            named = "name" in form.raw
+            config = {k: v for k, v in form.cleaned.items() if named or k != "name"}
             run = services.launch_run(
-                request.user, form.cleaned, name=form.cleaned.get("name"), parent=parent
+                request.user,
+                config,
+                name=form.cleaned.get("name") if named else None,
+                parent=parent,
             )
         except services.ServiceError as exc:
             form.add_service_errors(exc.errors)

@@ -230,6 +230,26 @@ def check_name(name: Any) -> str | None:
     return check_text("name", name.strip())
 
 
+def _named(config: Any) -> bool:
+    """Whether ``config`` (as given) names its run."""
+    if not isinstance(config, dict):
+        return True  # a TrainConfig: its name is its own
+    value = config.get("name")
+    return isinstance(value, str) and bool(value.strip())
+
+
+def auto_name(user: Any, cfg: Any) -> str:
+    """``<env>-<preset>-<n>``, n one past the highest of ``user``'s runs so named."""
+    prefix = f"{cfg.env.name}-{cfg.algorithm.preset}-"
+    taken = Run.objects.filter(owner=user, name__startswith=prefix)
+    numbers = [
+        int(rest)
+        for rest in (n[len(prefix) :] for n in taken.values_list("name", flat=True))
+        if rest.isdigit() and len(rest) < 10
+    ]
+    return f"{prefix}{max(numbers, default=0) + 1}"[:200]
+
+
 def merge_overrides(
     base: dict[str, Any], overrides: Any, path: str = "overrides"
 ) -> dict[str, Any]:
@@ -260,7 +280,12 @@ def do_launch_run(
     run, which yields to users' runs on the embedded executor. ``repair``: what the
     clone repairs in ``parent`` (``dashboard.runs.repair``)."""
     cfg = check_config(config, user)
-    name = check_name(name) or cfg.name
+    name = check_name(name)
+    if name is None and not _named(config):
+        # No name given: one from what the run is (calc-grpo-3), not a list of "run"s.
+        name = auto_name(user, cfg)
+        cfg = cfg.model_copy(update={"name": name})
+    name = name or cfg.name
     with transaction.atomic():
         check_run_limit(user)
         run = Run.objects.create(

@@ -46,7 +46,9 @@ def test_it_round_trips_every_environments_default_config():
     for env in ("calc", "search", "swarm"):
         form = RunForm(post_for(env, "dapo"))
         assert form.is_valid(), form.errors
-        assert form.cleaned == default_config(env, "dapo")
+        # The name is left blank: the launch names the run (services.auto_name).
+        assert "name" not in form.raw
+        assert form.cleaned == {**default_config(env, "dapo"), "name": "run"}
 
 
 def test_a_blank_override_takes_the_presets_value_and_a_set_one_overrides_it():
@@ -219,6 +221,27 @@ def test_launch_creates_the_run_through_the_service_and_opens_it(
     assert run.config["algorithm"]["preset"] == "dr_grpo"
     assert [c["weight"] for c in run.config["reward"]["components"]] == [2.0, 0.3, 0.1]
     assert enqueued == [(str(run.pk), run.queue)]
+
+
+def test_a_run_launched_without_a_name_is_named_from_what_it_is(
+    owner, owner_client, enqueued, commit
+):
+    page = owner_client.get("/runs/new/").content.decode()
+    assert 'name="name"' in page and "e.g. calc-grpo-1" in page
+    assert values_from_config(default_config()).get("name") is None  # shown blank
+    seed_run(owner, name="calc-grpo-7", env="calc", preset="grpo", steps=2)
+    names = []
+    for _ in range(2):
+        with commit():
+            r = owner_client.post("/runs/new/", body(post_for("calc", "grpo")))
+        assert r.status_code == 302
+        names.append(Run.objects.latest("created_at").name)
+    assert names == ["calc-grpo-8", "calc-grpo-9"]  # one past the highest so named
+    run = Run.objects.latest("created_at")
+    assert run.config["name"] == "calc-grpo-9"
+    with commit():
+        owner_client.post("/runs/new/", body(post_for("swarm", "dapo", name="mine")))
+    assert Run.objects.latest("created_at").name == "mine"
 
 
 def test_a_refused_launch_rerenders_with_errors_inline_and_values_kept(

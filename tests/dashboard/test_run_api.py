@@ -31,6 +31,22 @@ def test_launch_through_the_api_returns_the_run(
     assert enqueued == [(body["id"], "cpu")]
 
 
+def test_a_run_launched_without_any_name_is_named_from_its_config(
+    owner_client, tiny_config, enqueued, commit
+):
+    tiny_config.pop("name", None)
+    env, preset = "calc", "grpo"  # the schema's defaults
+    with commit():
+        first = post(owner_client, "/api/runs", {"config": tiny_config}).json()
+        second = post(owner_client, "/api/runs", {"config": tiny_config}).json()
+        named = post(
+            owner_client, "/api/runs", {"config": {**tiny_config, "name": "x"}}
+        )
+    assert first["name"] == first["config"]["name"] == f"{env}-{preset}-1"
+    assert second["name"] == f"{env}-{preset}-2"
+    assert named.json()["name"] == "x"
+
+
 def test_a_bad_config_is_a_400_naming_the_field_and_nothing_is_enqueued(
     owner_client, tiny_config, enqueued, commit
 ):
