@@ -39,7 +39,7 @@ from trainer.run_state import (
 from trainer.single import Handle, Single, as_handle
 from trainer.step import StepContext, train_step
 from trainer.stopping import Every, Stopped
-from trainer.warmstart import warmstart
+from trainer.warmstart import WARM_FILE, save_progress, warmstart
 
 
 @dataclass
@@ -62,12 +62,16 @@ def train(
     resume: bool = True,
     init_checkpoint: str | Path | None = None,
     parallel: Parallel | Single | None = None,
+    save_on_stop: Callable[[], bool] | None = None,
 ) -> TrainResult:
     """Train ``config.steps`` steps (continuing from the newest checkpoint in
     ``checkpoint_dir`` when ``resume``; else starting from the weights of
     ``init_checkpoint`` when given). ``should_stop`` is checked before every step
     and, alone, between generated tokens too (``trainer.stopping``): a True stops
-    the run cleanly with status ``cancelled``.
+    the run cleanly with status ``cancelled``. ``save_on_stop``, asked then: True
+    when the run will resume (a pause, a shutdown), so that its state at the stop
+    is checkpointed first (the last finished step's, or the warm start's progress)
+    and the next attempt goes on from there, not from the last scheduled checkpoint.
 
     ``parallel``: this process's rank in a run of several (``trainer.distributed``);
     every rank calls ``train``, rank 0's ``sink`` receives the run's events (the
@@ -113,8 +117,9 @@ def train(
         }
     )
     warm: dict[str, float] = {}
+    keep = _keeping(checkpoint_dir, par, save_on_stop)
     if ckpt is None and init_checkpoint is None and config.model.warmstart_steps:
-        loss = _warm_start(policy, env, config, par, should_stop, sink)
+        loss = _warm_start(policy, env, config, par, should_stop, sink, keep, resume)
         if loss is None:  # cancelled (or interrupted) during the warm start
             return _finished(sink, "cancelled", 0)
         warm["warmstart/loss"] = loss
@@ -127,7 +132,27 @@ def train(
     ctx = StepContext(
         config, algo, env, reward_fn, policy, ref, optimizer, sink, monitor, par
     )
-    return _run(ctx, state, warm, should_stop, checkpoint_dir)
+    return _run(ctx, state, warm, should_stop, checkpoint_dir, keep)
+
+
+@dataclass
+class _Keep:
+    """Where a run that stops to resume keeps its state, and whether it does."""
+
+    root: Path
+    wanted: Callable[[], bool]  # asked at a stop: keep the state?
+    warm: Path | None  # the warm start's progress (one process only)
+
+
+def _keeping(
+    checkpoint_dir: str | Path | None,
+    par: Handle,
+    save_on_stop: Callable[[], bool] | None,
+) -> _Keep | None:
+    if checkpoint_dir is None:
+        return None
+    warm = Path(checkpoint_dir) / WARM_FILE if par.world == 1 else None
+    return _Keep(Path(checkpoint_dir), save_on_stop or (lambda: False), warm)
 
 
 def _check_processes(config: TrainConfig, par: Handle) -> None:
@@ -155,10 +180,13 @@ def _warm_start(
     par: Handle,
     should_stop: Callable[[], bool] | None,
     sink: Sink,
+    keep: _Keep | None,
+    resume: bool,
 ) -> float | None:
     """The warm start's last loss (logged with step 1: charts start at step 1);
     None when it was cancelled. Every rank stops at the same warm-start step; its
-    progress goes to the sink as ``warmstart`` events (rank 0's sink alone listens)."""
+    progress goes to the sink as ``warmstart`` events (rank 0's sink alone listens),
+    and to ``keep`` when it stops to resume (one process)."""
 
     def stop() -> bool:
         return par.broadcast(should_stop is not None and should_stop())
@@ -167,7 +195,18 @@ def _warm_start(
         of = config.model.warmstart_steps
         sink.emit({"type": "warmstart", "done": done, "of": of, "loss": loss})
 
-    return warmstart(policy, env, config, stop, progress)
+    if keep is None or keep.warm is None:
+        return warmstart(policy, env, config, stop, progress)
+    return warmstart(
+        policy,
+        env,
+        config,
+        stop,
+        progress,
+        keep=keep.warm,
+        resume=resume,
+        save_on_stop=keep.wanted,
+    )
 
 
 def _run(
@@ -176,16 +215,26 @@ def _run(
     warm: dict[str, float],
     should_stop: Callable[[], bool] | None,
     checkpoint_dir: str | Path | None,
+    keep: _Keep | None = None,
 ) -> TrainResult:
     """The steps, each checkpointed as configured, and the run's last event."""
     config, sink, par = ctx.config, ctx.sink, ctx.par
-    step = state.step
+    step = saved = state.step
     metrics: dict[str, float] = {}
     frozen = freeze_long_lived()
+
+    def stopped() -> TrainResult:
+        if keep is not None and par.broadcast(keep.wanted()):
+            _keep_state(ctx, state, keep, saved, warm.get("warmstart/loss"))
+        return _finished(sink, "cancelled", state.step, metrics)
+
     try:
         for step in range(state.step + 1, config.steps + 1):
             if par.broadcast(should_stop is not None and should_stop()):
-                return _finished(sink, "cancelled", step - 1, metrics)
+                return stopped()
+            # A step stopped inside its rollout leaves the streams as they were.
+            streams = state.task_rng.getstate(), state.sample_gen.get_state()
+            weights = _versions(ctx.policy)
             metrics = train_step(ctx, state, step, warm if step == 1 else None)
             state.step = step
             every = config.checkpoint.every
@@ -196,8 +245,15 @@ def _run(
                     checkpoint_dir, ctx.policy, ctx.optimizer, state, config, par
                 )
                 sink.emit({"type": "checkpoint", "step": step, "path": str(path)})
+                saved = step
     except Stopped:  # inside a step (generation): that step's work is dropped
-        return _finished(sink, "cancelled", step - 1, metrics)
+        if _versions(ctx.policy) != weights:
+            # Stopped past its update (an overdue cancel's, from outside): the
+            # weights are no step's, nothing is kept.
+            return _finished(sink, "cancelled", state.step, metrics)
+        state.task_rng.setstate(streams[0])
+        state.sample_gen.set_state(streams[1])
+        return stopped()
     except Exception as exc:
         sink.emit(
             {
@@ -212,6 +268,28 @@ def _run(
         if frozen:
             gc.unfreeze()
     return _finished(sink, "succeeded", config.steps, metrics)
+
+
+def _versions(policy: Policy) -> int:
+    """Changes in place to the weights so far (an optimiser step adds to it)."""
+    return sum(p._version for p in policy.parameters())
+
+
+def _keep_state(
+    ctx: StepContext, state: TrainState, keep: _Keep, saved: int, warm_loss
+) -> None:
+    """A run stopping to resume: a checkpoint of its last finished step (unless
+    that step's was just written), or, before its first, the warm start's weights."""
+    if state.step == 0:
+        if keep.warm is not None and warm_loss is not None:
+            cfg = ctx.config
+            done = cfg.model.warmstart_steps
+            save_progress(keep.warm, cfg, ctx.policy, done, warm_loss)
+        return
+    if state.step == saved:
+        return
+    path = save_state(keep.root, ctx.policy, ctx.optimizer, state, ctx.config, ctx.par)
+    ctx.sink.emit({"type": "checkpoint", "step": state.step, "path": str(path)})
 
 
 def _finished(

@@ -48,11 +48,13 @@ def run_from_config(
     endpoints: Mapping[str, Any] | None = None,
     init_checkpoint: str | Path | None = None,
     parallel: Parallel | Single | None = None,
+    save_on_stop: Callable[[], bool] | None = None,
 ) -> TrainResult:
     """Build and train; ``init_checkpoint``: the checkpoint directory that
     ``model.init_from_run`` names (the platform resolves the run id to it);
     ``parallel``: this process's rank when several train the run
-    (``trainer.distributed``); None: this process trains alone."""
+    (``trainer.distributed``); None: this process trains alone; ``save_on_stop``:
+    see :func:`trainer.loop.train`."""
     from rewards import build_monitor, build_reward_fn
 
     if config.model.init_from_run and init_checkpoint is None:
@@ -75,4 +77,5 @@ def run_from_config(
         resume=resume,
         init_checkpoint=init_checkpoint,
         parallel=parallel,
+        save_on_stop=save_on_stop,
     )

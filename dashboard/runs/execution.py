@@ -10,6 +10,7 @@ processes is trained by ranks that torchrun starts (:func:`run_claimed_ranks`,
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import shutil
@@ -75,6 +76,20 @@ def newest_checkpoint(run_id: Any) -> Path | None:
         if (path / "policy.safetensors").is_file():
             return path
     return None
+
+
+def resume_kwargs(runner: Any, demo: bool) -> dict[str, Any]:
+    """``save_on_stop=``, for a trainer that takes it: a run stopped by a pause (a
+    demo yielding to a user's run) or by the server's shutdown resumes later, so it
+    keeps its state at the stop (the last finished step, the warm start's progress),
+    not only its last scheduled checkpoint; a cancel keeps nothing more."""
+    try:
+        accepted = "save_on_stop" in inspect.signature(runner).parameters
+    except (TypeError, ValueError):
+        accepted = False
+    if not accepted:
+        return {}
+    return {"save_on_stop": lambda: _interrupted.is_set() or (demo and _pause.is_set())}
 
 
 def init_kwargs(config: Any) -> dict[str, Any]:
@@ -201,6 +216,7 @@ def run_claimed(claim: Claim) -> str:
                 resume=True,
                 endpoints=judge_endpoints(),
                 **init_kwargs(config),
+                **resume_kwargs(runner, demo),
             )
         status = (
             result.status if result.status in RunStatus.values else RunStatus.FAILED

@@ -85,14 +85,18 @@ def claim(run_id: Any) -> Claim | None:
             run.save(update_fields=["status", "finished_at"])
             frames.send_on_commit(run.id)
             return None
+        fields = ["status", "attempt", "lease", "heartbeat_at", "started_at"]
+        if RunAttempt.objects.filter(
+            run=run, number=run.attempt, outcome=PAUSED
+        ).exists():  # its note said it would resume: now it does
+            run.error = ""
+            fields.append("error")
         run.status = RunStatus.RUNNING
         run.attempt += 1
         run.lease = uuid.uuid4()
         run.heartbeat_at = now
         run.started_at = run.started_at or now
-        run.save(
-            update_fields=["status", "attempt", "lease", "heartbeat_at", "started_at"]
-        )
+        run.save(update_fields=fields)
         RunAttempt.objects.update_or_create(
             run=run, number=run.attempt, defaults={"started_at": now}
         )
@@ -247,18 +251,17 @@ def requeue(claim: Claim, note: str, detail: str = "") -> bool:
 
 def pause(claim: Claim, last_step: int) -> bool:
     """A demo run yields to a user's run (the embedded executor): this attempt ends
-    ``paused``, the run is queued again and resumes from its last checkpoint when
-    its turn comes. A pause is not a failure: it does not count toward
+    ``paused``, the run is queued again and resumes when its turn comes, from the
+    state the trainer kept at the stop (``execution.resume_kwargs``; else its last
+    checkpoint). A pause is not a failure: it does not count toward
     ``RUN_MAX_ATTEMPTS``. False when the lease was not ours."""
     now = timezone.now()
     with transaction.atomic():
         run = held_by(claim).select_for_update().first()
         if run is None:
             return False
-        note = (
-            f"paused at step {last_step} for a user's run; resumes from its "
-            "last checkpoint after it"
-        )
+        where = f"at step {last_step}" if last_step else "before step 1"
+        note = f"paused {where} for a user's run; resumes after it, from where it was"
         end_attempt(run.id, run.attempt, PAUSED, note, now=now)
         run.status, run.lease, run.enqueued_at = RunStatus.QUEUED, None, now
         run.error, run.last_step = note, last_step

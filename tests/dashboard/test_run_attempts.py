@@ -13,6 +13,7 @@ from dashboard.models import Run, RunAttempt, RunStatus
 from dashboard.runs import lease, services
 from dashboard.runs.execution import failure_message
 from dashboard.runs.jobs import execute_run
+from tests.dashboard.dashtest import client_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -109,3 +110,29 @@ def test_failure_messages_are_one_line_without_server_paths():
     assert failure_message(err) == "RuntimeError: bad state in <server file>"
     assert failure_message(OSError("")) == "OSError"
     assert len(failure_message(ValueError("v" * 1000))) == 300
+
+
+def test_a_paused_runs_note_goes_when_it_resumes_and_a_requeue_note_stays(
+    owner, tiny_config, enqueued
+):
+    run = services.launch_run(owner, tiny_config, demo=True)
+    claim = lease.claim(run.id)
+    assert lease.pause(claim, 7)
+    run.refresh_from_db()
+    assert run.status == "queued" and run.error.startswith("paused at step 7 for")
+    page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert "data-run-error" in page and "paused at step 7" in page  # while it waits
+    assert lease.claim(run.id).attempt == 2
+    run.refresh_from_db()
+    assert run.status == "running" and run.error == ""
+    page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert "data-run-error" not in page  # in the attempts' table only
+    assert "paused at step 7" in page
+    # Another attempt's note (a reaped one) is not a promise kept by the claim.
+    Run.objects.filter(pk=run.pk).update(error="attempt 2: heartbeat lost")
+    stale = timezone.now() - timedelta(seconds=3600)
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=stale)
+    assert lease.reap() == [run.id]
+    lease.claim(run.id)
+    run.refresh_from_db()
+    assert run.error.startswith("attempt 2: heartbeat")

@@ -124,3 +124,60 @@ def test_the_demo_pauses_for_a_users_run_and_resumes_after_it(
     )
     demo.refresh_from_db()
     assert demo.last_step == 60 and demo.attempt == 2
+
+
+@pytest.mark.slow
+def test_a_paused_demo_keeps_its_warm_start_and_steps_and_goes_on_from_them(
+    owner, tiny_config, published, settings, tmp_path
+):
+    """The real trainer, in process: a demo paused in its warm start and again
+    between steps (no scheduled checkpoint yet) goes on from where it stopped each
+    time, not from nothing: the newcomer's demo lost its 300 warm-start steps and
+    its RL steps to every run they launched."""
+    from dashboard.models import Checkpoint, MetricPoint
+
+    settings.RUN_EXECUTOR = "inprocess"
+    settings.RUN_SUBMIT = "test_run_queue.recording_submit"
+    settings.RUNS_DIR = tmp_path / "runs"
+    demo_cfg = {
+        **tiny_config,
+        "name": "demo",
+        "steps": 12,
+        "model": {**tiny_config["model"], "warmstart_steps": 400, "warmstart_batch": 2},
+        "checkpoint": {"every": 0},
+    }
+    demo = services.launch_run(owner, demo_cfg, demo=True)
+    warm = settings.RUNS_DIR / str(demo.pk) / "checkpoints" / "warmstart.pt"
+
+    def done() -> int:  # warm-start steps the page shows
+        return int((Run.objects.get(pk=demo.pk).warmup or {}).get("done") or 0)
+
+    wait_for(lambda: done() >= 1, 120, message="the demo's warm start")
+    first = services.launch_run(owner, {**tiny_config, "name": "first"})
+    assert FUTURES[str(first.pk)].result(timeout=300) == RunStatus.SUCCEEDED
+    paused = RunAttempt.objects.get(run=demo, number=1)
+    assert paused.outcome == "paused" and "before step 1" in paused.message
+    assert warm.exists()
+    wait_for(
+        lambda: Run.objects.get(pk=demo.pk).last_step >= 2, 300, message="RL steps"
+    )
+    second = services.launch_run(owner, {**tiny_config, "name": "second"})
+    assert FUTURES[str(second.pk)].result(timeout=300) == RunStatus.SUCCEEDED
+    demo.refresh_from_db()
+    stopped_at = RunAttempt.objects.get(run=demo, number=2)
+    assert stopped_at.outcome == "paused"
+    kept = Checkpoint.objects.filter(run=demo).values_list("step", flat=True)
+    assert list(kept) == [demo.last_step] and demo.last_step >= 2
+    wait_for(
+        lambda: Run.objects.get(pk=demo.pk).status == RunStatus.SUCCEEDED,
+        600,
+        message="the demo to finish",
+    )
+    demo.refresh_from_db()
+    assert demo.attempt == 3 and demo.error == ""
+    steps = set(
+        MetricPoint.objects.filter(run=demo, key="reward").values_list(
+            "step", flat=True
+        )
+    )
+    assert steps == set(range(1, 13))
