@@ -48,8 +48,9 @@ from trainer.config import (
 )
 from trainer.recording_policy import AUTO_MAX_ROLLOUTS, MAX_GROUPS, RecordConfig
 
-_ROW = re.compile(r"^reward\.(components|judges)\.(\d+)\.name$")
-_DIM = re.compile(r"^reward\.judges\.(\d+)\.rubric\.(\d+)\.name$")
+# A row's index as the browser numbers it (a longer one is no row of the form's).
+_ROW = re.compile(r"^reward\.(components|judges)\.(\d{1,6})\.name$")
+_DIM = re.compile(r"^reward\.judges\.(\d{1,6})\.rubric\.(\d{1,6})\.name$")
 _TRUE = {"on", "true", "1", "yes"}
 BASIC = [
     replace(

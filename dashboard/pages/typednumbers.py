@@ -13,6 +13,9 @@ _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _INT = re.compile(r"^[+-]?\d+$")
 
 
+MAX_DIGITS = 18  # a whole number's digits: more than any field's bound
+
+
 def number_problem(raw: str, kind: str, words: tuple[str, ...] = ()) -> str | None:
     """Why ``raw`` (already stripped) is not a number of ``kind`` (int/float), nor one
     of ``words``, or None.
@@ -20,13 +23,17 @@ def number_problem(raw: str, kind: str, words: tuple[str, ...] = ()) -> str | No
     The message names the text as typed so that nothing is silently replaced."""
     if raw in words:
         return None
+    shown = raw if len(raw) <= 40 else f"{raw[:20]}\u2026"  # never the whole of it
     if kind == "int":
         if _INT.match(raw):
+            # Python will not read an int of over 4,300 digits; no field wants 19.
+            if len(raw.lstrip("+-")) > MAX_DIGITS:
+                return f"\u201c{shown}\u201d is too large ({MAX_DIGITS} digits at most)"
             return None
         alt = "".join(f" or \u201c{w}\u201d" for w in words)
-        return f"\u201c{raw}\u201d is not a whole number{alt}"
+        return f"\u201c{shown}\u201d is not a whole number{alt}"
     if not _FLOAT.match(raw):
-        return f"\u201c{raw}\u201d is not a number"
+        return f"\u201c{shown}\u201d is not a number"
     if not math.isfinite(float(raw)):
-        return f"\u201c{raw}\u201d is too large to be a number"
+        return f"\u201c{shown}\u201d is too large to be a number"
     return None

@@ -128,15 +128,20 @@ function showPreset() {
 // --- numbers: checked here as typed, the same rule as formfields.number_problem ------------
 const FLOAT = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
 const INT = /^[+-]?\d+$/;
+const MAX_DIGITS = 18; // typednumbers.MAX_DIGITS
 
 function numberProblem(input) {
   const raw = input.value.trim();
   if (raw === "") return input.hasAttribute("data-default") ? `Enter a number (the default is ${input.dataset.default})` : null;
   const words = (input.dataset.words || "").split(" ").filter(Boolean); // record.groups: "auto"
   if (words.includes(raw)) return null;
-  if (input.dataset.number === "int") return INT.test(raw) ? null : `“${raw}” is not a whole number${words.map((w) => ` or “${w}”`).join("")}`;
-  if (!FLOAT.test(raw)) return `“${raw}” is not a number`;
-  if (!Number.isFinite(Number(raw))) return `“${raw}” is too large to be a number`;
+  const shown = raw.length <= 40 ? raw : `${raw.slice(0, 20)}…`;
+  if (input.dataset.number === "int") {
+    if (!INT.test(raw)) return `“${shown}” is not a whole number${words.map((w) => ` or “${w}”`).join("")}`;
+    return raw.replace(/^[+-]/, "").length > MAX_DIGITS ? `“${shown}” is too large (${MAX_DIGITS} digits at most)` : null;
+  }
+  if (!FLOAT.test(raw)) return `“${shown}” is not a number`;
+  if (!Number.isFinite(Number(raw))) return `“${shown}” is too large to be a number`;
   return null;
 }
 

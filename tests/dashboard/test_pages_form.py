@@ -3,6 +3,8 @@ launch and clone through the platform's services."""
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 import pytest
 from django.http import QueryDict
 
@@ -126,6 +128,14 @@ def test_errors_are_filed_under_the_input_that_caused_them():
         ("rollout.temperature", "inf", "“inf” is not a number"),
         ("steps", "2.5", "“2.5” is not a whole number"),
         ("reward.components.0.weight", "", "Enter a number (the default is 1.0)"),
+        # Python reads no int of over 4,300 digits: a 500 before the bound.
+        ("steps", "9" * 5000, f"“{'9' * 20}…” is too large (18 digits at most)"),
+        ("seed", "-" + "1" * 19, f"“-{'1' * 19}” is too large (18 digits at most)"),
+        (
+            "rollout.temperature",
+            "9" * 5000,
+            f"“{'9' * 20}…” is too large to be a number",
+        ),
     ],
 )
 def test_a_number_that_is_not_one_is_refused_next_to_its_field(field, typed, message):
@@ -135,6 +145,31 @@ def test_a_number_that_is_not_one_is_refused_next_to_its_field(field, typed, mes
     assert not form.is_valid()
     assert form.errors == {field: [message]}
     assert form.cleaned is None
+
+
+def test_a_row_index_past_the_forms_own_is_no_row(owner_client):
+    # The browser numbers rows 0, 1, ...: a 5,000-digit index is no row of the form's.
+    data = body(post_for("calc", "grpo"))
+    data["reward.components." + "9" * 5000 + ".name"] = ["outcome"]
+    data["reward.judges.1.rubric." + "9" * 5000 + ".name"] = ["x"]
+    r = owner_client.post(
+        "/runs/new/check/",
+        urlencode(data, doseq=True),
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert r.status_code == 200 and r.json()["errors"] == {}
+    form = RunForm(_query(data))
+    assert form.is_valid(), form.errors
+    assert len(form.cleaned["reward"]["components"]) == len(
+        default_config("calc", "grpo")["reward"]["components"]
+    )
+
+
+def _query(data: dict[str, list[str]]) -> QueryDict:
+    q = QueryDict(mutable=True)
+    for k, v in data.items():
+        q.setlist(k, v)
+    return q
 
 
 def test_a_number_written_plainly_is_taken_exactly():
