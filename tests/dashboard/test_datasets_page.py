@@ -88,6 +88,13 @@ def test_a_malformed_upload_reports_its_first_bad_line_and_stores_nothing(
     assert r.status_code == 400 and "prompt_key: line 2 has no" in r.content.decode()
     r = upload(client, "notes.txt", GOOD)
     assert r.status_code == 400 and "file: must be one of" in r.content.decode()
+    # Accepted before, and its page a 500 from then on; a number Python won't read.
+    r = upload(client, "lone.jsonl", GOOD + '{"prompt": "\\ud800", "answer": "x"}\n')
+    assert r.status_code == 400
+    assert "file: line 4 has a lone surrogate escape" in r.content.decode()
+    r = upload(client, "big.jsonl", '{"prompt": "a", "answer": ' + "9" * 5000 + "}\n")
+    assert r.status_code == 400
+    assert "file: line 1 is not valid JSON (Exceeds" in r.content.decode()
     assert Dataset.objects.count() == 0 and stored(owner) == []
 
 

@@ -36,8 +36,30 @@ def test_the_first_bad_jsonl_line_is_reported_with_its_number(tmp_path):
     with pytest.raises(DatasetError, match=r"^path: line 4 is not valid JSON"):
         read_rows(str(p))
     p.write_text('{"prompt": "a", "answer": "1"}\n{"question": "b", "answer": "2"}\n')
-    with pytest.raises(DatasetError, match=r"^prompt_key: line 2 has no 'prompt'"):
+    with pytest.raises(
+        DatasetError,
+        match=r"^prompt_key: line 2 has no 'prompt' field \(its fields: question, answer\)$",
+    ):
         read_rows(str(p))
+    # Text Python cannot hold as a number or as text: refused with the line.
+    p.write_text(
+        '{"prompt": "a", "answer": 1}\n{"prompt": "b", "answer": ' + "9" * 5000 + "}\n"
+    )
+    with pytest.raises(
+        DatasetError, match=r"^path: line 2 is not valid JSON \(Exceeds"
+    ):
+        read_rows(str(p))
+    p.write_text(
+        '{"prompt": "a", "answer": "1"}\n{"prompt": "\\ud800", "answer": "x"}\n'
+    )
+    with pytest.raises(
+        DatasetError, match=r"^path: line 2 has a lone surrogate escape"
+    ):
+        read_rows(str(p))
+    p.write_text(
+        '{"prompt": "\\ud83d\\ude00 \\\\ud800", "answer": "x"}\n'
+    )  # a pair; "\\ud800" as text
+    assert read_rows(str(p))[0].prompt == "\U0001f600 \\ud800"
 
 
 def test_it_reads_csv_with_configured_field_names_and_chat_message_prompts(tmp_path):

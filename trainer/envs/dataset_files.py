@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -111,6 +112,31 @@ def _text(raw: bytes, where: str) -> str:
         ) from None
 
 
+# A JSON escape of a UTF-16 surrogate: the one way a lone one (no text) gets in.
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _check_text(value: Any, where: str) -> None:
+    """Every string in ``value`` is text: a lone surrogate (``\\ud800`` alone) is
+    not, and nothing could store or show it."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str) and not v.isascii():
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise DatasetError(
+                    f"path: {where} has a lone surrogate escape (\\ud800-\\udfff "
+                    "without its pair), which is no text"
+                ) from None
+
+
 def _jsonl(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
     with p.open("rb") as fh:
         lines = Lines(fh, limits)
@@ -120,12 +146,15 @@ def _jsonl(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
                 continue
             where = f"line {lines.line}"
             check_json_shape(raw, where, limits)
+            line = _text(raw, where)
             try:
-                yield lines.line, json.loads(_text(raw, where))
-            except json.JSONDecodeError as exc:
-                raise DatasetError(
-                    f"path: {where} is not valid JSON ({exc.msg})"
-                ) from None
+                value = json.loads(line)
+            except ValueError as exc:  # and an int past Python's 4,300 digits
+                why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                raise DatasetError(f"path: {where} is not valid JSON ({why})") from None
+            if _SURROGATE.search(raw):
+                _check_text(value, where)
+            yield lines.line, value
 
 
 def _csv(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
@@ -187,6 +216,15 @@ def _parquet(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
         raise DatasetError(f"path: row {line + 1} cannot be read ({exc})") from None
 
 
+def _fields(raw: dict) -> str:
+    """The fields a record has, for a message that says which one is missing."""
+    names = [str(k)[:40] for k in list(raw)[:8] if str(k)]
+    if not names:
+        return " (it has no fields)"
+    more = ", ..." if len(raw) > 8 else ""
+    return f" (its fields: {', '.join(names)}{more})"
+
+
 def row_of(
     line: int, raw: Any, prompt_key: str, answer_key: str, id_key: str | None, fmt: str
 ) -> Row:
@@ -196,9 +234,13 @@ def row_of(
     if not isinstance(raw, dict):
         raise DatasetError(f"path: {where} is not an object")
     if prompt_key not in raw or raw[prompt_key] in (None, ""):
-        raise DatasetError(f"prompt_key: {where} has no {prompt_key!r} field")
+        raise DatasetError(
+            f"prompt_key: {where} has no {prompt_key!r} field{_fields(raw)}"
+        )
     if answer_key not in raw or raw[answer_key] is None:
-        raise DatasetError(f"answer_key: {where} has no {answer_key!r} field")
+        raise DatasetError(
+            f"answer_key: {where} has no {answer_key!r} field{_fields(raw)}"
+        )
     prompt, messages = _prompt(raw[prompt_key], where, prompt_key)
     answer = raw[answer_key]
     if isinstance(answer, bool) or not isinstance(answer, str | int | float):
