@@ -36,6 +36,10 @@ MAX_SEGMENTS = 1024
 MAX_TEXT = 4_000_000
 MAX_ITEMS = 100_000
 MAX_ALERT_TRAJECTORIES = 1024
+# A critical path's timeline (PARL): stages, sub-agents a stage, and in all.
+MAX_STAGES = 1024
+MAX_SUBAGENTS = 1024
+MAX_PATH_SUBAGENTS = 4096
 # A segment's extra per-token arrays (``series``): how many, and what a name may be.
 MAX_SERIES = 16
 SERIES_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_./-]{0,63}$")
@@ -166,15 +170,50 @@ class JudgementEvent(_Event):
     target_step: Step | None = None
 
 
+Count = Annotated[StrictInt, Field(ge=0, lt=2**31)]
+
+
+class SubAgent(_Event):
+    subtask: Short | StrictInt = ""
+    steps: Count = 0
+    success: StrictBool = True
+
+
+class Stage(_Event):
+    orchestrator_steps: Count = 0
+    subagents: Annotated[list[Count | SubAgent], Field(max_length=MAX_SUBAGENTS)] = []
+
+
+# A stage as the trainer writes it (an object) or as (orchestrator steps, [steps]).
+StageShape = (
+    Stage | tuple[Count, Annotated[list[Count], Field(max_length=MAX_SUBAGENTS)]]
+)
+
+
+def _bounded_subagents(stages: list) -> list:
+    total = sum(len(s.subagents if isinstance(s, Stage) else s[1]) for s in stages)
+    if total > MAX_PATH_SUBAGENTS:
+        raise ValueError(
+            f"{total} sub-agents in all; at most {MAX_PATH_SUBAGENTS} a rollout "
+            "(each is a bar of its timeline)"
+        )
+    return stages
+
+
 class CriticalPathEvent(_Event):
     type: Literal["critical_path"]
     step: Step
     group: Index
     index: Index
-    stages: Annotated[list[Any], Field(max_length=MAX_ITEMS)] = []
-    critical_steps: Annotated[StrictInt, Field(ge=0, lt=2**31)] = 0
-    total_steps: Annotated[StrictInt, Field(ge=0, lt=2**31)] = 0
-    path: Annotated[list[Any], Field(max_length=MAX_ITEMS)] = []
+    stages: Annotated[
+        list[StageShape],
+        Field(max_length=MAX_STAGES),
+        AfterValidator(_bounded_subagents),
+    ] = []
+    critical_steps: Count = 0
+    total_steps: Count = 0
+    # Each stage's slowest sub-agent (None: a stage with none).
+    path: Annotated[list[Count | None], Field(max_length=MAX_STAGES)] = []
 
 
 class AlertTrajectory(_Event):

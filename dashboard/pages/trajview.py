@@ -18,7 +18,9 @@ from dashboard import jsonsafe
 from dashboard.ingest import prompts
 from dashboard.models import CriticalPath, Judgement, Trajectory
 from dashboard.reads.trajectories import SegmentPage
+from rewards.facts import as_count
 from rewards.matching import last_number
+from trainer.event_schema import MAX_PATH_SUBAGENTS, MAX_STAGES, MAX_SUBAGENTS
 
 TOLERANCE = 1e-6
 OBSERVATION_LABELS = {"tool": "observation", "subagent": "sub-agent result"}
@@ -380,25 +382,39 @@ class Gantt:
         return 1 - self.critical_steps / self.total_steps if self.total_steps else 0.0
 
 
+def _steps(value: Any) -> int:
+    """A stored step count as a bar's length: 0 for what is not one (rows stored
+    before the schema checked them: text, lists, negatives, 1e308)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return min(as_count(value), 2**31 - 1)
+
+
+def _list(value: Any, most: int) -> list:
+    return value[:most] if isinstance(value, list | tuple) else []
+
+
 def _stage(stage: Any) -> tuple[int, list[tuple[str, int, bool]]]:
-    """(orchestrator steps, [(label, steps, success)]) from either stage spelling."""
+    """(orchestrator steps, [(label, steps, success)]) from either stage spelling;
+    at most the schema's sub-agents a stage (one bar each)."""
     if isinstance(stage, dict):
         subs = []
-        for i, s in enumerate(stage.get("subagents") or []):
+        for i, s in enumerate(_list(stage.get("subagents"), MAX_SUBAGENTS)):
             if isinstance(s, dict):
                 subs.append(
                     (
-                        str(s.get("subtask", i)),
-                        int(s.get("steps") or 0),
-                        bool(s.get("success", True)),
+                        jsonsafe.text(s.get("subtask", i), 200),
+                        _steps(s.get("steps")),
+                        s.get("success", True) is not False,
                     )
                 )
             else:
-                subs.append((str(i), int(s or 0), True))
-        return int(stage.get("orchestrator_steps") or 0), subs
-    if isinstance(stage, (list, tuple)) and len(stage) == 2:
-        return int(stage[0] or 0), [
-            (str(i), int(s or 0), True) for i, s in enumerate(stage[1] or [])
+                subs.append((str(i), _steps(s), True))
+        return _steps(stage.get("orchestrator_steps")), subs
+    if isinstance(stage, list | tuple) and len(stage) == 2:
+        return _steps(stage[0]), [
+            (str(i), _steps(s), True)
+            for i, s in enumerate(_list(stage[1], MAX_SUBAGENTS))
         ]
     return 0, []
 
@@ -412,8 +428,13 @@ def gantt(cp: CriticalPath) -> Gantt:
     lanes = 1
     starts = []
     path = cp.path if isinstance(cp.path, list) else []
-    for s, raw in enumerate(cp.stages if isinstance(cp.stages, list) else []):
+    drawn = 0
+    for s, raw in enumerate(_list(cp.stages, MAX_STAGES)):
+        if drawn >= MAX_PATH_SUBAGENTS:
+            break  # stored before the schema bounded it
         orch, subs = _stage(raw)
+        subs = subs[: MAX_PATH_SUBAGENTS - drawn]
+        drawn += len(subs)
         starts.append(t)
         if orch:
             bars.append(Bar(0, t, orch, f"stage {s}: orchestrator", True))

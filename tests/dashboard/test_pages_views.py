@@ -193,6 +193,27 @@ def test_the_critical_path_page_links_gantt_and_reward(owner, swarm):
     assert len(r.context["rows"]) == 8
 
 
+def test_a_stored_critical_path_of_any_shape_draws_a_bounded_page(owner, swarm):
+    """Rows stored before the schema checked stages: text where a count goes was a
+    500, 900,000 sub-agents a 101 MB page (both pages draw the timeline)."""
+    from dashboard.models import CriticalPath
+
+    cp = CriticalPath.objects.filter(run=swarm, step=4).first()
+    for stages in (
+        [[1, "x"], {"orchestrator_steps": "2", "subagents": [{"steps": [1]}, None]}],
+        [[1, [1] * 900_000]],
+        [7, "stage", {"subagents": {"a": 1}}, [1e308, ["NaN", -3, True]]],
+    ):
+        CriticalPath.objects.filter(pk=cp.pk).update(stages=stages, path=["0", None])
+        for url in (
+            f"/runs/{swarm.pk}/critical-path/?step=4&group={cp.group}&index={cp.index}",
+            f"/runs/{swarm.pk}/trajectories/4/{cp.group}/{cp.index}/",
+        ):
+            r = login(owner).get(url)
+            assert r.status_code == 200, (stages[:1], url)
+            assert len(r.content) < 3_000_000
+
+
 def test_compare_shows_summary_config_diff_charts_and_the_same_task(owner, swarm):
     clone = seed_run(
         owner, name="swarm-clone", env="swarm", preset="dr_grpo", steps=12, parent=swarm

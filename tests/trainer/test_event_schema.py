@@ -88,6 +88,40 @@ def test_a_bad_event_names_its_field(event, field):
     assert info.value.field == field
 
 
+def _cp(stages, path=()):
+    return {"type": "critical_path", "step": 1, "group": 0, "index": 0,
+            "stages": stages, "path": list(path)}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "stages, path, field",
+    [
+        ([[1, "x"]], (), "stages.0"),  # a page read int("x"): a 500
+        ([[1, [1, "2"]]], (), "stages.0"),
+        ([{"orchestrator_steps": -1}], (), "stages.0"),
+        ([{"subagents": [{"steps": "many"}]}], (), "stages.0"),
+        ([[1, [1] * 1025]], (), "stages.0"),  # a page drew 900,000 bars from 2.8 KB
+        ([[1, [1] * 1000]] * 5, (), "stages"),  # 5,000 sub-agents in all
+        ([[1, [1]]] * 1025, (), "stages"),
+        ([[1, [1]]], ("0",), "path.0"),
+    ],
+)
+def test_a_critical_path_is_a_timeline_of_bounded_size(stages, path, field):
+    with pytest.raises(EventError) as info:
+        check_event(_cp(stages, path))
+    assert info.value.field.startswith(field), info.value.field
+
+
+def test_a_critical_path_in_either_spelling_passes():
+    from rewards.parl import critical_path
+
+    swarm = [{"orchestrator_steps": 1, "subagents": [
+        {"subtask": "search", "steps": 3, "success": True}, {"steps": 2}, 4]}]  # fmt: skip
+    for stages in ([(1, [5, 3, 4]), (2, [])], swarm, [[1, [1] * 1024]] * 4):
+        cp = critical_path(stages)
+        check_event(json.loads(json.dumps({**_cp([]), **cp})))
+
+
 def test_non_finite_numbers_and_nulls_are_valid_where_the_trainer_writes_them():
     check_event(
         {
