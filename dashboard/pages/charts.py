@@ -69,17 +69,24 @@ def component_names(config: dict[str, Any]) -> list[str]:
     if not isinstance(reward, dict):
         from dashboard.pages.catalog import default_reward
 
-        env = config.get("env") if isinstance(config, dict) else None
-        env = env.get("name", "calc") if isinstance(env, dict) else "calc"
         try:
-            reward = default_reward(env)
-        except KeyError:
+            reward = default_reward(env_name(config) or "calc")
+        except KeyError:  # an environment this server does not have
             return []
+    components = reward.get("components")
+    if not isinstance(components, list):
+        return []
     return [
-        str(c.get("label") or c.get("name"))
-        for c in reward.get("components") or []
-        if isinstance(c, dict)
+        str(c.get("label") or c.get("name")) for c in components if isinstance(c, dict)
     ]
+
+
+def env_name(config: Any) -> str:
+    """The environment a run's config names; "" where it names none as this trainer
+    does (an external run's config is any JSON: ``"env": "gsm8k"`` among them)."""
+    env = config.get("env") if isinstance(config, dict) else None
+    name = env.get("name") if isinstance(env, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def component_keys(config: dict[str, Any]) -> list[str]:
@@ -98,18 +105,15 @@ def _kl_beta(config: dict[str, Any]) -> float | None:
     beta = (algorithm or {}).get("kl_beta", 0.0) if isinstance(algorithm, dict) else 0.0
     try:
         return float(beta)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
 def _environment(config: dict[str, Any]):
     """The class of the run's environment; None when it is not registered here (a
     plugin this process has not loaded, an external run's name)."""
-    env = config.get("env") if isinstance(config, dict) else None
-    name = env.get("name") if isinstance(env, dict) else None
-    if not isinstance(name, str) or name not in ENVIRONMENTS:
-        return None
-    return ENVIRONMENTS.get(name)
+    name = env_name(config)
+    return ENVIRONMENTS.get(name) if name in ENVIRONMENTS else None
 
 
 def empty_text(chart_id: str, config: dict[str, Any]) -> str:
@@ -137,7 +141,8 @@ EVAL_CHART = {
 
 def evaluates(config: dict[str, Any], metric_keys: list[str] | None = None) -> bool:
     ev = config.get("eval") if isinstance(config, dict) else None
-    if isinstance(ev, dict) and (ev.get("every") or 0) > 0:
+    every = ev.get("every") if isinstance(ev, dict) else None
+    if isinstance(every, int | float) and every > 0:  # "epoch" is not a step count
         return True
     return any(k.startswith("eval/") for k in metric_keys or [])
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dashboard.pages.charts import env_name
 from dashboard.pages.schema import flatten
 from trainer.config_keys import SETTINGS, framework_of, lookup
 
@@ -42,7 +43,7 @@ def _same(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     try:
         fa, fb = float(a), float(b)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # 10**400 has no float
         return str(a) == str(b)
     return fa == fb or (math.isnan(fa) and math.isnan(fb))
 
@@ -142,7 +143,7 @@ def _same_tree(a: Any, b: Any) -> bool:
 def diff(configs: Sequence[dict[str, Any]]) -> list[DiffRow]:
     """Rows where at least two of ``configs`` disagree (``configs`` already normalised)."""
     trees = [keyed(c) for c in configs]
-    envs = {str((c.get("env") or {}).get("name")) for c in configs}
+    envs = {env_name(c) for c in configs}
     whole = {"env.params"} if len(envs) > 1 else set()
     rows: list[DiffRow] = []
     _walk(trees, "", whole, rows)

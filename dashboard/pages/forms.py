@@ -303,15 +303,20 @@ def normalise(config: dict[str, Any]) -> dict[str, Any]:
     from trainer.envs.base import ENVIRONMENTS
 
     out = dict(config)
+    if not isinstance(out.get("env") or {}, dict):
+        return out  # an external run's own spelling ("env": "gsm8k"): as it is
     env = dict(out.get("env") or {"name": "calc"})
+    name = env.get("name", "calc")
+    if not isinstance(name, str) or name not in env_names():
+        return out  # no environment of this server's: nothing to fill in
     try:
-        params_model = ENVIRONMENTS.get(env.get("name", "calc")).Params
+        params_model = ENVIRONMENTS.get(name).Params
         env["params"] = params_model.model_validate(env.get("params") or {}).model_dump(
             mode="json"
         )
     except (KeyError, ValueError):
         pass
     out["env"] = env
-    if out.get("reward") is None and env.get("name") in env_names():
-        out["reward"] = default_reward(env["name"])
+    if out.get("reward") is None:
+        out["reward"] = default_reward(name)
     return out

@@ -126,9 +126,17 @@ def run_new(request: HttpRequest) -> HttpResponse:
     return render(request, "pages/new.html", _context(form, None, []))
 
 
+NOT_CLONEABLE = (
+    "run: an external run is trained elsewhere; its config (its trainer's own "
+    "settings) is not one this trainer runs, so it cannot be cloned here"
+)
+
+
 @csp
 def run_clone(request: HttpRequest, run_id: Any) -> HttpResponse:
     parent = services.get_run_for_user(request.user, run_id)
+    if parent.external:
+        return render(request, "400.html", {"errors": [NOT_CLONEABLE]}, status=400)
     if request.method == "POST":
         return _submit(request, parent)
     initial = f.normalise(parent.config)
@@ -173,7 +181,10 @@ def run_new_check(request: HttpRequest) -> JsonResponse:
 
 @require_POST
 def run_clone_check(request: HttpRequest, run_id: Any) -> JsonResponse:
-    return _check(request, services.get_run_for_user(request.user, run_id))
+    parent = services.get_run_for_user(request.user, run_id)
+    if parent.external:
+        return JsonResponse({"ok": False, "errors": {"": [NOT_CLONEABLE]}}, status=400)
+    return _check(request, parent)
 
 
 @require_GET

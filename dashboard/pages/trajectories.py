@@ -74,7 +74,7 @@ def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
             "filtered": any(filters.values()),
             "shown": sum(len(g.rollouts) for g in groups),
             "hidden": sum(g.hidden for g in groups),
-            "is_swarm": (run.config.get("env") or {}).get("name") == "swarm",
+            "is_swarm": charts.env_name(run.config) == "swarm",
             "order": charts.component_names(run.config),
         },
     )
