@@ -55,6 +55,21 @@ def test_the_home_page_leads_to_the_run_training_now(enqueued):
     assert f'href="/runs/{long.pk}/"' in banner
     assert "Training now: demo: swarm, live for a while" in banner
     assert "step 42 of 1500" in banner and "Watch it live" in banner
+    # In its warm start: that, not "step 0 of 1500".
+    Run.objects.filter(pk=long.pk).update(
+        last_step=0, warmup={"done": 24, "of": 300, "loss": 1.0}
+    )
+    html = c.get("/").content.decode()
+    assert "warm start 24 of 300 · " in html and "step 0 of" not in html
 
     Run.objects.filter(pk=long.pk).update(status=RunStatus.SUCCEEDED)
     assert "data-live-banner" not in c.get("/").content.decode()
+    # An external run streaming in: no step total, no environment or preset known.
+    Run.objects.create(
+        owner=long.owner, name="walk: external curl", external=True,
+        framework="custom", status=RunStatus.RUNNING, last_step=11, config={},
+    )  # fmt: skip
+    html = c.get("/").content.decode()
+    where = html[html.index("data-live-where") :][:200]
+    assert "Receiving now: walk: external curl" in html
+    assert where.startswith('data-live-where>step 11 · custom (external)</span>')
