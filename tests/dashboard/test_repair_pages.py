@@ -77,3 +77,15 @@ def test_the_whatif_offers_no_added_line_when_nothing_can_be_added(owner):
     html = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
     assert 'data-weight="outcome"' in html and "data-whatif-addable" not in html
     assert "Not in this run" not in html
+
+
+def test_an_external_runs_alert_does_not_send_its_owner_to_a_clone(owner):
+    run = Run.objects.create(
+        owner=owner, name="trl", external=True, framework="trl", status="running",
+        config={"learning_rate": 1e-6},
+    )  # fmt: skip
+    Alert.objects.create(run=run, step=3, detector="length_drift",
+                         message="lengths drift", evidence={})  # fmt: skip
+    html = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert "data-repair-none" in html and "an overlong penalty" in html
+    assert "Clone and edit" not in html
