@@ -74,7 +74,7 @@ class ModelConfig(_Strict):
         0,
         ge=0,
         le=10_000,
-        description="Behaviour-cloning steps on random *valid* actions before RL, so a "
+        description="Behaviour-cloning steps on random valid actions before RL, so a "
         "from-scratch model knows the action grammar (not which action is good).",
     )
     warmstart_lr: float = Field(3e-3, gt=0, le=1)

@@ -196,7 +196,7 @@ def describe(policy: RecordConfig, rollouts_per_step: int | None = None) -> str:
         if rollouts_per_step is not None and rollouts_per_step <= AUTO_MAX_ROLLOUTS:
             groups, bounded = "all groups", ""
         else:
-            groups = f"all groups up to {AUTO_MAX_ROLLOUTS} rollouts a step"
+            groups = f"all groups up to {AUTO_MAX_ROLLOUTS} rollouts"
             if rollouts_per_step is not None:
                 groups = f"about {AUTO_MAX_ROLLOUTS} of {rollouts_per_step} rollouts"
     else:

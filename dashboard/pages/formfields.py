@@ -117,7 +117,9 @@ ALGORITHM = [
         optional=True,
         default=None,
         label=f"Rollout correction {s.name}",
-        placeholder="" if s.name == "kind" else f"default: {s.default_text}",
+        placeholder=""
+        if s.name == "kind"
+        else (f"default: {s.default_text}" if s.default_text else "none"),
     )
     for s in sc.model_specs(RolloutCorrectionConfig, "algorithm.rollout_correction")
 ]
@@ -129,7 +131,7 @@ LORA = [
         optional=True,
         default=None,
         label=f"LoRA {s.name.replace('_', ' ')}",
-        placeholder=f"default: {s.default_text}",
+        placeholder=f"default: {s.default_text}" if s.default_text else "none",
     )
     for s in sc.model_specs(LoraConfig, "model.lora")
 ]
