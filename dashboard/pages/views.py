@@ -271,7 +271,11 @@ def run_cancel(request: HttpRequest, run_id: Any) -> HttpResponse:
         if run.status == RunStatus.CANCELLED:
             messages.info(request, "Cancelled before it started: nothing ran.")
         else:
-            messages.info(request, "Cancel requested: the run stops at its next step.")
+            messages.info(
+                request,
+                "Cancel requested: the run stops at its next step.",
+                extra_tags="cancel-pending",  # the page hides it once the run ends
+            )
     return redirect("pages:run_detail", run.pk)
 
 

@@ -175,9 +175,12 @@ function setStatus(status, lastStep) {
     if (status === "running" && runningSince === null) runningSince = performance.now() - 1000 * (strip.duration_s || 0);
     if (FINAL.has(status) && runningSince !== null) { tickDuration(); runningSince = null; }
     const ended = FINAL.has(status) && !FINAL.has(data.status);
+    const changed = status !== data.status;
     data.status = status;
+    if (changed) setLive(document.body.dataset.live || "live"); // "up to date", not "live"
     if (ended) {
-      setLive(document.body.dataset.live || "live"); // "up to date", not "live"
+      // "Cancel requested: the run stops at its next step." has happened.
+      document.querySelectorAll(".messages .cancel-pending").forEach((li) => { li.hidden = true; });
       refreshModel();
     }
   }
@@ -208,11 +211,14 @@ function setLive(state) {
   const dot = document.querySelector("[data-live-dot]");
   const text = document.querySelector("[data-live-text]");
   const finished = FINAL.has(data.status);
-  dot?.classList.toggle("on", state === "live");
+  // Green only while the run trains and its updates arrive; a queued (or paused) run
+  // is connected, not live.
+  const connected = finished ? "up to date" : data.status === "queued" ? "connected; not training yet" : "live";
+  dot?.classList.toggle("on", state === "live" && data.status === "running");
   dot?.classList.toggle("retry", state === "retry");
   if (text) {
     text.textContent = {
-      live: finished ? "up to date" : "live", connecting: "connecting…", retry: "reconnecting…", refused: "not allowed",
+      live: connected, connecting: "connecting…", retry: "reconnecting…", refused: "not allowed",
     }[state] || state;
   }
   document.body.dataset.live = state;

@@ -123,11 +123,16 @@ def test_configure_launch_watch_inspect_clone_compare(live, page, shots, ui):
     page.goto(f"{live.url}/runs/{parent_id}/")
     page.click("[data-cancel]")  # asks first
     page.click("[data-cancel-confirm]")
+    assert page.locator(".messages .cancel-pending").is_visible()
     ui.until(
         page,
         "document.querySelector('[data-run-status] .badge').textContent === 'cancelled'",
         120,
     )
+    # The request has happened: its flash goes, and the page is no longer "live".
+    assert not page.locator(".messages .cancel-pending").is_visible()
+    assert page.text_content("[data-live-text]") == "up to date"
+    assert "on" not in (page.get_attribute("[data-live-dot]", "class") or "").split()
 
     # Clone with a change: the diff to the parent is shown, the clone remembers its parent.
     page.click("text=Clone and edit")
