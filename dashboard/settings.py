@@ -267,11 +267,16 @@ RUN_MAX_STEP_MEMORY_MB = env_int("RUN_MAX_STEP_MEMORY_MB", 0, min_value=0)
 # Off under pytest unless a test turns it on: most tests launch with no worker at all.
 WORKER_ANNOUNCE_SECONDS = env_int("WORKER_ANNOUNCE_SECONDS", 15, min_value=1)
 RUN_REFUSE_UNSERVED = env_bool("RUN_REFUSE_UNSERVED", not TESTING)
-# Alert webhooks (/settings/, dashboard.ingest.webhooks): a POST waits this long at
-# most; DASHBOARD_URL is the address the notification's links start with.
+# Alert webhooks (/settings/, dashboard.ingest.webhooks): a POST takes this long at
+# most, as a whole (lookup, connect, send, the answer's headers), however slowly the
+# receiver answers; DASHBOARD_URL is the address the notification's links start with.
 ALERT_WEBHOOK_TIMEOUT_S = env_int(
     "ALERT_WEBHOOK_TIMEOUT_S", 5, min_value=1, max_value=60
 )
+# Webhooks go to public addresses only: loopback, private, link-local (a cloud's
+# metadata service) and the like are refused, else any user could probe the
+# server's own network. A self-hosted server whose receiver is on its LAN sets this.
+ALERT_WEBHOOK_ALLOW_PRIVATE = env_bool("ALERT_WEBHOOK_ALLOW_PRIVATE", False)
 # A receiver that is down (or answers 5xx, 408, 429) is tried again after each of
 # these delays in seconds, then the notification is marked failed.
 try:

@@ -11,14 +11,20 @@ for the next sender (every process that serves or works starts one, :func:`start
 A sender claims a due delivery (a conditional UPDATE, so two processes never send
 one at once; a claim lapses after ``ALERT_WEBHOOK_TIMEOUT_S`` + 30 s, freeing what a
 dead sender held) and POSTs it to the owner's *current* URL (turned off since: not
-sent), each POST bounded by ``ALERT_WEBHOOK_TIMEOUT_S``. A receiver that is down,
-times out, or answers 5xx, 408 or 429 is tried again after each delay of
+sent). Each POST, from looking up the host to reading the answer's headers, ends
+within ``ALERT_WEBHOOK_TIMEOUT_S`` as a whole, however slowly a receiver drips its
+answer: one sender thread serves every user. The host is resolved once and the POST
+goes to the address checked: loopback, private, link-local, multicast, reserved and
+unspecified addresses are refused (else "Send a test" probes the server's own
+network) unless ``ALERT_WEBHOOK_ALLOW_PRIVATE`` is set. A receiver that is down,
+too slow, not HTTP, or answers 5xx, 408 or 429 is tried again after each delay of
 ``ALERT_WEBHOOK_RETRY_S`` (10 s, 1 min, 5 min, 30 min, 2 h), then the delivery is
-``failed``; any other non-2xx answer is a refusal, ``failed`` at once. Every try is
-logged (the URL's host only: a path or query may hold a secret) and recorded on the
-delivery and as the settings' ``last_delivery``; nothing is ever raised to the write,
-which never waits for a receiver. Finished deliveries are kept ``KEEP_DAYS`` days
-(the list on ``/settings/``).
+``failed``; any other non-2xx answer, or an address refused, fails it at once. Every
+try is logged (the URL's host only: a path or query may hold a secret) and recorded
+on the delivery and as the settings' ``last_delivery``; a try that raises anyway is
+a failed try of that delivery alone. Nothing is ever raised to the write, which never
+waits for a receiver. Finished deliveries are kept ``KEEP_DAYS`` days (the list on
+``/settings/``).
 
 The body: ``{"event": "alert", "run": {"id", "name", "url"}, "step", "detector",
 "severity", "message", "evidence_url", "trajectories": [{"group", "index", "why",
@@ -28,12 +34,11 @@ The body: ``{"event": "alert", "run": {"id", "name", "url"}, "step", "detector",
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -44,6 +49,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from dashboard import jsonsafe
+from dashboard.ingest.webhook_http import Refused, host_of
+from dashboard.ingest.webhook_http import post as http_post
 from dashboard.models import AccountSettings, Alert, Run, WebhookDelivery
 
 log = logging.getLogger(__name__)
@@ -186,10 +193,30 @@ def send_due(limit: int = BATCH) -> int:
             .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
             .update(claimed_until=now + _claim_span())
         )
-        if claimed:  # another process may have taken it between the two queries
+        if not claimed:  # another process may have taken it between the two queries
+            continue
+        tried += 1
+        try:
             _send_one(WebhookDelivery.objects.get(pk=pk))
-            tried += 1
+        except Exception as exc:  # one delivery never stops the others' sending
+            log.warning(
+                "alert webhook: delivery %s could not be sent (%s)",
+                pk, type(exc).__name__, exc_info=True,
+            )  # fmt: skip
+            _failed_try(pk, exc)
     return tried
+
+
+def _failed_try(pk: Any, exc: Exception) -> None:
+    """A try that raised (a bug, the database) counts as a failed try all the same,
+    so the delivery goes on to its next retry or fails, rather than being claimed
+    again each time its claim lapses, forever."""
+    error = _one_line(f"could not be sent ({type(exc).__name__}: {exc})")
+    try:
+        d = WebhookDelivery.objects.get(pk=pk)
+        _settle(d, {"ok": False, "error": error}, timezone.now())
+    except Exception:  # the database itself: the claim lapses, then another try
+        log.warning("alert webhook: could not record delivery %s", pk, exc_info=True)
 
 
 def _claim_span() -> timedelta:
@@ -207,7 +234,12 @@ def _send_one(d: WebhookDelivery) -> None:
         result = {"ok": False, "error": "webhook turned off before it was sent"}
         _finish(d, Status.FAILED, result, now, record=False)
         return
-    result = deliver(url, d.body)
+    _settle(d, deliver(url, d.body), now)
+
+
+def _settle(d: WebhookDelivery, result: dict[str, Any], now) -> None:
+    """Count the try whose answer is ``result``: delivered, pending until its next
+    retry, or failed (a refusal, or every retry spent)."""
     result["at"] = now.isoformat()
     delays = list(settings.ALERT_WEBHOOK_RETRY_S)
     attempts = d.attempts + 1
@@ -224,6 +256,8 @@ def _send_one(d: WebhookDelivery) -> None:
 
 
 def _worth_retrying(result: dict[str, Any]) -> bool:
+    if result.get("refused"):  # an address not allowed stays so
+        return False
     code = result.get("status")
     return code is None or code >= 500 or code in RETRY_STATUSES
 
@@ -268,46 +302,48 @@ def _prune(now) -> None:
 
 
 def deliver(url: str, body: dict[str, Any]) -> dict[str, Any]:
-    """POST ``body`` to ``url``; ``{"ok", "status"}`` or ``{"ok": False, "error"}``,
-    the failure logged. Never raises for the receiver's sake."""
-    data = json.dumps(body).encode()
-    request = urllib.request.Request(
-        url,
-        data=data,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "User-Agent": "agentic-rl-dashboard (alert webhook)",
-        },
-    )
-    what = f"run {body['run']['id']}, {body.get('detector', body['event'])}"
+    """POST ``body`` to ``url``; ``{"ok", "status"}`` or ``{"ok": False, "error"}``
+    (``"refused": True`` too when the address is not allowed, which no retry
+    changes), the failure logged. Never raises for the receiver's sake: whatever a
+    receiver does (refuse, drip, answer garbage) is a failed try, with a reason."""
+    timeout = settings.ALERT_WEBHOOK_TIMEOUT_S
+    what = f"{_what(body)} at step {body.get('step')}"
     try:
-        with urllib.request.urlopen(
-            request, timeout=settings.ALERT_WEBHOOK_TIMEOUT_S
-        ) as response:
-            status = response.status
-    except urllib.error.HTTPError as exc:
-        status = exc.code
-    except (OSError, ValueError) as exc:  # refused, unreachable, timed out, bad URL
+        status = http_post(url, json.dumps(body).encode(), time.monotonic() + timeout)
+    except Refused as exc:
+        log.warning("alert webhook to %s refused (%s): %s", host_of(url), what, exc)
+        return {"ok": False, "error": str(exc), "refused": True}
+    except TimeoutError:
+        error = f"the receiver was too slow: timed out after {timeout} s"
+    except (OSError, ValueError) as exc:  # refused, unreachable, bad certificate, URL
+        error = _one_line(str(exc) or type(exc).__name__)
+    except http.client.HTTPException as exc:  # an answer that is not HTTP
+        error = _one_line(f"not an HTTP answer ({type(exc).__name__}: {exc})")
+    except Exception as exc:  # a bug or a case not foreseen: still only this try
         log.warning(
-            "alert webhook to %s failed (%s at step %s): %s",
-            _host(url), what, body.get("step"), exc,
+            "alert webhook to %s failed unexpectedly (%s)", host_of(url), what,
+            exc_info=True,
         )  # fmt: skip
-        return {"ok": False, "error": str(exc)[:300]}
-    if not 200 <= status < 300:
-        log.warning(
-            "alert webhook to %s answered %s (%s at step %s)",
-            _host(url), status, what, body.get("step"),
-        )  # fmt: skip
-    return {"ok": 200 <= status < 300, "status": status}
+        error = _one_line(f"{type(exc).__name__}: {exc}")
+    else:
+        ok = 200 <= status < 300
+        if not ok:
+            log.warning(
+                "alert webhook to %s answered %s (%s)", host_of(url), status, what
+            )
+        return {"ok": ok, "status": status}
+    log.warning("alert webhook to %s failed (%s): %s", host_of(url), what, error)
+    return {"ok": False, "error": error}
 
 
-def _host(url: str) -> str:
-    """The URL without its path and query (which may hold a secret) for the log."""
-    from urllib.parse import urlsplit
+def _what(body: dict[str, Any]) -> str:
+    run = body.get("run")
+    run_id = run.get("id") if isinstance(run, dict) else None
+    return f"run {run_id}, {body.get('detector', body.get('event'))}"
 
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300]
 
 
 def send_test(user: Any, url: str) -> dict[str, Any]:

@@ -43,7 +43,7 @@ def test_a_refused_url_stays_in_the_form_escaped(owner):
     assert "<script>alert(1)" not in html and "&lt;script&gt;" in html
 
 
-def test_a_good_url_is_saved_for_that_user_only(owner, other):
+def test_a_good_url_is_saved_for_that_user_only(owner, other, settings):
     client = client_for(owner)
     r = save(client, "  https://hooks.example.org/rl?key=abc  ")
     assert r.status_code == 302 and r["Location"] == "/settings/"
@@ -54,7 +54,9 @@ def test_a_good_url_is_saved_for_that_user_only(owner, other):
     assert 'value="https://hooks.example.org/rl?key=abc"' in page
     assert "Webhook saved" in page
     assert 'value=""' in client_for(other).get("/settings/").content.decode()
-    assert save(client, "http://127.0.0.1:9000/hook").status_code == 302  # local too
+    assert save(client, "http://[::ffff:127.0.0.1]:9000/hook").status_code == 400
+    settings.ALERT_WEBHOOK_ALLOW_PRIVATE = True  # a receiver on the server's network
+    assert save(client, "http://127.0.0.1:9000/hook").status_code == 302
     assert save(client, "").status_code == 302  # empty: off
     assert AccountSettings.objects.get(user=owner).webhook_url == ""
 

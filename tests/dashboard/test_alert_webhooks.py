@@ -22,6 +22,13 @@ from tests.dashboard.dashtest import free_port, wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+def _receivers_on_this_machine_allowed(settings):
+    """The receiver here listens on 127.0.0.1, refused unless the server allows its
+    own network (test_webhook_hostile.py tests the refusal)."""
+    settings.ALERT_WEBHOOK_ALLOW_PRIVATE = True
+
+
 class Receiver:
     """A local HTTP server recording the JSON bodies POSTed to it; ``status`` is what
     it answers, ``hold`` (an Event) keeps it from answering until set."""
