@@ -1,9 +1,10 @@
 """The run page's websocket, and the per-process hub that fans frames out to it.
 
 At connect: anonymous users and runs that are not the user's are refused with close
-codes 4401 and 4404. The handshake is accepted first and then closed with the code:
-a close before the accept is a handshake rejection, which servers answer with an
-HTTP 403 and browsers see as code 1006. (A foreign Origin never gets here, see
+codes 4401 and 4404, as is any path no socket lives at (:class:`NoRouteConsumer`).
+The handshake is accepted first and then closed with the code: a close before the
+accept is a handshake rejection, which servers answer with an HTTP 403 and browsers
+see as code 1006. (A foreign Origin never gets here, see
 ``dashboard.asgi``: that handshake is rejected.) Then
 it sends a ``hello`` (status, last_step, frame_seq: where to backfill from) and
 forwards the run's frames. No ORM here: the lookups go through
@@ -186,3 +187,15 @@ class RunConsumer(AsyncWebsocketConsumer):
         self, text_data: str | None = None, bytes_data: bytes | None = None
     ) -> None:
         """Clients have nothing to say; ignore whatever they send."""
+
+
+class NoRouteConsumer(AsyncWebsocketConsumer):
+    """Any websocket path but a run's: closed with 4404. Without it Channels raises
+    "No route found", which Daphne logs with a traceback and answers 500, so anyone
+    (no login needed) could fill the log."""
+
+    channel_layer_alias = None
+
+    async def connect(self) -> None:
+        await self.accept()
+        await self.close(code=4404, reason="no such socket")

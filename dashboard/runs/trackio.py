@@ -13,18 +13,29 @@ schema before anything is written, and a bad one refuses the call naming it
 before is a duplicate (:class:`~dashboard.models.EntryReceipt`), so the client's
 re-sends of a batch it thought failed change nothing.
 
+What a call must never be is a 500: trackio's client sends a batch answered 500 again,
+forever. An entry's text is repaired as stored text is (:func:`dashboard.jsonsafe.
+clean`: a lone surrogate becomes ``?``), except the names and the config, which are
+refused when unstorable (:func:`~dashboard.runs.services.check_text`); a value of a
+shape the client never sends is refused by its path (``logs[0].metrics.rollout.
+messages: ...``); and an entry no check foresaw failing refuses its call, the error's
+type in the log.
+
 Views know nothing of this: ``dashboard.api.trackio`` parses the HTTP shape and calls
 the ``do_*`` and read functions here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import logging
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from dashboard import jsonsafe
 from dashboard.models import EntryReceipt, MetricPoint, Run, Trajectory, metric_keys
 from dashboard.runs import external
 from dashboard.runs.services import InvalidConfig, ServiceError, check_name, check_text
@@ -32,6 +43,9 @@ from trainer.importers import completions
 from trainer.importers import trackio as convert
 
 MAX_ID = 64
+# Checked and refused when unstorable; the rest of an entry is data, repaired.
+CHECKED_KEYS = ("project", "run", "run_id", "config")
+log = logging.getLogger(__name__)
 
 
 # --- checking the entries -------------------------------------------------------------
@@ -49,7 +63,28 @@ def check_entries(value: Any, field: str) -> list[dict[str, Any]]:
     ]
     if errors:
         raise InvalidConfig(errors[: external.MAX_ERRORS])
-    return value
+    return [
+        {k: v if k in CHECKED_KEYS else jsonsafe.clean(v) for k, v in entry.items()}
+        for entry in value
+    ]
+
+
+@contextlib.contextmanager
+def _importing(where: str) -> Iterator[None]:
+    """Converting the entry at ``where``: a shape the converter refuses, or a failure
+    no check foresaw (logged with its type), refuses the call naming the entry."""
+    try:
+        yield
+    except ServiceError:
+        raise
+    except convert.BadEntry as exc:
+        raise InvalidConfig(f"{where}.{exc}") from None
+    except Exception as exc:
+        log.exception("trackio: %s not imported (%s)", where, type(exc).__name__)
+        raise InvalidConfig(
+            f"{where}: could not be imported ({type(exc).__name__}); the server log "
+            "has the details"
+        ) from None
 
 
 def _optional_id(entry: dict[str, Any], key: str, where: str) -> str | None:
@@ -150,19 +185,19 @@ def _fresh(
 ) -> tuple[list[tuple[str, dict[str, Any]]], int]:
     """The entries not stored before (by their ``id_key``), their receipts written;
     and how many were duplicates."""
-    ids = [e.get(id_key) for _, e in items if isinstance(e.get(id_key), str)]
+    keyed = [(where, e, _optional_id(e, id_key, where)) for where, e in items]
+    ids = [key for _, _, key in keyed if key is not None]
     seen = set(
         EntryReceipt.objects.filter(run=run, key__in=ids).values_list("key", flat=True)
     )
-    fresh = []
-    for where, entry in items:
-        key = entry.get(id_key)
-        if isinstance(key, str):
+    fresh, new_ids = [], []
+    for where, entry, key in keyed:
+        if key is not None:
             if key in seen:
                 continue
             seen.add(key)
+            new_ids.append(key)
         fresh.append((where, entry))
-    new_ids = [e.get(id_key) for _, e in fresh if isinstance(e.get(id_key), str)]
     EntryReceipt.objects.bulk_create(
         [EntryReceipt(run=run, key=k) for k in new_ids], ignore_conflicts=True
     )
@@ -218,9 +253,10 @@ def _log_events(run: Run, items: list[tuple[str, dict[str, Any]]]) -> list[dict]
     per_entry = []
     for where, entry in items:
         step = _step(entry, run, where)
-        evs = convert.entry_events(
-            entry["metrics"], step, run.framework, weights=weights, logged=logged
-        )
+        with _importing(where):
+            evs = convert.entry_events(
+                entry["metrics"], step, run.framework, weights=weights, logged=logged
+            )
         per_entry.append((where, evs))
     unplaced = {
         ev["step"]
@@ -231,7 +267,8 @@ def _log_events(run: Run, items: list[tuple[str, dict[str, Any]]]) -> list[dict]
     taken = _taken(run, unplaced) if unplaced else {}
     events = []
     for where, evs in per_entry:
-        events.extend(_checked(convert.place(evs, taken), where))
+        with _importing(where):
+            events.extend(_checked(convert.place(evs, taken), where))
     return events
 
 
@@ -276,16 +313,16 @@ def _system_events(run: Run, items: list[tuple[str, dict[str, Any]]]) -> list[di
         metrics = entry.get("metrics")
         if not isinstance(metrics, dict):
             raise InvalidConfig(f"{where}.metrics: must be an object")
-        values = {
-            f"system/{k}": convert.number(v)
-            for k, v in metrics.items()
-            if convert.number(v) is not None and f"system/{k}" not in have
-        }
-        have.update(values)
-        if values:
-            events.extend(
-                _checked([{"type": "step", "step": step, "metrics": values}], where)
-            )
+        with _importing(where):
+            values = {
+                f"system/{k}": convert.number(v)
+                for k, v in metrics.items()
+                if convert.number(v) is not None and f"system/{k}" not in have
+            }
+            have.update(values)
+            if values:
+                event = {"type": "step", "step": step, "metrics": values}
+                events.extend(_checked([event], where))
     return events
 
 
@@ -310,7 +347,9 @@ def do_bulk_alert(user: Any, alerts: Any) -> dict[str, int]:
             events = []
             for where, entry in fresh:
                 step = _step(entry, run, where)
-                events.extend(_checked([convert.alert_event(entry, step)], where))
+                with _importing(where):
+                    event = convert.alert_event(entry, step)
+                    events.extend(_checked([event], where))
             total = _add(total, _store(run, events, dups))
     return total
 

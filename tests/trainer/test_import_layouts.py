@@ -641,3 +641,24 @@ def test_follow_tails_a_prime_rl_run_another_process_is_writing(dash, tmp_path):
     m = steps_of(events)[2]
     assert m["entropy"] == 0.6 and m["off_policy/staleness"] == 1.0
     assert dash.only_run()["status"] == "succeeded"
+
+
+def test_a_rows_reward_with_infinities_of_both_signs_is_nan_not_an_error():
+    import math
+
+    from trainer.importers.completions import row_reward
+
+    row = {"a": "Infinity", "b": "-Infinity", "c": 1.0}
+    components, total = row_reward(row, ["a", "b", "c"], number=_number)
+    assert components["a"] == math.inf and components["b"] == -math.inf
+    assert math.isnan(total)
+    assert (
+        row_reward({"a": "Infinity", "c": 1.0}, ["a", "c"], number=_number)[1]
+        == math.inf
+    )
+
+
+def _number(value):
+    from trainer.importers.trackio import number
+
+    return number(value)

@@ -110,4 +110,8 @@ def row_reward(
         components[name] = value
         if not math.isnan(value):
             scored.append(w * value)
-    return components, math.fsum(scored) if scored else math.nan
+    if not scored:
+        return components, math.nan
+    if not all(math.isfinite(v) for v in scored):
+        return components, sum(scored)  # fsum raises on inf + -inf; this is NaN
+    return components, math.fsum(scored)

@@ -69,7 +69,9 @@ def chat_text(value: Any) -> str:
             content = message.get("content", "")
             if isinstance(content, list):
                 content = "".join(
-                    part.get("text", "") for part in content if isinstance(part, dict)
+                    str(part.get("text", ""))
+                    for part in content
+                    if isinstance(part, dict)
                 )
             lines.append(f"{message.get('role', '')}: {content}")
         return "\n".join(lines)
@@ -77,8 +79,10 @@ def chat_text(value: Any) -> str:
 
 
 def task_id_for(prompt: str) -> str:
-    """A stable id for a prompt (siblings of a group share it)."""
-    return "p-" + hashlib.sha1(prompt.encode("utf-8")).hexdigest()[:12]
+    """A stable id for a prompt (siblings of a group share it). A lone surrogate (JSON's
+    ``"\\ud800"``: no UTF-8) counts as the ``?`` the stored text has in its place."""
+    data = prompt.encode("utf-8", "replace")
+    return "p-" + hashlib.sha1(data).hexdigest()[:12]
 
 
 def token_segment(

@@ -47,6 +47,20 @@ MAX_FACT_TEXT = 2000
 INTERNAL_CONFIG_KEYS = ("_Username", "_Created", "_Group")
 
 
+class BadEntry(ValueError):
+    """A logged value of a shape trackio's client never sends: ``path`` says where in
+    the entry (``metrics.completions._value[3].step``), ``problem`` what is wrong."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path, self.problem = path, problem
+
+    def within(self, prefix: str) -> BadEntry:
+        """The same error, its path under ``prefix``."""
+        sep = "" if self.path.startswith("[") else "."
+        return BadEntry(f"{prefix}{sep}{self.path}", self.problem)
+
+
 def detect_framework(config: Mapping[str, Any] | None) -> str:
     """What produced a run, from its config: a ``framework`` string it states, else
     ``trl`` for a TRL config (``GRPOConfig``: ``num_generations`` and ``report_to``),
@@ -71,8 +85,13 @@ def number(value: Any) -> float | None:
     """A logged number as a float (the non-finite strings too); None if not one."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:  # JSON's integers have no bound; floats do
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, str):
         return NON_FINITE.get(value)
     return None
@@ -145,12 +164,14 @@ def table_events(
     metrics, else ``weights``, the config's ``reward_weights``); ``advantage`` TRL's
     (else GRPO's within the group); siblings are rows with an identical prompt
     (:func:`place` numbers the groups). A ``step`` column all rows agree on (TRL's
-    global step) is the step. Other columns (``log_extra``'s) are facts."""
+    global step) is the step; a ``step`` that is not a whole number is refused
+    (:class:`BadEntry`). Other columns (``log_extra``'s) are facts."""
+    for i, r in enumerate(rows):
+        if r.get("step") is not None and _whole(r["step"]) is None:
+            raise BadEntry(f"_value[{i}].step", "must be a whole number from 0")
     steps = {r.get("step") for r in rows}
-    if len(steps) == 1:
-        (only,) = steps
-        if isinstance(only, int) and not isinstance(only, bool) and only >= 0:
-            step = only
+    if len(steps) == 1 and None not in steps:
+        (step,) = steps
     prompts = [chat_text(r.get("prompt", "")) for r in rows]
     places = group_by_prompt(prompts)
     names = reward_columns(
@@ -202,15 +223,17 @@ def _content(message: Mapping[str, Any]) -> str:
 
 def _tool_calls(message: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(name, ``<tool_call>{json}</tool_call>``) of each OpenAI-style tool call."""
+    calls = message.get("tool_calls")
     out = []
-    for call in message.get("tool_calls") or []:
+    for call in calls if isinstance(calls, list) else []:
         if not isinstance(call, dict):
             continue
         fn = call.get("function") if isinstance(call.get("function"), dict) else call
         name = str(fn.get("name", ""))
         args = fn.get("arguments", {})
         if isinstance(args, str):
-            with contextlib.suppress(ValueError):  # not JSON: kept as the string
+            # Not JSON (or nested past the parser's depth): kept as the string.
+            with contextlib.suppress(ValueError, RecursionError):
                 args = json.loads(args)
         body = json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
         out.append((name, f"<tool_call>{body}</tool_call>"))
@@ -267,50 +290,59 @@ def _whole(value: Any) -> int | None:
     return None
 
 
+def trace_event(step: int, trace: Mapping[str, Any]) -> dict[str, Any]:
+    """A trace -> a trajectory event, with the turns and tool calls of its messages
+    (a list; anything else is refused, :class:`BadEntry`); ``metadata`` gives
+    ``reward``, ``rewards`` (components), ``advantage``, ``group`` and ``index`` (whole
+    numbers), ``model_version`` and any other plain value (facts) where present.
+    ``group``/``index`` not given are None: :func:`place` chooses them (siblings: the
+    same prompt at the same step)."""
+    messages = trace.get("messages")
+    if messages is not None and not isinstance(messages, list):
+        raise BadEntry("messages", "must be a list of messages")
+    segments, steps, prompt = trace_turns(messages or [])
+    meta = trace.get("metadata") if isinstance(trace.get("metadata"), dict) else {}
+    reward = number(meta.get("reward"))
+    parts = meta.get("rewards") if isinstance(meta.get("rewards"), dict) else {}
+    components = {str(k): number(v) for k, v in parts.items() if number(v) is not None}
+    facts: dict[str, Any] = {"source": "trackio"}
+    for key, value in meta.items():
+        if key in ("reward", "rewards", "advantage", "index"):
+            continue
+        if key == "group" and _whole(value) is not None:
+            continue
+        if isinstance(value, str):
+            facts[key] = value[:MAX_FACT_TEXT]
+        elif isinstance(value, (int, float, bool)) or value is None:
+            facts[key] = value
+    return {
+        "type": "trajectory",
+        "step": int(step),
+        "group": _whole(meta.get("group")),
+        "index": _whole(meta.get("index")),
+        "task_id": task_id_for(prompt),
+        "dropped": False,
+        "reward": reward,
+        "advantage": number(meta.get("advantage")),
+        "rewards": {"total": reward, "components": components, "per_step": {}},
+        "num_turns": len(steps),
+        "length": 0,
+        "truncated": False,
+        "facts": facts,
+        "steps": steps,
+        "segments": segments,
+    }
+
+
 def trace_events(step: int, traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Traces -> trajectory events, with the turns and tool calls of their messages;
-    ``metadata`` gives ``reward``, ``rewards`` (components), ``advantage``, ``group``
-    and ``index`` (whole numbers), ``model_version`` and any other plain value (facts)
-    where present. ``group``/``index`` not given are None: :func:`place` chooses them
-    (siblings: the same prompt at the same step)."""
+    """A list of traces -> their trajectory events (:func:`trace_event`); a bad one
+    is refused by its position (``[2].messages``)."""
     events = []
-    for trace in traces:
-        segments, steps, prompt = trace_turns(list(trace.get("messages") or []))
-        meta = trace.get("metadata") if isinstance(trace.get("metadata"), dict) else {}
-        reward = number(meta.get("reward"))
-        parts = meta.get("rewards") if isinstance(meta.get("rewards"), dict) else {}
-        components = {
-            str(k): number(v) for k, v in parts.items() if number(v) is not None
-        }
-        facts: dict[str, Any] = {"source": "trackio"}
-        for key, value in meta.items():
-            if key in ("reward", "rewards", "advantage", "index"):
-                continue
-            if key == "group" and _whole(value) is not None:
-                continue
-            if isinstance(value, str):
-                facts[key] = value[:MAX_FACT_TEXT]
-            elif isinstance(value, (int, float, bool)) or value is None:
-                facts[key] = value
-        events.append(
-            {
-                "type": "trajectory",
-                "step": int(step),
-                "group": _whole(meta.get("group")),
-                "index": _whole(meta.get("index")),
-                "task_id": task_id_for(prompt),
-                "dropped": False,
-                "reward": reward,
-                "advantage": number(meta.get("advantage")),
-                "rewards": {"total": reward, "components": components, "per_step": {}},
-                "num_turns": len(steps),
-                "length": 0,
-                "truncated": False,
-                "facts": facts,
-                "steps": steps,
-                "segments": segments,
-            }
-        )
+    for i, trace in enumerate(traces):
+        try:
+            events.append(trace_event(step, trace))
+        except BadEntry as exc:
+            raise exc.within(f"[{i}]") from None
     return events
 
 
@@ -347,20 +379,24 @@ def entry_events(
     """One ``bulk_log`` entry -> its ``step`` event (if it has numbers) and the
     trajectories of its completions tables (``weights``, ``logged``: see
     :func:`table_events`) and traces, at the entry's step (those of traces still to
-    :func:`place`)."""
+    :func:`place`). A value of a shape the client never sends is refused by its path
+    in the entry (:class:`BadEntry`: ``metrics.rollout.messages: ...``)."""
     step = step_of(metrics, step, framework)
     events: list[dict[str, Any]] = []
     values = step_metrics(metrics, framework)
     if values:
         events.append({"type": "step", "step": step, "metrics": values})
-    for value in metrics.values():
-        if not isinstance(value, (dict, list)):
-            continue
-        if is_table(value) and is_completions(value.get("_value")):
-            rows = value["_value"]
-            events.extend(table_events(step, rows, weights=weights, logged=logged))
-        else:
-            events.extend(trace_events(step, traces_in(value)))
+    for key, value in metrics.items():
+        try:
+            if is_table(value) and is_completions(value.get("_value")):
+                rows = value["_value"]
+                events.extend(table_events(step, rows, weights=weights, logged=logged))
+            elif isinstance(value, dict) and traces_in(value):  # one trace
+                events.append(trace_event(step, value))
+            elif isinstance(value, list):
+                events.extend(trace_events(step, traces_in(value)))
+        except BadEntry as exc:
+            raise exc.within(f"metrics.{key}") from None
     return events
 
 
