@@ -119,6 +119,26 @@ def test_errors_are_filed_under_the_input_that_caused_them():
 
 
 @pytest.mark.parametrize(
+    "env, changes, field, message",
+    [
+        ("calc", {"envp.calc.min_operand": "9", "envp.calc.max_operand": "5"},
+         "envp.calc.min_operand", "must be at most max_operand (5)"),
+        ("swarm", {"envp.swarm.min_cost": "9", "envp.swarm.max_cost": "2"},
+         "envp.swarm.min_cost", "must be at most max_cost"),
+        ("search", {"envp.search.top_k": "5", "envp.search.context_budget": "4"},
+         "envp.search.top_k", "must be at most context_budget"),
+    ],
+)  # fmt: skip
+def test_a_range_refused_by_an_environment_is_filed_under_its_field(
+    env, changes, field, message
+):
+    # "min_operand must be <= max_operand" sat over the section, no input marked.
+    form = RunForm(post_for(env, "grpo", **changes))
+    assert not form.is_valid()
+    assert form.errors == {field: [message]}
+
+
+@pytest.mark.parametrize(
     "field, typed, message",
     [
         ("reward.components.0.weight", "0.5e", "“0.5e” is not a number"),

@@ -90,7 +90,9 @@ class CalcParams(EnvParams):
     @model_validator(mode="after")
     def _check_range(self) -> CalcParams:
         if self.min_operand > self.max_operand:
-            raise ValueError("min_operand must be <= max_operand")
+            raise ValueError(
+                f"min_operand: must be at most max_operand ({self.max_operand})"
+            )
         return self
 
 

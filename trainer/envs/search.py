@@ -97,9 +97,11 @@ class SearchParams(EnvParams):
     @model_validator(mode="after")
     def _check_sizes(self) -> SearchParams:
         if self.num_companies > self.num_people:
-            raise ValueError("num_companies must be <= num_people (one founder each)")
+            raise ValueError(
+                "num_companies: must be at most num_people (one founder each)"
+            )
         if self.top_k > self.context_budget:
-            raise ValueError("top_k must be <= context_budget")
+            raise ValueError("top_k: must be at most context_budget")
         return self
 
 

@@ -101,9 +101,9 @@ class SwarmParams(EnvParams):
     @model_validator(mode="after")
     def _check_ranges(self) -> SwarmParams:
         if self.min_subtasks > self.max_subtasks:
-            raise ValueError("min_subtasks must be <= max_subtasks")
+            raise ValueError("min_subtasks: must be at most max_subtasks")
         if self.min_cost > self.max_cost:
-            raise ValueError("min_cost must be <= max_cost")
+            raise ValueError("min_cost: must be at most max_cost")
         return self
 
 
