@@ -7,6 +7,7 @@ page's JSON data agree on every name.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,24 @@ def env_labels() -> dict[str, str]:
 def env_params() -> dict[str, list[sc.FieldSpec]]:
     return {
         env: [
-            s.at(f"envp.{env}")
+            _own(s, env).at(f"envp.{env}")
             for s in sc.model_specs(ENVIRONMENTS.get(env).Params, "")
         ]
         for env in env_names()
     }
+
+
+# A parameter named as a setting of another section ("Path": the model's, "Max
+# turns": the rollout's) is labelled as the environment's own.
+_SHARED_NAMES = ("path", "max_turns")
+
+
+def _own(spec: sc.FieldSpec, env: str) -> sc.FieldSpec:
+    if spec.name not in _SHARED_NAMES:
+        return spec
+    return replace(
+        spec, label=f"{env.capitalize()} {spec.label[:1].lower()}{spec.label[1:]}"
+    )
 
 
 def component_classes() -> dict[str, Any]:

@@ -61,7 +61,12 @@ BASIC = [
     sc.field_spec(TrainConfig, "steps", ""),
     sc.field_spec(TrainConfig, "seed", ""),
 ]
-MODEL = sc.model_specs(ModelConfig, "model")
+# Labels another section has too ("Every", "Path") say which: an error summary that
+# says "Every" twice says nothing.
+MODEL = [
+    replace(s, label="Model path") if s.name == "path" else s
+    for s in sc.model_specs(ModelConfig, "model")
+]
 # The built-in rollout engines in a few words; a plugin's shows its name.
 _ENGINE_WORDS = {
     "eager": "eager (default)",
@@ -156,8 +161,14 @@ RECORD = [
     for s in sc.model_specs(RecordConfig, "record")
 ]
 OPTIM = sc.model_specs(OptimConfig, "optim")
-CHECKPOINT = sc.model_specs(CheckpointConfig, "checkpoint")
-EVAL = sc.model_specs(EvalConfig, "eval")
+CHECKPOINT = [
+    replace(s, label="Checkpoint every (steps)") if s.name == "every" else s
+    for s in sc.model_specs(CheckpointConfig, "checkpoint")
+]
+EVAL = [
+    replace(s, label="Evaluate every (steps)") if s.name == "every" else s
+    for s in sc.model_specs(EvalConfig, "eval")
+]
 RESOURCES = sc.model_specs(ResourcesConfig, "resources")
 STATIC_SPECS = [
     *BASIC,

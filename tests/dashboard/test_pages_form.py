@@ -610,3 +610,19 @@ def test_the_rollout_engine_is_a_choice_of_the_registered_engines(owner_client):
     form = RunForm(post_for("calc", **{"rollout.engine": "vllm"}))  # not registered
     assert not form.is_valid()
     assert "unknown rollout engine 'vllm'" in " ".join(form.errors["rollout.engine"])
+
+
+@pytest.mark.parametrize("env", ["calc", "dataset", "search", "swarm"])
+def test_no_two_inputs_of_the_form_share_a_label(owner_client, env):
+    from collections import Counter
+
+    from dashboard.pages import formfields as ff
+    from dashboard.pages.catalog import env_params
+
+    # An error summary that says "Path" or "Every" twice says nothing.
+    shown = [*ff.STATIC_SPECS, *ff.REWARD_TOP, *env_params()[env]]
+    labels = Counter(s.label for s in shown)
+    assert [label for label, n in labels.items() if n > 1] == []
+    html = owner_client.get(f"/runs/new/?env={env}").content.decode()
+    for label in ("Checkpoint every (steps)", "Evaluate every (steps)", "Model path"):
+        assert f">{label}</label>" in html
