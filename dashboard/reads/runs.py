@@ -48,12 +48,21 @@ TEXT_FILTERS = ("q", "group", "algorithm", "env")
 
 
 def check_filters(params: Any) -> None:
-    """InvalidConfig naming each text filter no query can hold (NUL, surrogates)."""
+    """InvalidConfig naming each text filter no query can hold (NUL, surrogates),
+    and a status or sort that is none of the known ones (a misspelt one listed every
+    run, as if it were not there)."""
     errors = []
     for name in TEXT_FILTERS:
         problem = jsonsafe.text_problem(str(params.get(name) or ""))
         if problem:
             errors.append(f"{name}: {problem}")
+    status = str(params.get("status") or "")
+    if status and status != "active" and status not in RunStatus.values:
+        known = ", ".join(["active", *RunStatus.values])
+        errors.append(f"status: {status[:40]!r} is not one of {known}")
+    sort = str(params.get("sort") or "")
+    if sort and sort not in SORTS:
+        errors.append(f"sort: {sort[:40]!r} is not one of {', '.join(SORTS)}")
     if errors:
         raise InvalidConfig(errors)
 

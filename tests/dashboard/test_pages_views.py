@@ -87,6 +87,17 @@ def test_the_runs_list_filters_and_sorts(owner, swarm, calc):
     assert by_name.index("calc-grpo") < by_name.index("swarm-dr")
     for sort in ("new", "old", "status", "progress", "reward"):
         assert c.get(f"/runs/?sort={sort}").status_code == 200
+    # A misspelt filter is said, not ignored (it listed every run).
+    r = c.get("/runs/?status=bogus")
+    assert (
+        r.status_code == 400
+        and "status: &#x27;bogus&#x27; is not one of active" in r.content.decode()
+    )
+    r = c.get("/runs/?sort=newest")
+    assert (
+        r.status_code == 400
+        and "sort: &#x27;newest&#x27; is not one of" in r.content.decode()
+    )
 
 
 def test_home_shows_active_and_recent_runs_and_alerts(owner, swarm):
