@@ -100,7 +100,18 @@ def _docs_auth(view: Any) -> Any:
 api = NinjaAPI(
     title="Agentic RL dashboard API",
     version="1",
-    description=__doc__ or "",
+    description=(
+        "Runs, their metrics, trajectories, alerts and models; launching, cloning and "
+        "cancelling runs; external runs' events (NDJSON, gzip welcome).\n\n"
+        "**Authentication**: a personal API token (`Authorization: Bearer <token>`, "
+        "from [/settings/tokens/](/settings/tokens/)), or this browser's session "
+        "(`X-CSRFToken` on writes). Others' runs are 404s.\n\n"
+        "**Errors** are JSON: a 400's `errors` are `field: message` lines, and nothing "
+        'was stored. Numbers that are not finite are the strings `"NaN"`, '
+        '`"Infinity"`, `"-Infinity"`.\n\n'
+        "[Back to the dashboard](/) · the event format: "
+        "[/api/events/schema.json](/api/events/schema.json)"
+    ),
     auth=[BearerToken(), BrowserSession()],
     urls_namespace="api",
     docs_decorator=_docs_auth,

@@ -132,6 +132,13 @@ def test_the_tokens_page_creates_shows_once_and_revokes(owner_client, owner):
     assert token.encode() in r.content
     listing = owner_client.get("/settings/tokens/")
     assert token.encode() not in listing.content and b"notebook" in listing.content
+    # How to report here, from trackio's trainers or the HTTP API, and its docs.
+    page = listing.content.decode()
+    assert (
+        'TRACKIO_SERVER_URL="http://testserver/trackio/?write_token=&lt;token&gt;"'
+        in page
+    )
+    assert 'href="/api/docs"' in page
     row = ApiToken.objects.get()
     owner_client.post(f"/settings/tokens/{row.pk}/revoke/")
     assert tokens.user_for_token(token) is None
