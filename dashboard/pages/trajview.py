@@ -77,6 +77,7 @@ class ComponentCheck:
     total: float
     step_sum: float
     ok: bool
+    attributed: bool = True  # False: no per-step value, and no step to pay it on
 
 
 @dataclass
@@ -93,6 +94,12 @@ class TrajectoryView:
     @property
     def all_ok(self) -> bool:
         return self.total_ok and all(c.ok for c in self.checks)
+
+    @property
+    def attributed(self) -> bool:
+        """Whether any component came with rewards per step (an external run's may
+        send totals alone, and no step to pay them on)."""
+        return any(c.attributed for c in self.checks)
 
 
 def _f(value: Any) -> float:
@@ -225,6 +232,9 @@ def build(
         values = per_step[name]
         step_sum = math.fsum(_f(v) for v in values)
         total = _f(comps.get(name, step_sum))
+        if not values:  # a total alone: nothing to check it against
+            checks.append(ComponentCheck(name, total, math.nan, True, False))
+            continue
         checks.append(ComponentCheck(name, total, step_sum, _close(total, step_sum)))
     total = _f(rewards.get("total", t.reward))
     component_sum = math.fsum(c.total for c in checks)

@@ -24,8 +24,8 @@ function finiteOrNull(v) {
  *  value truly (not "3.978, 3.978"); thousands and millions as k / M so a label such
  *  as 10,000 fits the axis. */
 // The x axis counts training steps: whole-number ticks only (a 6-step run was
-// labelled 1, 1.25, 1.5, ...).
-const STEP_INCRS = [1, 2, 5].flatMap((m) => [1, 10, 100, 1e3, 1e4, 1e5, 1e6].map((p) => m * p)).sort((a, b) => a - b);
+// labelled 1, 1.25, 1.5, ...). Every chart with a step axis uses these (compare.js too).
+export const STEP_INCRS = [1, 2, 5].flatMap((m) => [1, 10, 100, 1e3, 1e4, 1e5, 1e6].map((p) => m * p)).sort((a, b) => a - b);
 
 export function tickLabels(splits) {
   if (!splits.length) return [];

@@ -2,12 +2,14 @@
 // from its own metrics API call; the x axis is the union of their steps.
 
 import uPlot from "../vendor/uplot/uPlot.esm.js";
-import { colour } from "./chart.js";
+import { colour, STEP_INCRS } from "./chart.js";
 import { cssVar, el, getJSON, num, readJSONScript } from "./util.js";
 
 const data = readJSONScript("compare-data");
 const holder = document.querySelector("[data-compare-charts]");
 const select = document.querySelector("[data-compare-key]");
+const plots = [];
+window.__compareCharts = plots; // for tests: each overlay's uPlot (scales, axis labels)
 
 async function overlay(key) {
   const section = el("section", { class: "panel chart", "data-compare-chart": key },
@@ -15,7 +17,11 @@ async function overlay(key) {
   const plotEl = el("div", { class: "plot" });
   section.append(plotEl);
   holder.append(section);
-  section.querySelector("button").addEventListener("click", () => section.remove());
+  section.querySelector("button").addEventListener("click", () => {
+    section.remove();
+    const i = plots.findIndex((p) => p.root.parentElement === plotEl);
+    if (i >= 0) plots.splice(i, 1);
+  });
   const points = 800;
   const bodies = await Promise.all(
     data.runs.map((r) => getJSON(`${r.metrics_url}?keys=${encodeURIComponent(key)}&points=${points}`).catch(() => ({ series: {} }))),
@@ -42,8 +48,9 @@ async function overlay(key) {
     // A lone step gets a range around it; sparse points are drawn (a one-step run shows).
     scales: { x: { time: false, range: (u, min, max) => (min === max ? [min - 1, max + 1] : [min, max]) } },
     series: [{ label: "step" }, ...data.runs.map((r, i) => ({ label: r.name, stroke: colour(i), width: 1.5, spanGaps: true, points: { size: 6, fill: colour(i) } }))],
-    axes: [{ ...axis, label: "training step", labelSize: 20 }, { ...axis, size: 52, label: key, labelSize: 20 }],
+    axes: [{ ...axis, incrs: STEP_INCRS, label: "training step", labelSize: 20 }, { ...axis, size: 52, label: key, labelSize: 20 }],
   }, cols, plotEl);
+  plots.push(plot);
   new ResizeObserver(() => plot.setSize({ width: Math.max(260, plotEl.clientWidth), height: 220 })).observe(plotEl);
   section.dataset.ready = "1";
 }

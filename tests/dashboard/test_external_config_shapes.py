@@ -72,3 +72,31 @@ def test_an_external_run_is_not_cloned_by_the_form(api, owner):
     for url in (f"/runs/{run_id}/clone/", f"/runs/{run_id}/clone/check/"):
         r = client.post(url, {"steps": "3"})
         assert r.status_code == 400, url
+
+
+def test_a_rollout_sent_with_totals_alone_is_not_flagged_as_inconsistent(api, owner):
+    r = api.post_json(
+        "/api/runs/external", {"name": "ext", "framework": "trl", "config": {}}
+    )
+    run_id = r.json()["id"]
+    event = {"type": "trajectory", "step": 1, "group": 0, "index": 0, "reward": 0.5,
+             "rewards": {"total": 0.5, "components": {"correct": 0.5}}}  # fmt: skip
+    assert api.post_events(run_id, [event]).status_code == 200
+    html = client_for(owner).get(f"/runs/{run_id}/trajectories/1/0/0/").content.decode()
+    table = html[html.index("data-attribution") :][:2500]
+    assert "check-bad" not in table and "do not add up" not in table
+    assert "no per-step rewards were recorded" in table
+
+
+def test_a_component_name_may_wrap_at_its_underscores_and_stays_escaped(api, owner):
+    r = api.post_json(
+        "/api/runs/external", {"name": "ext", "framework": "trl", "config": {}}
+    )
+    run_id = r.json()["id"]
+    name = "single_search_<b>x</b>"
+    event = {"type": "trajectory", "step": 1, "group": 0, "index": 0, "reward": 0.5,
+             "rewards": {"total": 0.5, "components": {name: 0.5}}}  # fmt: skip
+    assert api.post_events(run_id, [event]).status_code == 200
+    html = client_for(owner).get(f"/runs/{run_id}/trajectories/1/0/0/").content.decode()
+    assert "<td>single_<wbr>search_<wbr>&lt;b&gt;x&lt;/b&gt;</td>" in html
+    assert "<b>x</b>" not in html

@@ -281,3 +281,13 @@ def test_held_out_evaluation_is_charted_on_the_run_page_and_summarised_in_compar
     assert [s["stats"].last_pass_at_k for s in summary] == [0.625, None]
     assert r.context["page_data"]["extra_keys"] == ["eval/pass@k"]
     assert "held-out pass@k" in r.content.decode()
+
+
+def test_an_empty_parsed_answer_says_so(owner, calc):
+    t = Trajectory.objects.filter(run=calc).first()
+    Trajectory.objects.filter(pk=t.pk).update(
+        facts={**t.facts, "reference": "7", "answer": ""}
+    )
+    url = f"/runs/{calc.pk}/trajectories/{t.step}/{t.group}/{t.index}/"
+    html = login(owner).get(url).content.decode()
+    assert "empty: the final answer held no text" in html

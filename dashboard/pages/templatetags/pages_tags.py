@@ -10,7 +10,8 @@ import math
 from typing import Any
 
 from django import template
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 
 register = template.Library()
 
@@ -149,3 +150,10 @@ def in_order(values: Any, order: Any) -> list[tuple[str, Any]]:
     from dashboard.pages.charts import in_order as _in_order
 
     return _in_order(values if isinstance(values, dict) else {}, list(order or []))
+
+
+@register.filter
+def breakable(value: Any) -> SafeString:
+    """A snake_case name that may wrap after its underscores in a narrow column
+    (``single_search_<wbr>exit_<wbr>penalty``), not mid-word; escaped first."""
+    return mark_safe(escape(str(value)).replace("_", "_<wbr>"))

@@ -1,0 +1,185 @@
+"""Layout that only a browser shows: the group browser's trajectory cards show every
+value whole at 800 to 1600 px (the value column once spilled past the card and the
+next card covered it: "-0.016" for -0.0167, "1" for a length of 13); a trajectory's
+page does not scroll sideways at 1280 px (the reward-attribution table's check column
+stuck out of its card); the compare page's step axis has whole-number ticks (it read
+1, 1.25, 1.5, ... where the run page's charts read 1, 2, 3)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SEED = """
+from django.contrib.auth import get_user_model
+from tests.fixtures.seed import seed_run
+alice = get_user_model().objects.get(username='alice')
+# search: a component named single_search_exit_penalty, the longest of the envs'.
+a = seed_run(alice, name='layout fit a', env='search', steps=6, groups=3, group_size=6)
+b = seed_run(alice, name='layout fit b', env='search', steps=6, seed=3)
+print(json.dumps([str(a.pk), str(b.pk)]))
+"""
+
+# Every card: no element in it wider than its box or past the card's right edge, and
+# every value's text whole, inside its cell and its card, and on top (not covered by
+# the next card) where it ends.
+CARDS = """() => {
+  const out = {cards: 0, values: 0, tested: [], problems: []};
+  // The sticky top bar covers what scrolled under it: no hit test there.
+  const top = document.querySelector('.topbar')?.getBoundingClientRect().bottom || 0;
+  const name = (e) => e.tagName.toLowerCase() + (e.className ? '.' + e.className : '');
+  for (const card of document.querySelectorAll('.rollout')) {
+    out.cards++;
+    const cr = card.getBoundingClientRect();
+    const inner = cr.right - parseFloat(getComputedStyle(card).borderRightWidth);
+    const label = card.querySelector('.small')?.textContent.trim() || '?';
+    if (card.scrollWidth > card.clientWidth)
+      out.problems.push(`${label}: card scrollWidth ${card.scrollWidth} > ${card.clientWidth}`);
+    for (const e of card.querySelectorAll('*')) {
+      if (e.clientWidth && e.scrollWidth > e.clientWidth)
+        out.problems.push(`${label}: ${name(e)} scrollWidth ${e.scrollWidth} > ${e.clientWidth}`);
+      const r = e.getBoundingClientRect();
+      if (r.width && r.right > inner + 0.5)
+        out.problems.push(`${label}: ${name(e)} ends at ${r.right} past the card (${inner})`);
+    }
+    for (const v of card.querySelectorAll('.r, dd')) {
+      out.values++;
+      const text = v.textContent.trim();
+      const range = document.createRange();
+      range.selectNodeContents(v);
+      const tr = range.getBoundingClientRect(), vr = v.getBoundingClientRect();
+      if (!text || tr.width < 1) { out.problems.push(`${label}: empty value ${name(v)}`); continue; }
+      if (tr.left < vr.left - 0.5 || tr.right > vr.right + 0.5)
+        out.problems.push(`${label}: '${text}' (${tr.left}..${tr.right}) outside its cell (${vr.left}..${vr.right})`);
+      if (tr.right > inner + 0.5)
+        out.problems.push(`${label}: '${text}' ends at ${tr.right} past the card (${inner})`);
+      const y = (tr.top + tr.bottom) / 2;  // hit-tested where wholly in view
+      if (tr.top >= top && tr.bottom <= document.documentElement.clientHeight) {
+        out.tested.push(out.values);
+        for (const x of [tr.left + 1, tr.right - 1]) {
+          const hit = document.elementFromPoint(x, y);
+          if (!hit || !card.contains(hit))
+            out.problems.push(`${label}: '${text}' covered at (${x}, ${y}) by ${hit ? name(hit) : 'nothing'}`);
+        }
+      }
+    }
+  }
+  return out;
+}"""
+
+# The widest card, so that "fits" is not bought with absurd widths.
+WIDEST = "() => Math.max(...[...document.querySelectorAll('.rollout')].map(c => c.getBoundingClientRect().width))"
+
+X_TICKS = """() => (window.__compareCharts || []).map(u => {
+  const x = u.axes[0];
+  return {splits: x._splits || [], labels: (x._values || []).map(String)};
+})"""
+
+
+@pytest.fixture(scope="module")
+def out_dir() -> Path:
+    path = Path(os.environ.get("LAYOUT_SHOTS") or "/tmp/layout-shots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(live):
+    return live.script(SEED)
+
+
+def _open(browser, ui, live, width: int):
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    page.guard = ui.Guard(page)
+    page.set_default_timeout(20_000)
+    ui.login(page, live.url)
+    return context, page
+
+
+@pytest.mark.parametrize("width", [800, 1280, 1600])
+def test_trajectory_cards_show_every_value_whole(
+    live, browser, runs, ui, out_dir, width
+):
+    context, page = _open(browser, ui, live, width)
+    try:
+        page.goto(f"{live.url}/runs/{runs[0]}/trajectories/")
+        page.wait_for_selector(".rollout dd")
+        page.screenshot(
+            path=str(out_dir / f"group_browser_{width}.png"), full_page=True
+        )
+        problems, cards, values, tested = [], 0, 0, set()
+        # elementFromPoint sees the viewport only: check the cards a screenful at a time.
+        height = page.evaluate("document.documentElement.scrollHeight")
+        for top in range(0, height, 800):
+            page.evaluate(f"window.scrollTo(0, {top})")
+            got = page.evaluate(CARDS)
+            cards, values = got["cards"], got["values"]
+            tested.update(got["tested"])
+            problems += [p for p in got["problems"] if p not in problems]
+        assert cards >= 6 and values >= cards * 4, (cards, values)
+        assert len(tested) == values, f"only {len(tested)} of {values} hit-tested"
+        assert problems == [], problems
+        # Sized to their content, not stretched across the page.
+        assert page.evaluate(WIDEST) <= 420, page.evaluate(WIDEST)
+        assert page.evaluate(
+            "document.documentElement.scrollWidth <= window.innerWidth"
+        )
+        page.guard.check()
+    finally:
+        context.close()
+
+
+def test_trajectory_page_does_not_scroll_sideways(live, browser, runs, ui, out_dir):
+    context, page = _open(browser, ui, live, 1280)
+    try:
+        page.goto(f"{live.url}/runs/{runs[0]}/trajectories/")
+        href = page.get_attribute(".rollout", "href")
+        page.goto(live.url + href)
+        page.wait_for_selector("[data-attribution] table")
+        page.screenshot(path=str(out_dir / "trajectory_1280.png"), full_page=True)
+        widths = page.evaluate(
+            "() => [document.documentElement.scrollWidth, window.innerWidth]"
+        )
+        assert widths[0] <= widths[1], widths
+        # The attribution table stays inside its card, or scrolls inside a wrapper that does.
+        right, card = page.evaluate(
+            "() => { const p = document.querySelector('[data-attribution]');"
+            " const t = p.querySelector('table');"
+            " const box = t.closest('.table-wrap') || t;"
+            " return [box.getBoundingClientRect().right, p.getBoundingClientRect().right]; }"
+        )
+        assert right <= card + 0.5, (right, card)
+        page.guard.check()
+    finally:
+        context.close()
+
+
+def test_compare_step_axis_ticks_are_whole_steps(live, browser, runs, ui, out_dir):
+    context, page = _open(browser, ui, live, 1280)
+    try:
+        page.goto(f"{live.url}/compare/?runs={runs[0]},{runs[1]}")
+        page.wait_for_selector("[data-compare-chart][data-ready]")
+        ui.until(
+            page,
+            "(window.__compareCharts || []).length"
+            " && window.__compareCharts.every(u => u.axes[0]._values)"
+            " && window.__compareCharts.length",
+        )
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(out_dir / "compare_1280.png"), full_page=True)
+        ticks = page.evaluate(X_TICKS)
+        assert ticks, "no compare chart"
+        for axis in ticks:
+            assert len(axis["labels"]) >= 2, axis
+            assert all(float(v).is_integer() for v in axis["splits"]), axis
+            assert all(lbl.strip().lstrip("-").isdigit() for lbl in axis["labels"]), (
+                axis
+            )
+        page.guard.check()
+    finally:
+        context.close()
