@@ -72,4 +72,4 @@ def test_the_home_page_leads_to_the_run_training_now(enqueued):
     html = c.get("/").content.decode()
     where = html[html.index("data-live-where") :][:200]
     assert "Receiving now: walk: external curl" in html
-    assert where.startswith('data-live-where>step 11 · custom (external)</span>')
+    assert where.startswith("data-live-where>step 11 · custom (external)</span>")
