@@ -8,6 +8,7 @@ stuck out of its card); the compare page's step axis has whole-number ticks (it 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -92,21 +93,26 @@ def runs(live):
     return live.script(SEED)
 
 
+@contextmanager
 def _open(browser, ui, live, width: int):
+    """A signed-in page ``width`` px wide, its console guarded; closed after."""
     context = browser.new_context(viewport={"width": width, "height": 900})
-    page = context.new_page()
-    page.guard = ui.Guard(page)
-    page.set_default_timeout(20_000)
-    ui.login(page, live.url)
-    return context, page
+    try:
+        page = context.new_page()
+        page.guard = ui.Guard(page)
+        page.set_default_timeout(20_000)
+        ui.login(page, live.url)
+        yield page
+        page.guard.check()
+    finally:
+        context.close()
 
 
 @pytest.mark.parametrize("width", [800, 1280, 1600])
 def test_trajectory_cards_show_every_value_whole(
     live, browser, runs, ui, out_dir, width
 ):
-    context, page = _open(browser, ui, live, width)
-    try:
+    with _open(browser, ui, live, width) as page:
         page.goto(f"{live.url}/runs/{runs[0]}/trajectories/")
         page.wait_for_selector(".rollout dd")
         page.screenshot(
@@ -129,14 +135,10 @@ def test_trajectory_cards_show_every_value_whole(
         assert page.evaluate(
             "document.documentElement.scrollWidth <= window.innerWidth"
         )
-        page.guard.check()
-    finally:
-        context.close()
 
 
 def test_trajectory_page_does_not_scroll_sideways(live, browser, runs, ui, out_dir):
-    context, page = _open(browser, ui, live, 1280)
-    try:
+    with _open(browser, ui, live, 1280) as page:
         page.goto(f"{live.url}/runs/{runs[0]}/trajectories/")
         href = page.get_attribute(".rollout", "href")
         page.goto(live.url + href)
@@ -154,14 +156,10 @@ def test_trajectory_page_does_not_scroll_sideways(live, browser, runs, ui, out_d
             " return [box.getBoundingClientRect().right, p.getBoundingClientRect().right]; }"
         )
         assert right <= card + 0.5, (right, card)
-        page.guard.check()
-    finally:
-        context.close()
 
 
 def test_compare_step_axis_ticks_are_whole_steps(live, browser, runs, ui, out_dir):
-    context, page = _open(browser, ui, live, 1280)
-    try:
+    with _open(browser, ui, live, 1280) as page:
         page.goto(f"{live.url}/compare/?runs={runs[0]},{runs[1]}")
         page.wait_for_selector("[data-compare-chart][data-ready]")
         ui.until(
@@ -180,6 +178,3 @@ def test_compare_step_axis_ticks_are_whole_steps(live, browser, runs, ui, out_di
             assert all(lbl.strip().lstrip("-").isdigit() for lbl in axis["labels"]), (
                 axis
             )
-        page.guard.check()
-    finally:
-        context.close()
