@@ -32,6 +32,7 @@ export function tickLabels(splits) {
   const finite = splits.filter((v) => v !== null && Number.isFinite(v));
   const big = Math.max(0, ...finite.map(Math.abs));
   const [div, suffix] = big >= 1e6 ? [1e6, "M"] : big >= 1e4 ? [1e3, "k"] : [1, ""];
+  if (big > 0 && big < 1e-3) return tinyLabels(splits); // not "0.00000030"
   const scaled = splits.map((v) => (v === null ? null : v / div));
   const gaps = scaled.slice(1).map((v, i) => Math.abs(v - scaled[i])).filter((g) => g > 0);
   const step = gaps.length ? Math.min(...gaps) : Math.abs(scaled[0]) || 1;
@@ -41,6 +42,16 @@ export function tickLabels(splits) {
     if (exact && new Set(labels).size === labels.length) return labels.map((l) => (l && l !== "-0" ? l + suffix : l === "-0" ? "0" : l));
   }
   return scaled.map((v) => (v === null ? "" : v.toPrecision(6) + suffix));
+}
+
+/** Ticks of values all under 1e-3 in scientific notation, with the fewest digits
+ *  that tell neighbours apart ("2.5e-7", "3e-7"; 0 as "0"). */
+function tinyLabels(splits) {
+  for (let d = 0; d <= 6; d++) {
+    const labels = splits.map((v) => (v === null ? "" : v === 0 ? "0" : v.toExponential(d).replace("e-", "e\u2212")));
+    if (new Set(labels).size === labels.length) return labels;
+  }
+  return splits.map((v) => (v === null ? "" : v.toExponential(6)));
 }
 
 /** The y range: uPlot's padded range, except that a flat series sits in a small

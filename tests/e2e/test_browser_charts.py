@@ -1,5 +1,5 @@
 """Chart rough edges only a browser shows (issue 11, item 12): a throughput axis at
-10,000 fits, near-equal ticks are told apart, all-zero clip ratios sit on 0..1 (not
+10,000 fits, values under 1e-3 read in scientific notation, near-equal ticks are told apart, all-zero clip ratios sit on 0..1 (not
 0..100), ratios equal to 1 up to float noise get an axis (they once hung uPlot's tick
 loop: "Invalid array length"), the KL chart of a run without a KL penalty says none
 will come, and config paths in a diff break at dots, not inside names."""
@@ -28,7 +28,7 @@ def events():
             'clip_ratio/region_mean': 0.0,
             # Sampler and learner agree to float noise: ratios 1 +- 1e-6 once
             # hung uPlot's tick loop (its smallest step added nothing to 1.0).
-            'rollout/logprob_diff': 2.6490953233506945e-9,
+            'rollout/logprob_diff': 2e-7 + 1e-8 * (s % 7),
             'rollout/ratio_mean': 0.9999999973509053,
             'rollout/ratio_min': 0.9999992847445185,
             'rollout/ratio_max': 1.000000476837272}}
@@ -70,6 +70,12 @@ def test_chart_axes_and_empty_charts_tell_the_truth(live, page, shots, ui):
     assert len(set(ent["labels"])) == len(ent["labels"]), ent  # no "3.978, 3.978"
     for axis in (thr, ent):  # every label fits its axis
         assert axis["widest"] + 8 <= axis["size"], axis
+
+    # Tiny values in scientific notation ("0.00000030" before), told apart.
+    tiny = page.evaluate(AXIS, "sampler")
+    labels = [lbl for lbl in tiny["labels"] if lbl]
+    assert labels and all("e\u2212" in lbl or lbl == "0" for lbl in labels), tiny
+    assert len(set(labels)) == len(labels) and max(map(len, labels)) <= 7, tiny
 
     clip = page.evaluate(AXIS, "clip")
     assert (clip["min"], clip["max"]) == (0, 1), clip
