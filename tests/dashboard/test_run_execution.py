@@ -222,3 +222,26 @@ def test_embedded_recovery_requeues_orphans_and_submits_queued_runs(
     time.sleep(0.01)
     assert inprocess.recover() == [str(orphan.id), str(queued.id)]
     assert submitted == [str(orphan.id), str(queued.id)]
+
+
+def test_a_stop_keeps_the_runs_state_for_a_pause_or_a_shutdown_not_a_cancel():
+    """``save_on_stop``, for trainers that take it: True while the server shuts down
+    (the run resumes on restart) or a demo pauses; False for a cancel."""
+
+    def trainer(config, sink, *, should_stop=None, save_on_stop=None): ...
+
+    def older(config, sink, *, should_stop=None): ...
+
+    assert execution.resume_kwargs(older, demo=True) == {}
+    keep = execution.resume_kwargs(trainer, demo=False)["save_on_stop"]
+    demo = execution.resume_kwargs(trainer, demo=True)["save_on_stop"]
+    try:
+        assert not keep() and not demo()  # a cancel
+        execution.pause_demo()
+        assert demo() and not keep()  # a user's run pauses demos only
+        execution.clear_pause()
+        execution._interrupted.set()
+        assert keep() and demo()  # the server stops under both
+    finally:
+        execution._interrupted.clear()
+        execution.clear_pause()
