@@ -56,7 +56,7 @@ BASIC = [
     replace(
         sc.field_spec(TrainConfig, "name", ""),
         optional=True,  # blank: named from the environment and algorithm
-        placeholder="left blank: from the environment and algorithm, e.g. calc-grpo-1",
+        placeholder="calc-grpo-1 (blank: from env and algorithm)",
     ),
     sc.field_spec(TrainConfig, "steps", ""),
     sc.field_spec(TrainConfig, "seed", ""),

@@ -49,7 +49,7 @@ JUDGE_ROW = [
         default="rubric",
     ),  # choices: see judge_row()
     sc.FieldSpec(
-        "model_path", "Model path", "text", optional=True, help="hf: local model dir."
+        "model_path", "Judge model path", "text", optional=True, help="hf: local model dir."
     ),
     sc.FieldSpec(
         "endpoint", "Endpoint", "text", optional=True, help="openai: endpoint name."

@@ -43,6 +43,14 @@ def test_the_home_page_leads_a_late_newcomer_to_the_demo_training_now(
     assert box is not None and box["y"] < 300  # first thing on the page
     assert "Training now: demo: swarm, live for a while" in banner.text_content()
     ui.shot(page, shots, "home_live_demo", full=False)
+    # The home tables fit their panels at 1280 px (Age and Owner were cut off).
+    page.set_viewport_size({"width": 1280, "height": 900})
+    fits = page.evaluate(
+        "() => [...document.querySelectorAll('.panel table')].map(t =>"
+        " t.getBoundingClientRect().right <= t.closest('.panel').getBoundingClientRect().right + 0.5)"
+    )
+    assert fits and all(fits), fits
+    ui.shot(page, shots, "home_1280", full=False)
     banner.click()
     page.wait_for_url(re.compile(rf".*/runs/{long_id}/$"))
     assert page.text_content("[data-run-status] .badge") == "running"
