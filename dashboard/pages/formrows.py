@@ -49,7 +49,11 @@ JUDGE_ROW = [
         default="rubric",
     ),  # choices: see judge_row()
     sc.FieldSpec(
-        "model_path", "Judge model path", "text", optional=True, help="hf: local model dir."
+        "model_path",
+        "Judge model path",
+        "text",
+        optional=True,
+        help="hf: local model dir.",
     ),
     sc.FieldSpec(
         "endpoint", "Endpoint", "text", optional=True, help="openai: endpoint name."
