@@ -260,7 +260,14 @@ def pause(claim: Claim, last_step: int) -> bool:
         run = held_by(claim).select_for_update().first()
         if run is None:
             return False
-        where = f"at step {last_step}" if last_step else "before step 1"
+        warm = run.warmup if isinstance(run.warmup, dict) else {}
+        where = (
+            f"at step {last_step}"
+            if last_step
+            else f"in its warm start ({warm.get('done')} of {warm.get('of')})"
+            if warm.get("of")
+            else "before step 1"
+        )
         note = f"paused {where} for a user's run; resumes after it, from where it was"
         end_attempt(run.id, run.attempt, PAUSED, note, now=now)
         run.status, run.lease, run.enqueued_at = RunStatus.QUEUED, None, now

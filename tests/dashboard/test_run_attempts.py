@@ -117,22 +117,27 @@ def test_a_paused_runs_note_goes_when_it_resumes_and_a_requeue_note_stays(
 ):
     run = services.launch_run(owner, tiny_config, demo=True)
     claim = lease.claim(run.id)
+    Run.objects.filter(pk=run.pk).update(warmup={"done": 50, "of": 300, "loss": 1.0})
+    assert lease.pause(claim, 0)  # in its warm start: how far it was
+    run.refresh_from_db()
+    assert run.error.startswith("paused in its warm start (50 of 300) for a user")
+    claim = lease.claim(run.id)
     assert lease.pause(claim, 7)
     run.refresh_from_db()
     assert run.status == "queued" and run.error.startswith("paused at step 7 for")
     page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
     assert "data-run-error" in page and "paused at step 7" in page  # while it waits
-    assert lease.claim(run.id).attempt == 2
+    assert lease.claim(run.id).attempt == 3
     run.refresh_from_db()
     assert run.status == "running" and run.error == ""
     page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
     assert "data-run-error" not in page  # in the attempts' table only
     assert "paused at step 7" in page
     # Another attempt's note (a reaped one) is not a promise kept by the claim.
-    Run.objects.filter(pk=run.pk).update(error="attempt 2: heartbeat lost")
+    Run.objects.filter(pk=run.pk).update(error="attempt 3: heartbeat lost")
     stale = timezone.now() - timedelta(seconds=3600)
     Run.objects.filter(pk=run.pk).update(heartbeat_at=stale)
     assert lease.reap() == [run.id]
     lease.claim(run.id)
     run.refresh_from_db()
-    assert run.error.startswith("attempt 2: heartbeat")
+    assert run.error.startswith("attempt 3: heartbeat")

@@ -156,7 +156,7 @@ def test_a_paused_demo_keeps_its_warm_start_and_steps_and_goes_on_from_them(
     first = services.launch_run(owner, {**tiny_config, "name": "first"})
     assert FUTURES[str(first.pk)].result(timeout=300) == RunStatus.SUCCEEDED
     paused = RunAttempt.objects.get(run=demo, number=1)
-    assert paused.outcome == "paused" and "before step 1" in paused.message
+    assert paused.outcome == "paused" and "in its warm start (" in paused.message
     assert warm.exists()
     wait_for(
         lambda: Run.objects.get(pk=demo.pk).last_step >= 2, 300, message="RL steps"
