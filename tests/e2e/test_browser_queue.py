@@ -107,7 +107,10 @@ def test_the_real_trainers_warm_start_streams_to_the_page(live, page, shots, ui)
         "name": "warm start live",
         "steps": 2,
         "env": {"name": "calc"},
-        "model": {"size": "tiny", "device": "cpu", "warmstart_steps": 400,
+        # Long enough to report twice however fast the machine (a report after the
+        # first step, then every 5 s): 400 steps once ended between two reports on
+        # a quiet machine, and the page never showed a second count. Cancelled below.
+        "model": {"size": "tiny", "device": "cpu", "warmstart_steps": 10000,
                   "warmstart_batch": 2},
         "rollout": {"tasks_per_step": 2, "group_size": 2, "max_turns": 2},
     }  # fmt: skip
@@ -122,7 +125,7 @@ def test_the_real_trainers_warm_start_streams_to_the_page(live, page, shots, ui)
     first = ui.until(
         page,
         "(document.querySelector('[data-run-state-text]').textContent"
-        ".match(/warm start: (\\d+) of 400 steps/) || [])[1]",
+        ".match(/warm start: (\\d+) of 10000 steps/) || [])[1]",
         timeout=300,
     )
     # The banner's text, read in the same look that saw the count pass ``first``:
@@ -131,10 +134,23 @@ def test_the_real_trainers_warm_start_streams_to_the_page(live, page, shots, ui)
         page,
         "(() => { const b = document.querySelector('[data-run-state]');"
         " const t = b && !b.hidden ? b.textContent : '';"
-        " const m = t.match(/warm start: (\\d+) of 400/);"
+        " const m = t.match(/warm start: (\\d+) of 10000/);"
         f" return m && Number(m[1]) > {int(first)} ? t : null; }})()",
         timeout=300,
     )
-    assert re.search(r"warm start: \d+ of 400 steps", later)
+    assert re.search(r"warm start: \d+ of 10000 steps", later)
     ui.shot(page, shots, "queue_warm_start_live")
+    # Cancelled, so that the server's one executor is free for the next test.
+    req = urllib.request.Request(
+        f"{live.url}/api/runs/{run_id}/cancel",
+        b"",
+        {"Authorization": f"Bearer {token}"},
+        method="POST",
+    )
+    urllib.request.urlopen(req, timeout=60).read()
+    ui.until(
+        page,
+        "document.querySelector('[data-run-status] .badge').textContent === 'cancelled'",
+        timeout=120,
+    )
     assert not page.guard.dialogs
