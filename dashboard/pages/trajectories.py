@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from dashboard.ingest import arrays
 from dashboard.models import CriticalPath, Trajectory
-from dashboard.pages import charts, trajview
+from dashboard.pages import charts, gantt, trajview
 from dashboard.pages import groups as groups_mod
 from dashboard.pages.csp import csp
 from dashboard.reads import trajectories as trajs
@@ -163,7 +163,7 @@ def trajectory(
             "t": t,
             "view": view,
             "agent_steps": t.agent_steps if isinstance(t.agent_steps, list) else [],
-            "gantt": trajview.gantt(cp) if cp else None,
+            "gantt": gantt.gantt(cp) if cp else None,
             "cp": cp,
             "prev_url": link(siblings[pos - 1]) if pos > 0 else "",
             "next_url": link(siblings[pos + 1]) if pos < len(siblings) - 1 else "",
@@ -251,7 +251,7 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
             "chosen_traj": rewards.get((chosen.group, chosen.index))
             if chosen
             else None,
-            "gantt": trajview.gantt(chosen) if chosen else None,
+            "gantt": gantt.gantt(chosen) if chosen else None,
             "chosen_subagents": _subagents(chosen) if chosen else 0,
             "step_error": step_error,
             "step_subagents": sum(1 for cp in paths if _subagents(cp)),

@@ -1,7 +1,7 @@
 """One trajectory laid out for reading: its agent steps in order, the reward each
 component paid at each step (with the sum checks), the judges' verdicts beside the
 steps they judged, the reference answer beside what the environment parsed from the
-policy's final turn, and, for orchestration runs, the critical-path Gantt.
+policy's final turn (the critical-path Gantt: :mod:`dashboard.pages.gantt`).
 
 Segments are grouped into steps by ``turn``: the policy's ``action`` (thought and tool
 call) then what came back (``tool`` output or a ``subagent`` result). Text stays raw
@@ -16,11 +16,9 @@ from typing import Any
 
 from dashboard import jsonsafe
 from dashboard.ingest import prompts
-from dashboard.models import CriticalPath, Judgement, Trajectory
+from dashboard.models import Judgement, Trajectory
 from dashboard.reads.trajectories import SegmentPage
-from rewards.facts import as_count
 from rewards.matching import last_number
-from trainer.event_schema import MAX_PATH_SUBAGENTS, MAX_STAGES, MAX_SUBAGENTS
 
 TOLERANCE = 1e-6
 OBSERVATION_LABELS = {"tool": "observation", "subagent": "sub-agent result"}
@@ -318,141 +316,3 @@ def _paid_anyway(facts: dict[str, Any], rewards: Any) -> list[dict[str, Any]]:
             why = "well-formed actions"
         out.append({"name": str(name)[:100], "value": float(value), "why": why})
     return out
-
-
-# --- critical path ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Bar:
-    lane: int
-    start: int
-    steps: int
-    label: str
-    critical: bool
-    ok: bool = True
-
-
-@dataclass
-class Gantt:
-    bars: list[Bar]
-    lanes: int
-    span: int
-    critical_steps: int
-    total_steps: int
-    stage_starts: list[int]
-
-    # Geometry for the SVG (viewBox units): 1000 wide, 22 per lane.
-    WIDTH = 1000
-    LANE = 22
-
-    @property
-    def height(self) -> int:
-        return self.lanes * self.LANE + 24
-
-    def legend(self) -> list[tuple[str, str]]:
-        """(swatch classes, label) for the kinds of bar this chart draws, and only
-        those: every colour in the legend is one the chart shows."""
-        kinds = {(b.lane == 0, b.critical, b.ok) for b in self.bars}
-        out = []
-        if any(orch for orch, _, _ in kinds):
-            out.append(("orch crit", "orchestrator (always on the critical path)"))
-        if any(not orch and crit for orch, crit, _ in kinds):
-            out.append(("crit", "sub-agent on the critical path (its stage's slowest)"))
-        if any(not orch and not crit for orch, crit, _ in kinds):
-            out.append(("par", "other sub-agents, in parallel"))
-        if any(not ok for _, _, ok in kinds):
-            out.append(("failed", "failed"))
-        return out
-
-    def rects(self) -> list[dict[str, Any]]:
-        scale = self.WIDTH / max(1, self.span)
-        return [
-            {
-                "x": round(b.start * scale, 2),
-                "y": b.lane * self.LANE + 2,
-                "w": max(1.0, round(b.steps * scale - 1, 2)),
-                "h": self.LANE - 4,
-                "bar": b,
-            }
-            for b in self.bars
-        ]
-
-    def ticks(self) -> list[dict[str, Any]]:
-        scale = self.WIDTH / max(1, self.span)
-        every = max(1, math.ceil(self.span / 10))
-        return [
-            {"x": round(t * scale, 2), "t": t} for t in range(0, self.span + 1, every)
-        ]
-
-    @property
-    def axis_y(self) -> int:
-        return self.lanes * self.LANE + 14
-
-    @property
-    def parallel_saving(self) -> float:
-        return 1 - self.critical_steps / self.total_steps if self.total_steps else 0.0
-
-
-def _steps(value: Any) -> int:
-    """A stored step count as a bar's length: 0 for what is not one (rows stored
-    before the schema checked them: text, lists, negatives, 1e308)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    return min(as_count(value), 2**31 - 1)
-
-
-def _list(value: Any, most: int) -> list:
-    return value[:most] if isinstance(value, list | tuple) else []
-
-
-def _stage(stage: Any) -> tuple[int, list[tuple[str, int, bool]]]:
-    """(orchestrator steps, [(label, steps, success)]) from either stage spelling;
-    at most the schema's sub-agents a stage (one bar each)."""
-    if isinstance(stage, dict):
-        subs = []
-        for i, s in enumerate(_list(stage.get("subagents"), MAX_SUBAGENTS)):
-            if isinstance(s, dict):
-                subs.append(
-                    (
-                        jsonsafe.text(s.get("subtask", i), 200),
-                        _steps(s.get("steps")),
-                        s.get("success", True) is not False,
-                    )
-                )
-            else:
-                subs.append((str(i), _steps(s), True))
-        return _steps(stage.get("orchestrator_steps")), subs
-    if isinstance(stage, list | tuple) and len(stage) == 2:
-        return _steps(stage[0]), [
-            (str(i), _steps(s), True)
-            for i, s in enumerate(_list(stage[1], MAX_SUBAGENTS))
-        ]
-    return 0, []
-
-
-def gantt(cp: CriticalPath) -> Gantt:
-    """Stages run one after another; within a stage the orchestrator's own steps come
-    first, then its sub-agents in parallel. The critical path is every orchestrator
-    bar plus each stage's slowest sub-agent (``cp.path``)."""
-    bars: list[Bar] = []
-    t = 0
-    lanes = 1
-    starts = []
-    path = cp.path if isinstance(cp.path, list) else []
-    drawn = 0
-    for s, raw in enumerate(_list(cp.stages, MAX_STAGES)):
-        if drawn >= MAX_PATH_SUBAGENTS:
-            break  # stored before the schema bounded it
-        orch, subs = _stage(raw)
-        subs = subs[: MAX_PATH_SUBAGENTS - drawn]
-        drawn += len(subs)
-        starts.append(t)
-        if orch:
-            bars.append(Bar(0, t, orch, f"stage {s}: orchestrator", True))
-        slowest = path[s] if s < len(path) else None
-        for i, (label, steps, ok) in enumerate(subs):
-            bars.append(
-                Bar(i + 1, t + orch, steps, f"stage {s}: {label}", i == slowest, ok)
-            )
-        lanes = max(lanes, len(subs) + 1)
-        t += orch + max((steps for _, steps, _ in subs), default=0)
-    return Gantt(bars, lanes, t, cp.critical_steps, cp.total_steps, starts)

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dashboard.pages import configdiff, trajview
+from dashboard.pages import configdiff, gantt, trajview
 from dashboard.pages.schema import flatten
 from dashboard.reads import metrics, trajectories
 
@@ -52,7 +52,7 @@ def test_the_gantt_runs_stages_in_sequence_and_marks_the_critical_path():
         },
         (2, []),
     ]
-    g = trajview.gantt(_cp(stages, [0, None], 8, 11))
+    g = gantt.gantt(_cp(stages, [0, None], 8, 11))
     bars = [(b.lane, b.start, b.steps, b.critical, b.ok) for b in g.bars]
     assert bars == [
         (0, 0, 1, True, True),
