@@ -195,17 +195,15 @@ def _warm_start(
         of = config.model.warmstart_steps
         sink.emit({"type": "warmstart", "done": done, "of": of, "loss": loss})
 
-    if keep is None or keep.warm is None:
-        return warmstart(policy, env, config, stop, progress)
     return warmstart(
         policy,
         env,
         config,
         stop,
         progress,
-        keep=keep.warm,
+        keep=keep.warm if keep is not None else None,
         resume=resume,
-        save_on_stop=keep.wanted,
+        save_on_stop=keep.wanted if keep is not None else None,
     )
 
 
