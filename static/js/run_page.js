@@ -247,7 +247,11 @@ function warmText(warm) {
 // Empty charts say why while the run waits (queued, warming up) instead of "No data
 // yet." for minutes; a chart whose emptiness has its own reason (no KL term) keeps it.
 function waitingChartText(status, warm) {
-  if (status === "queued") return "Queued: charts begin at step 1, once the run starts.";
+  if (status === "queued") {
+    return data.last_step
+      ? `Queued after step ${data.last_step}: nothing recorded here yet; the run goes on when it starts again.`
+      : "Queued: charts begin at step 1, once the run starts.";
+  }
   if (status === "running" && !data.last_step) {
     return warm && warm.of
       ? `Warm start ${warm.done} of ${warm.of}: charts begin at step 1.`

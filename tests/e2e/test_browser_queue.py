@@ -96,6 +96,25 @@ def test_a_queued_run_says_where_it_stands_then_shows_its_warm_start(
     )
 
 
+def test_a_run_queued_again_after_its_steps_does_not_say_charts_begin_at_step_1(
+    live, page, ui
+):
+    """A demo paused for a user's run is queued again at step 412: a chart that
+    has nothing yet says so, not that charts begin at step 1."""
+    demo_id, _ = live.script(SEED)
+    live.script(
+        "from dashboard.models import Run, RunStatus\n"
+        f"Run.objects.filter(pk={demo_id!r}).update(status=RunStatus.QUEUED)\n"
+        "print(1)"
+    )
+    ui.login(page, live.url)
+    page.goto(f"{live.url}/runs/{demo_id}/")
+    assert _chart_placeholder(page, "reward") == (
+        "Queued after step 412: nothing recorded here yet; "
+        "the run goes on when it starts again."
+    )
+
+
 def test_the_real_trainers_warm_start_streams_to_the_page(live, page, shots, ui):
     token = live.script(
         "from django.contrib.auth import get_user_model\n"
