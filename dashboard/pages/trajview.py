@@ -285,12 +285,16 @@ def answers(facts: Any, rewards: Any = None) -> dict[str, Any] | None:
         "answer": answer,
         "number": number,
         "success": success,
-        "paid": _paid_anyway(facts, rewards) if success is False else [],
+        "paid": _paid_anyway(facts, rewards, number) if success is False else [],
     }
 
 
-def _paid_anyway(facts: dict[str, Any], rewards: Any) -> list[dict[str, Any]]:
-    """``[{"name", "value", "why"}]``: the terms that paid a missed answer."""
+def _paid_anyway(
+    facts: dict[str, Any], rewards: Any, number: float | None = None
+) -> list[dict[str, Any]]:
+    """``[{"name", "value", "why"}]``: the terms that paid a missed answer.
+    ``number``: the last number of the answer, which ``numeric_match`` reads (an
+    answer that is not the reference word for word may still end in its number)."""
     comps = rewards.get("components") if isinstance(rewards, dict) else None
     if not isinstance(comps, dict):
         return []
@@ -311,8 +315,18 @@ def _paid_anyway(facts: dict[str, Any], rewards: Any) -> list[dict[str, Any]]:
                 else f"partial credit ({partial:g}) from the environment"
             )
         elif name == "numeric_match":
-            why = "tool credit: a tool call computed the reference value"
+            why = _numeric_why(number, facts.get("reference"))
         elif name == "format":
             why = "well-formed actions"
         out.append({"name": str(name)[:100], "value": float(value), "why": why})
     return out
+
+
+def _numeric_why(number: float | None, reference: Any) -> str:
+    """Why ``numeric_match`` paid an answer that is not the reference: its last
+    number is the reference's (the rule), else a tool call's result was
+    (``tool_credit``)."""
+    ref = last_number(str(reference)[:ANSWER_CHARS])
+    if number is not None and ref is not None and math.isclose(number, ref):
+        return f"its last number, {number:g}, is the reference's"
+    return "tool credit: a tool call computed the reference value"

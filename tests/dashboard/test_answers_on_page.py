@@ -89,6 +89,25 @@ def test_a_missed_answer_that_was_paid_says_which_term_paid_it_and_why(
     assert "paid anyway" not in answers_block(page(owner_client, run, index=1))
 
 
+def test_numeric_match_paid_for_the_answers_last_number_says_so_not_tool_credit(
+    owner_client, run
+):
+    """A garbled answer ending in the reference's number: numeric_match pays it
+    by its rule (the last number), with no tool call in the episode."""
+    facts = {"answer": "xq:k argu 2essio 2", "reference": "2", "success": False}
+    t = traj(facts=facts)
+    t["rewards"] = {"total": 1.0, "components": {"numeric_match": 1.0}}
+    writer.store(run.pk, [t])
+    block = answers_block(page(owner_client, run))
+    assert "its last number, 2, is the reference&#x27;s" in block
+    assert "tool credit" not in block
+    # a last number that is not the reference's: the credit came from a tool call
+    t = traj(1, facts={**facts, "answer": "7"})
+    t["rewards"] = {"total": 0.5, "components": {"numeric_match": 0.5}}
+    writer.store(run.pk, [t])
+    assert "tool credit" in answers_block(page(owner_client, run, index=1))
+
+
 def test_an_episode_without_a_final_answer_says_so(owner_client, run):
     writer.store(run.pk, [traj(facts={"answer": None, "reference": "12"})])
     block = answers_block(page(owner_client, run))
@@ -143,3 +162,32 @@ def test_prompts_of_the_common_templates_read_as_turns():
     assert prompt_turns(gemma) == [PromptTurn("user", "2+2?")]
     # the built-in word model: no template, one user turn
     assert prompt_turns("<bos> what is 3 + 4") == [PromptTurn("user", "what is 3 + 4")]
+
+
+def test_a_steps_label_says_what_the_action_was(owner_client, run):
+    """A final answer is not labelled a tool call; text in an environment without
+    tools is text; an unparsed call is still flagged malformed."""
+    t = traj(facts={"answer": "12", "reference": "12", "success": True})
+    t["segments"] = [
+        {"turn": 0, "kind": "prompt", "text": PROMPT, "mask": "prompt"},
+        *({"turn": i, "kind": "action", "text": f"a{i}"} for i in range(4)),
+    ]
+    t["steps"] = [
+        {"tool": "calculator", "ok": True},
+        {"tool": None, "ok": True},
+        {"tool": None, "ok": False},
+        {"tool": "answer", "ok": True},
+    ]
+    writer.store(run.pk, [t])
+    html = page(owner_client, run)
+    kinds = [
+        " ".join(k.split("</span>", 1)[0].split())
+        for k in html.split("data-step-kind>")[1:]
+    ]
+    assert kinds == [
+        "tool call <code>calculator</code>",
+        "text",
+        'tool call <span class="muted">unparsed',
+        "final answer",
+    ]
+    assert html.count("malformed</span>") == 1
