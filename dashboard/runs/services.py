@@ -201,11 +201,12 @@ def check_init_from_run(user: Any, config: dict[str, Any]) -> list[str]:
 
 def check_run_limit(user: Any) -> None:
     """At most RUN_MAX_ACTIVE_PER_USER queued or running runs per user on this
-    platform's workers (external runs train elsewhere and do not count).
-    Call inside a transaction: the user row is locked so launches serialise."""
+    platform's workers (external runs train elsewhere and do not count, nor do
+    demo runs, which pause for a user's run). Call inside a transaction: the
+    user row is locked so launches serialise."""
     get_user_model().objects.select_for_update().filter(pk=user.pk).first()
     active = Run.objects.filter(
-        owner=user, status__in=ACTIVE_STATUSES, external=False
+        owner=user, status__in=ACTIVE_STATUSES, external=False, demo=False
     ).count()
     if active >= settings.RUN_MAX_ACTIVE_PER_USER:
         raise Conflict(

@@ -95,6 +95,21 @@ def test_external_runs_do_not_count_toward_the_active_runs_limit(
     assert Run.objects.filter(owner=owner, external=False).count() == 1
 
 
+def test_demo_runs_do_not_count_toward_the_active_runs_limit(
+    owner, tiny_config, settings
+):
+    """The embedded mode's demo runs belong to the user who logs in and pause
+    for their runs: they must not use up that user's launches."""
+    settings.RUN_MAX_ACTIVE_PER_USER = 2
+    for status in (RunStatus.RUNNING, RunStatus.QUEUED):
+        Run.objects.create(owner=owner, name="demo", config={}, demo=True,
+                           status=status)  # fmt: skip
+    services.launch_run(owner, tiny_config)
+    services.launch_run(owner, tiny_config)  # two demos and one run: no 409
+    with pytest.raises(services.Conflict, match="limit 2"):
+        services.launch_run(owner, tiny_config)
+
+
 def test_queue_follows_the_device(owner, tiny_config, settings):
     settings.RUN_QUEUE_AUTO = "gpu"
     a = services.launch_run(owner, {**tiny_config, "model": {"device": "cuda"}})
