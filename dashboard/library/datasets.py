@@ -25,12 +25,12 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from dashboard.errors import Conflict, ServiceError
+from dashboard.filenames import ascii_name
 from dashboard.library import roots
 from dashboard.library.dataset_limits import refusal, size_text, upload_limits
 from dashboard.library.previews import PREVIEW_ROWS, build_preview
 from dashboard.models import Dataset
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -85,7 +85,7 @@ def check_name(filename: str, name: str | None = None) -> tuple[str, str]:
         raise ServiceError(
             f"file: must be one of {', '.join(sorted(fmts))} (this one is {ext or 'none'})"
         )
-    stem = _UNSAFE.sub("-", stem).strip(".-")[:120]
+    stem = ascii_name(stem, 120)
     if not stem:
         raise ServiceError("name: give the dataset a name of letters and digits")
     return stem + ext, fmts[ext]

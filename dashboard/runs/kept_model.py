@@ -26,6 +26,7 @@ from typing import Any
 from django.conf import settings
 
 from dashboard.errors import InvalidConfig, NotFound
+from dashboard.filenames import ascii_name
 from dashboard.runs.execution import checkpoint_dir, newest_checkpoint
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ def model_directory(run: Any, kind: str) -> tuple[Path, KeptModel]:
 def archive_name(run: Any, kept: KeptModel, kind: str) -> str:
     """The top folder of the archive: the run's name, the kind and the step, in
     characters every file system and shell takes."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", run.name or "run").strip("-.")[:60]
+    slug = ascii_name(run.name or "run", 60)
     return f"{slug or 'run'}-{kind}-step-{kept.step}"
 
 
