@@ -110,6 +110,20 @@ def test_the_held_out_split_is_deterministic_by_seed_and_disjoint(arith):
     assert {t.id for t in drawn} <= test_ids
 
 
+def test_a_steps_tasks_are_distinct_rows_while_the_split_has_rows_left(arith):
+    """Drawn with replacement, a step of 4 groups on a 60-row dataset held one
+    row twice in about one step in 10 (a newcomer's step 5: groups 0 and 2 both
+    jsonl-9); 30 draws on 15 rows are two shuffled passes."""
+    env = make_env("dataset", {"path": str(arith), "holdout": 0.25}, seed=3)
+    rng = random.Random(0)
+    for _ in range(200):
+        ids = [t.id for t in env.sample_tasks(8, rng)]
+        assert len(set(ids)) == 8
+    ids = [t.id for t in env.sample_tasks(30, rng)]
+    assert len(set(ids[:15])) == 15 and len(set(ids[15:])) == 15
+    assert set(ids[:15]) == {r.id for r in env.split_rows("train")}
+
+
 def test_the_config_names_the_dataset_fields():
     with pytest.raises(Exception) as exc:
         TrainConfig.model_validate({"env": {"name": "dataset", "params": {}}})
