@@ -73,8 +73,27 @@ def export_model(src: str | Path, out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    save_tokenizer(tokenizer, out)
     return out
+
+
+# How this process loaded the tokenizer, which transformers writes into the saved
+# tokenizer_config.json: a user loading the download from the Hub or elsewhere
+# would inherit "local_files_only": true.
+LOADER_KEYS = ("is_local", "local_files_only")
+
+
+def save_tokenizer(tokenizer: Any, out: Path) -> None:
+    """``tokenizer.save_pretrained(out)`` without :data:`LOADER_KEYS` in its config."""
+    tokenizer.save_pretrained(out)
+    path = out / "tokenizer_config.json"
+    if path.exists():
+        config = json.loads(path.read_text(encoding="utf-8"))
+        if any(k in config for k in LOADER_KEYS):
+            for k in LOADER_KEYS:
+                config.pop(k, None)
+            path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+                            encoding="utf-8")  # fmt: skip
 
 
 def checkpoint_config(ckpt: str | Path) -> TrainConfig:
@@ -111,7 +130,7 @@ def export_adapter(src: str | Path, out: str | Path) -> Path:
     for f in (ckpt / "adapter").iterdir():
         if f.is_file():
             shutil.copyfile(f, out / f.name)
-    _base_tokenizer(str(cfg.model.path)).save_pretrained(out)
+    save_tokenizer(_base_tokenizer(str(cfg.model.path)), out)
     return out
 
 

@@ -168,6 +168,10 @@ def test_a_lora_runs_adapter_and_merged_model_load_back_with_the_trained_logits(
     adapter_dir = tmp_path / "adapter" / top
     assert f"{top}/adapter_model.safetensors" in names
     assert AutoTokenizer.from_pretrained(adapter_dir).chat_template == tok.chat_template
+    # How the server loaded the tokenizer is not written into the download.
+    for d in (merged_dir, adapter_dir):
+        saved = json.loads((d / "tokenizer_config.json").read_text())
+        assert "local_files_only" not in saved and "is_local" not in saved
     with torch.no_grad():
         assert torch.allclose(merged(ids).logits, want, atol=1e-4)
         fresh_base = AutoModelForCausalLM.from_pretrained(base)
