@@ -307,6 +307,15 @@ TRACKIO_MAX_ENTRIES = env_int("TRACKIO_MAX_ENTRIES", 5000, min_value=1)
 # JSON values (array items, object members) of one events body, counted by its commas
 # and brackets before anything is parsed: what bounds the objects a body can unfold into.
 EVENTS_MAX_VALUES = env_int("EVENTS_MAX_VALUES", 1 << 20, min_value=1024)
+# What one request may store, bounding how long it holds the embedded database's
+# write lock (another writer waits 30 s, then fails): metric values of its step
+# events (a row each, ~30-50 us; a 87 KB gzip body once held the lock for 107 s),
+# and for trackio the trajectories its completions tables and traces unfold into
+# (~0.5 ms each) and the runs it reports to. Our trainer's sink splits a batch
+# refused for size (413).
+EVENTS_MAX_METRIC_VALUES = env_int("EVENTS_MAX_METRIC_VALUES", 1 << 16, min_value=1024)
+TRACKIO_MAX_TRAJECTORIES = env_int("TRACKIO_MAX_TRAJECTORIES", 8192, min_value=64)
+TRACKIO_MAX_RUNS = env_int("TRACKIO_MAX_RUNS", 64, min_value=1)
 # What one event may hold, on every write path (dashboard.ingest.bounds): tokens of a
 # trajectory (and the length of each per-token array), its segments, its agent steps
 # (and each per-step reward list), characters of one text field (a segment's text, an

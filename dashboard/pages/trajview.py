@@ -228,14 +228,14 @@ def build(
     checks = []
     for name in names:
         values = per_step[name]
-        step_sum = math.fsum(_f(v) for v in values)
+        step_sum = _fsum([_f(v) for v in values])
         total = _f(comps.get(name, step_sum))
         if not values:  # a total alone: nothing to check it against
             checks.append(ComponentCheck(name, total, math.nan, True, False))
             continue
         checks.append(ComponentCheck(name, total, step_sum, _close(total, step_sum)))
     total = _f(rewards.get("total", t.reward))
-    component_sum = math.fsum(c.total for c in checks)
+    component_sum = _fsum([c.total for c in checks])
     episode = []
     for j in judgements:
         if isinstance(j.target_step, int) and 0 <= j.target_step < n_steps:
@@ -317,7 +317,7 @@ def _paid_anyway(
         elif name == "numeric_match":
             why = _numeric_why(number, facts.get("reference"))
         elif name == "format":
-            why = "well-formed actions"
+            why = "a share for each step that parsed as a tool call or an answer"
         out.append({"name": str(name)[:100], "value": float(value), "why": why})
     return out
 
@@ -330,3 +330,12 @@ def _numeric_why(number: float | None, reference: Any) -> str:
     if number is not None and ref is not None and math.isclose(number, ref):
         return f"its last number, {number:g}, is the reference's"
     return "tool credit: a tool call computed the reference value"
+
+
+def _fsum(values: list[float]) -> float:
+    """``math.fsum``, or the plain sum (inf or NaN) where fsum raises: terms whose
+    sum passes the float range (stored rewards of 1e308), or inf and -inf."""
+    try:
+        return math.fsum(values)
+    except (OverflowError, ValueError):
+        return sum(values)

@@ -177,4 +177,18 @@ def parse_events(data: bytes | bytearray) -> list[dict[str, Any]]:
             break
     if errors:
         raise (PayloadTooLarge if too_large else InvalidConfig)(errors)
+    check_metric_values(sum(len(ev.get("metrics") or ()) for ev in events), "body")
     return events
+
+
+def check_metric_values(
+    count: int, field: str, error: type[ServiceError] = PayloadTooLarge
+) -> None:
+    """Refuse (413, or ``error``) a request whose events carry more metric values
+    than ``EVENTS_MAX_METRIC_VALUES``: each is a row written under the write lock."""
+    limit = settings.EVENTS_MAX_METRIC_VALUES
+    if count > limit:
+        raise error(
+            f"{field}: {count:,} metric values, more than the limit of {limit:,} "
+            "a request (EVENTS_MAX_METRIC_VALUES); send smaller batches"
+        )

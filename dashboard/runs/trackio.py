@@ -38,6 +38,7 @@ from django.db import IntegrityError, transaction
 from dashboard import jsonsafe
 from dashboard.models import EntryReceipt, MetricPoint, Run, Trajectory, metric_keys
 from dashboard.runs import external
+from dashboard.runs.event_body import check_metric_values
 from dashboard.runs.services import InvalidConfig, ServiceError, check_name, check_text
 from trainer.importers import completions
 from trainer.importers import trackio as convert
@@ -118,12 +119,37 @@ def _run_key(entry: dict[str, Any], where: str) -> tuple[str, str, str | None]:
 def _by_run(
     entries: list[dict[str, Any]], field: str
 ) -> dict[tuple[str, str, str | None], list[tuple[str, dict[str, Any]]]]:
-    """The entries of each run, in order, each with where it was (``logs[3]``)."""
+    """The entries of each run, in order, each with where it was (``logs[3]``);
+    refused when the call reports to more runs, or carries more metric values or
+    trajectories, than a request may store (``TRACKIO_MAX_RUNS``,
+    ``EVENTS_MAX_METRIC_VALUES``, ``TRACKIO_MAX_TRAJECTORIES``: each bounds how long
+    the call holds the embedded database's write lock)."""
     out: dict[tuple[str, str, str | None], list[tuple[str, dict[str, Any]]]] = {}
     for i, entry in enumerate(entries):
         where = f"{field}[{i}]"
         out.setdefault(_run_key(entry, where), []).append((where, entry))
+    if len(out) > settings.TRACKIO_MAX_RUNS:
+        raise InvalidConfig(
+            f"{field}: entries for {len(out)} runs, more than the limit of "
+            f"{settings.TRACKIO_MAX_RUNS} a call (TRACKIO_MAX_RUNS)"
+        )
+    metrics = [e["metrics"] for e in entries if isinstance(e.get("metrics"), dict)]
+    check_metric_values(sum(map(len, metrics)), field, InvalidConfig)
+    rows = sum(_trajectories_in(v) for m in metrics for v in m.values())
+    if rows > settings.TRACKIO_MAX_TRAJECTORIES:
+        raise InvalidConfig(
+            f"{field}: {rows:,} table rows and traces, more than the limit of "
+            f"{settings.TRACKIO_MAX_TRAJECTORIES:,} a call (TRACKIO_MAX_TRAJECTORIES)"
+        )
     return out
+
+
+def _trajectories_in(value: Any) -> int:
+    """The trajectories a logged value unfolds into: a table's rows, its traces."""
+    if convert.is_table(value):
+        rows = value.get("_value")
+        return len(rows) if isinstance(rows, list) else 0
+    return len(convert.traces_in(value))
 
 
 def _checked(events: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
@@ -204,13 +230,13 @@ def _fresh(
     return fresh, len(items) - len(fresh)
 
 
-def _taken(run: Run, steps: Iterable[int]) -> dict[int, list[tuple[int, int, str]]]:
+def _taken(run: Run, steps: Iterable[int]) -> dict[int, convert.Slots]:
     rows = Trajectory.objects.filter(run=run, step__in=set(steps))
-    taken: dict[int, list[tuple[int, int, str]]] = {}
+    taken: dict[int, convert.Slots] = {}
     for step, group, index, task in rows.values_list(
         "step", "group", "index", "task_id"
     ):
-        taken.setdefault(step, []).append((group, index, task))
+        taken.setdefault(step, convert.Slots()).add(group, index, task)
     return taken
 
 
@@ -233,10 +259,12 @@ def _add(total: dict[str, int], part: dict[str, int]) -> dict[str, int]:
 
 
 # --- the calls ------------------------------------------------------------------------
-def _step(entry: dict[str, Any], run: Run, where: str) -> int:
+def _step(entry: dict[str, Any], run: Run, where: str, last: int | None = None) -> int:
+    """The entry's step; without one, the step after ``last`` (the call's latest
+    step so far), else after the run's."""
     step = entry.get("step")
     if step is None:
-        return run.last_step + 1
+        return (run.last_step if last is None else last) + 1
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**31:
         raise InvalidConfig(f"{where}.step: must be a whole number from 0 to 2**31 - 1")
     return step
@@ -251,8 +279,12 @@ def _log_events(run: Run, items: list[tuple[str, dict[str, Any]]]) -> list[dict]
             raise InvalidConfig(f"{where}.metrics: must be an object")
     logged = _logged_rewards(run, [entry["metrics"] for _, entry in items])
     per_entry = []
+    last = run.last_step
     for where, entry in items:
-        step = _step(entry, run, where)
+        # Entries without a step follow each other (three in one call were all
+        # the run's next step: two of them dropped as that step's re-sends).
+        step = _step(entry, run, where, last)
+        last = max(last, step)
         with _importing(where):
             evs = convert.entry_events(
                 entry["metrics"], step, run.framework, weights=weights, logged=logged

@@ -81,6 +81,7 @@ def test_a_missed_answer_that_was_paid_says_which_term_paid_it_and_why(
     assert "<code>outcome</code> 0.5" in block
     assert "the calculator computed the reference value" in block
     assert "<code>format</code> 0.1" in block
+    assert "each step that parsed as a tool call or an answer" in block
     assert "&lt;b&gt;" not in block  # a term that paid nothing is not listed
     # a match, or a miss that nothing paid, has no such line
     t = traj(1, facts={**facts, "partial": 0.0})
@@ -191,3 +192,19 @@ def test_a_steps_label_says_what_the_action_was(owner_client, run):
         "final answer",
     ]
     assert html.count("malformed</span>") == 1
+
+
+def test_step_rewards_summing_past_the_float_range_still_show_the_page(
+    owner_client, run
+):
+    """math.fsum raises on finite terms whose sum overflows (1e308 twice) and on
+    inf + -inf: the attribution check sums them as floats do."""
+    t = traj(facts={"answer": "12", "reference": "12", "success": True})
+    t["rewards"] = {
+        "total": 1e308,
+        "components": {"a": 1e308, "b": 1e308},
+        "per_step": {"a": [1e308, 1e308], "b": [float("inf"), float("-inf")]},
+    }
+    writer.store(run.pk, [t])
+    html = page(owner_client, run)
+    assert "data-step-total" in html

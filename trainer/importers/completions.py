@@ -114,4 +114,7 @@ def row_reward(
         return components, math.nan
     if not all(math.isfinite(v) for v in scored):
         return components, sum(scored)  # fsum raises on inf + -inf; this is NaN
-    return components, math.fsum(scored)
+    try:
+        return components, math.fsum(scored)
+    except OverflowError:  # finite terms past the float range together (1e308 * 2)
+        return components, sum(scored)

@@ -346,25 +346,39 @@ def trace_events(step: int, traces: list[dict[str, Any]]) -> list[dict[str, Any]
     return events
 
 
+class Slots:
+    """The (group, index, task id) taken at one step, indexed for :func:`place`: a
+    task's first group, each group's next free index, the next new group (a
+    table of n rows is placed in O(n), not by rescanning the rows placed)."""
+
+    def __init__(self, rows: Iterable[tuple[int, int, str]] = ()) -> None:
+        self.group_of: dict[str, int] = {}
+        self.next_index: dict[int, int] = {}
+        self.next_group = 0
+        for row in rows:
+            self.add(*row)
+
+    def add(self, group: int, index: int, task: str) -> None:
+        self.group_of.setdefault(task, group)
+        self.next_index[group] = max(self.next_index.get(group, 0), index + 1)
+        self.next_group = max(self.next_group, group + 1)
+
+
 def place(
-    events: list[dict[str, Any]], taken: dict[int, list[tuple[int, int, str]]]
+    events: list[dict[str, Any]], taken: dict[int, Slots]
 ) -> list[dict[str, Any]]:
     """Give the trajectories without a ``group`` or ``index`` theirs, beside the
-    (group, index, task_id) already ``taken`` at their step (updated): the group of a
-    sibling with the same prompt (task id), else a new group; the next free index."""
+    slots already ``taken`` at their step (updated): the group of a sibling with
+    the same prompt (task id), else a new group; the next free index."""
     for ev in events:
         if ev.get("type") != "trajectory":
             continue
-        rows = taken.setdefault(ev["step"], [])
+        slots = taken.setdefault(ev["step"], Slots())
         if ev["group"] is None:
-            same = [g for g, _, task in rows if task == ev["task_id"]]
-            ev["group"] = (
-                same[0] if same else 1 + max((g for g, _, _ in rows), default=-1)
-            )
+            ev["group"] = slots.group_of.get(ev["task_id"], slots.next_group)
         if ev["index"] is None:
-            used = [i for g, i, _ in rows if g == ev["group"]]
-            ev["index"] = 1 + max(used, default=-1)
-        rows.append((ev["group"], ev["index"], ev["task_id"]))
+            ev["index"] = slots.next_index.get(ev["group"], 0)
+        slots.add(ev["group"], ev["index"], ev["task_id"])
     return events
 
 
