@@ -286,6 +286,10 @@ def do_launch_run(
         # No name given: one from what the run is (calc-grpo-3), not a list of "run"s.
         name = auto_name(user, cfg)
         cfg = cfg.model_copy(update={"name": name})
+    if name is not None and name != cfg.name:
+        # The run's name and its config's agree (a clone named "x (repair: ...)"
+        # kept its parent's name in the config it shows and exports).
+        cfg = cfg.model_copy(update={"name": name})
     name = name or cfg.name
     with transaction.atomic():
         check_run_limit(user)

@@ -209,3 +209,11 @@ def test_a_broker_outage_at_launch_leaves_the_run_queued_for_the_reaper(
     with commit():
         assert lease.reap(now=later) == [run.id]  # nobody claimed it: sent again
     assert len(sent) == 2
+
+
+def test_a_named_clone_or_repair_carries_its_name_in_its_config(owner, tiny_config):
+    source = services.launch_run(owner, {**tiny_config, "name": "mychat"})
+    clone = services.do_clone_run(owner, source)
+    assert clone.name == clone.config["name"] == "mychat (clone)"
+    named = services.launch_run(owner, tiny_config, name="given")
+    assert named.config["name"] == "given"
