@@ -25,9 +25,9 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from dashboard.errors import Conflict, ServiceError
-from dashboard.filenames import ascii_name
 from dashboard.library import roots
 from dashboard.library.dataset_limits import refusal, size_text, upload_limits
+from dashboard.library.filenames import ascii_name
 from dashboard.library.previews import PREVIEW_ROWS, build_preview
 from dashboard.models import Dataset
 

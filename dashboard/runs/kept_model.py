@@ -26,7 +26,7 @@ from typing import Any
 from django.conf import settings
 
 from dashboard.errors import InvalidConfig, NotFound
-from dashboard.filenames import ascii_name
+from dashboard.library.filenames import ascii_name
 from dashboard.runs.execution import checkpoint_dir, newest_checkpoint
 
 log = logging.getLogger(__name__)

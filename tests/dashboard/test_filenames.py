@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dashboard.errors import ServiceError
-from dashboard.filenames import ascii_name
+from dashboard.library.filenames import ascii_name
 from dashboard.library.datasets import check_name
 from dashboard.runs.kept_model import archive_name
 
