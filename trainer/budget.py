@@ -325,5 +325,12 @@ def estimate_step(
 
 
 def gib(n: int) -> str:
-    """Bytes as GiB, for messages (``12.5 GiB``)."""
-    return f"{n / 2**30:,.1f} GiB"
+    """Bytes for messages: ``12.5 GiB``; below 1 GiB in MiB (``340 MiB``, ``2.5
+    MiB``), below 1 MiB in KiB, so a small model's step does not read "0.0 GiB"."""
+    if n >= 2**30:
+        return f"{n / 2**30:,.1f} GiB"
+    if n >= 10 * 2**20:
+        return f"{n / 2**20:,.0f} MiB"
+    if n >= 2**20:
+        return f"{n / 2**20:.1f} MiB"
+    return f"{max(n, 0) / 2**10:,.0f} KiB"

@@ -293,7 +293,8 @@ class TrainConfig(_Strict):
     )
     reward: RewardConfig | None = Field(
         None,
-        description="Reward components and judges; None: the environment's default.",
+        description="Reward components and judges; null or left out: the "
+        "environment's default.",
     )
     resources: ResourcesConfig = Field(
         default_factory=ResourcesConfig,

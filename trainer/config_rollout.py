@@ -16,7 +16,14 @@ class RolloutConfig(_Strict):
         4, ge=1, le=4096, description="Distinct tasks per batch."
     )
     group_size: int = Field(4, ge=2, le=256, description="Rollouts per task (G).")
-    max_turns: int = Field(6, ge=1, le=64, description="Agent steps before truncation.")
+    max_turns: int = Field(
+        6,
+        ge=1,
+        le=64,
+        description="Agent steps before truncation. An environment's own limit "
+        "(the dataset environment's max turns) ends an episode first when it is "
+        "smaller: the smaller of the two bounds an episode.",
+    )
     max_action_tokens: int = Field(12, ge=1, le=4096, description="Tokens per action.")
     max_total_tokens: int = Field(
         512, ge=16, le=131072, description="Whole-trajectory budget."

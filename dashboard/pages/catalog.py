@@ -70,6 +70,18 @@ def component_classes() -> dict[str, Any]:
     return {n: rc.component_models()[n] for n in rc.COMPONENT_NAMES}
 
 
+def component_envs() -> dict[str, list[str] | None]:
+    """Component name -> the environments whose facts it reads (None: any), for the
+    form's script to list the chosen environment's components first."""
+    from rewards.components import COMPONENTS
+
+    out: dict[str, list[str] | None] = {}
+    for name in component_classes():
+        envs = COMPONENTS.get(name).envs if name in COMPONENTS else None
+        out[name] = sorted(envs) if envs is not None else None
+    return out
+
+
 def component_param_specs(name: str, prefix: str = "") -> list[sc.FieldSpec]:
     """The params inputs of component ``name`` under ``prefix`` (``...params``)."""
     cls = component_classes().get(name)

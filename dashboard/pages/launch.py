@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.library import datasets, model_dirs
 from dashboard.models import Run
-from dashboard.pages import catalog, configdiff
+from dashboard.pages import catalog, configdiff, form_advice
 from dashboard.pages import formfields as ff
 from dashboard.pages import forms as f
 from dashboard.pages.csp import csp
@@ -37,6 +37,7 @@ def _context(form: f.RunForm, parent: Run | None, diff: list[Any]) -> dict[str, 
         "preset_choices": catalog.preset_choices(),
         "presets": catalog.presets_data(),
         "component_names": list(catalog.component_classes()),
+        "component_envs": catalog.component_envs(),
         "component_params": {
             name: catalog.component_param_specs(name, "reward.components.__i__.params")
             for name in catalog.component_classes()
@@ -150,13 +151,14 @@ def run_clone(request: HttpRequest, run_id: Any) -> HttpResponse:
 
 def _check(request: HttpRequest, parent: Run | None) -> JsonResponse:
     form = f.RunForm(request.POST)
-    ok, estimate = form.is_valid(), None
+    ok, estimate, warnings = form.is_valid(), None, {}
     if ok:  # what only the platform knows: paths in the roots, init_from_run
         try:
             checked = services.check_platform(
                 TrainConfig.model_validate(form.cleaned), request.user
             )
             estimate = services.step_estimate(checked)
+            warnings = form_advice.warnings(checked)
         except services.ServiceError as exc:
             form.add_service_errors(exc.errors)
             ok = False
@@ -166,6 +168,7 @@ def _check(request: HttpRequest, parent: Run | None) -> JsonResponse:
             "ok": ok,
             "errors": form.errors,
             "estimate": estimate,
+            "warnings": warnings,
             "diff": [
                 {"path": d.path, "parent": d.values[0], "value": d.values[1]}
                 for d in diff

@@ -1,12 +1,15 @@
 // The new-run / clone form: environment switch (its parameters and default reward),
 // the preset's fields shown and overridable, reward components / judges / rubric
 // dimensions added and removed from <template>s, and a live check (the server's own
-// validation, errors per field, and for a clone the diff to the parent) as you type.
+// validation, errors per field, warnings that do not refuse the run, and for a clone
+// the diff to the parent) as you type.
 
 import { csrfToken, debounce, el, readJSONScript } from "./util.js";
 
 const form = document.getElementById("run-form");
 const presets = readJSONScript("presets-data") || {};
+// component name -> the environments it reads facts of (null: any), when the page has it
+const componentEnvs = readJSONScript("component-envs");
 let rewardDirty = false;
 
 // --- rows from templates ------------------------------------------------------------
@@ -40,6 +43,7 @@ function addComponent() {
   list.append(fromTemplate("#tpl-component", { __i__: i }));
   const row = list.lastElementChild;
   const kind = row.querySelector("select[name$='.name']");
+  orderComponents(row);
   setParams(row, kind.value);
   kind.focus();
 }
@@ -78,6 +82,31 @@ function currentEnv() {
   return form.querySelector("[data-env-radio]:checked")?.value || "calc";
 }
 
+// The component choices: the environment's own and those for any environment first;
+// the others last, in a group that says they are not for it (the server refuses them).
+function orderComponents(root) {
+  if (!componentEnvs) return;
+  const env = currentEnv();
+  const fits = (name) => { const envs = componentEnvs[name]; return !envs || envs.includes(env); };
+  for (const select of root.querySelectorAll("[data-component-row] select[name$='.name']")) {
+    const options = [...select.querySelectorAll("option")];
+    const chosen = select.value;
+    const own = options.filter((o) => fits(o.value));
+    const other = options.filter((o) => !fits(o.value));
+    const groups = [];
+    if (own.length) groups.push(el("optgroup", { label: `For ${env}` }, ...own));
+    if (other.length) groups.push(el("optgroup", { label: `Not for ${env}` }, ...other));
+    select.replaceChildren(...groups);
+    select.value = chosen;
+  }
+}
+
+// A blank name: the server names the run <env>-<preset>-<n> (services.auto_name).
+function showNamePlaceholder() {
+  const input = form.querySelector("[name='name']");
+  if (input) input.placeholder = `${currentEnv()}-${currentPreset()}-N (blank: named from the environment and algorithm)`;
+}
+
 async function loadReward(env) {
   const url = `${form.dataset.fragmentUrl}?env=${encodeURIComponent(env)}&preset=${encodeURIComponent(currentPreset())}`;
   const r = await fetch(url, { credentials: "same-origin" });
@@ -86,6 +115,7 @@ async function loadReward(env) {
   const fresh = doc.querySelector("[data-reward-section]");
   const old = form.querySelector("[data-reward-section]");
   if (fresh && old) old.replaceWith(document.importNode(fresh, true));
+  orderComponents(form);
   rewardDirty = false;
   check();
 }
@@ -93,6 +123,8 @@ async function loadReward(env) {
 function onEnvChange() {
   const env = currentEnv();
   for (const box of form.querySelectorAll("[data-env-params]")) box.hidden = box.dataset.envParams !== env;
+  showNamePlaceholder();
+  orderComponents(form);
   const section = form.querySelector("[data-reward-section]");
   if (!rewardDirty) { loadReward(env); return; }
   section.querySelector("[data-reward-notice]")?.remove();
@@ -107,6 +139,7 @@ function currentPreset() {
 }
 
 function showPreset() {
+  showNamePlaceholder();
   const fields = (presets[currentPreset()] || {}).fields || {};
   for (const row of form.querySelectorAll("[data-preset-row]")) {
     const name = row.dataset.presetRow;
@@ -182,10 +215,31 @@ let checkSeq = 0;
 let serverErrors = {};
 let lastOk = false;
 
+let serverWarnings = {};
+
 function showStatus(ok, errors, orphans) {
   const n = Object.values(errors).reduce((a, m) => a + m.length, 0);
   status.textContent = ok ? "✓ Valid configuration" : `${n} problem${n === 1 ? "" : "s"} to fix${orphans.length ? `: ${orphans.join("; ")}` : ""}`;
   status.className = `small ${ok ? "check-ok" : "check-bad"}`;
+}
+
+/** Advice that does not refuse the run (path -> [message]): beside its field and in
+ *  the side panel, the field's name first. */
+function showWarnings(warnings) {
+  for (const node of form.querySelectorAll("[data-warning-for]")) node.remove();
+  const panel = form.querySelector("[data-check-warnings]");
+  const items = [];
+  for (const [path, messages] of Object.entries(warnings || {})) {
+    const errors = form.querySelector(`[data-errors-for="${CSS.escape(path)}"]`);
+    for (const m of messages) {
+      errors?.after(el("p", { class: "small sev-warning", "data-warning-for": path, text: `⚠ ${m}` }));
+      items.push(el("li", { class: "sev-warning" }, el("code", { text: path }), `: ${m}`));
+    }
+  }
+  if (panel) {
+    panel.replaceChildren(...items);
+    panel.hidden = items.length === 0;
+  }
 }
 
 /** Show the last server answer with this browser's own number problems on top (they
@@ -247,8 +301,10 @@ async function runCheck() {
   }
   if (seq !== checkSeq) return; // a newer check is on its way
   serverErrors = res.errors;
+  serverWarnings = res.warnings || {};
   lastOk = res.ok;
   showAll(res.ok);
+  showWarnings(serverWarnings);
   if (res.ok || res.diff.length) showDiff(res.diff);
   const estimate = form.querySelector("[data-estimate]");
   if (estimate) estimate.textContent = res.estimate || "";
@@ -289,6 +345,7 @@ form.addEventListener("submit", (e) => {
 });
 
 showPreset();
+orderComponents(form);
 // Refused by the server: the first field it names gets the focus (its folded
 // sections open), so the problem is in view, not a page's length below the banner.
 if (form.querySelector("[data-error-summary]")) {

@@ -67,7 +67,7 @@ class DatasetParams(EnvParams):
         None,
         max_length=64,
         pattern=_KEY,
-        description="Field holding a row id; None: the line number.",
+        description="Field holding a row id; blank: the row's line number.",
     )
     split: Literal["train", "test"] = Field(
         "train", description="Which side of the held-out split tasks come from."
@@ -78,13 +78,14 @@ class DatasetParams(EnvParams):
     system_prompt: str | None = Field(
         None,
         max_length=8000,
-        description="System message before every prompt (chat models); None: a "
-        "description of the tools when there are any.",
+        description="System message before every prompt (chat models); blank: with "
+        "tools, one that describes them and how to call them; without, none.",
     )
     tools: list[str] = Field(
         default_factory=list,
         max_length=8,
-        description="Tools the model may call: calculator, search.",
+        description="Tools the model may call, separated by commas; available: "
+        f"{', '.join(TOOLS.names())}. Blank: none, the first action is the answer.",
     )
     corpus_path: str | None = Field(
         None,
@@ -97,7 +98,9 @@ class DatasetParams(EnvParams):
         4,
         ge=1,
         le=64,
-        description="Actions per episode; the last one must be the answer.",
+        description="Actions per episode; the last one must be the answer. The "
+        "smaller of this and Rollout's max turns ends an episode: this one as "
+        "unanswered, Rollout's as truncated.",
     )
     max_rows: int = Field(100_000, ge=1, le=10_000_000)
 
@@ -190,8 +193,15 @@ class DatasetEnv(Environment):
         return self._vocabulary
 
     def sample_tasks(self, n: int, rng: random.Random) -> list[Task]:
+        """``n`` rows of the split, none twice while the split has rows not yet
+        drawn by this call (a step of 4 groups on 60 rows drew one row for two of
+        its groups: a duplicated group, and one task less): shuffled passes over
+        the split, as a sampler of epochs draws them."""
         pool = self.splits[self.params.split]
-        return [self.task(self.rows[rng.choice(pool)]) for _ in range(n)]
+        picks: list[int] = []
+        while len(picks) < n:
+            picks += rng.sample(pool, min(len(pool), n - len(picks)))
+        return [self.task(self.rows[i]) for i in picks]
 
     def held_out_tasks(self, n: int, rng: random.Random) -> list[Task]:
         """From the split the run does not train on (``test`` unless the run trains
