@@ -7,7 +7,7 @@
 // move a readout along the steps (issue 22.11).
 
 import uPlot from "../vendor/uplot/uPlot.esm.js";
-import { cssVar, fmt, num } from "./util.js";
+import { cssVar, el, fmt, num } from "./util.js";
 
 const PALETTE = ["#3d5afe", "#e8590c", "#2b8a3e", "#ae3ec9", "#1098ad", "#f59f00", "#d6336c", "#5c940d"];
 
@@ -18,6 +18,37 @@ export function colour(i) {
 function finiteOrNull(v) {
   const x = num(v);
   return x === null || !Number.isFinite(x) ? null : x;
+}
+
+/** NaN, Infinity or -Infinity (the API's strings or numbers); null for anything else. */
+function nonFinite(v) {
+  const x = num(v);
+  return x === null || Number.isFinite(x) ? null : x;
+}
+
+/** How a value that is not a number is written: "NaN", "+∞", "−∞". */
+export function oddName(v) {
+  return Number.isNaN(v) ? "NaN" : v > 0 ? "+\u221e" : "\u2212\u221e";
+}
+
+/** Steps as a short phrase: "step 7", "steps 7, 9, 12", "12 steps (7 to 40)". */
+export function stepsPhrase(steps) {
+  const s = [...steps].sort((a, b) => a - b);
+  if (s.length === 1) return `step ${s[0]}`;
+  if (s.length <= 4) return `steps ${s.join(", ")}`;
+  return `${s.length} steps (${s[0]} to ${s[s.length - 1]})`;
+}
+
+/** What a series logged that is not a number, as a phrase: "NaN at step 7; +∞ at
+ *  step 9" (``odd``: step -> NaN / ±Infinity). */
+export function oddPhrase(odd) {
+  const byKind = new Map();
+  for (const [step, v] of odd) {
+    const kind = oddName(v);
+    if (!byKind.has(kind)) byKind.set(kind, []);
+    byKind.get(kind).push(step);
+  }
+  return [...byKind].map(([kind, steps]) => `${kind} at ${stepsPhrase(steps)}`).join("; ");
 }
 
 /** Tick labels with just enough decimals to tell neighbours apart and to say each
@@ -82,18 +113,48 @@ function axisWidth(u, values) {
   return Math.max(40, Math.ceil(widest) + 18);
 }
 
-/** An axis title that fits beside a 220-px chart (~28 characters of 12-px text):
- *  the series' names, or where they are longer, their shared prefix (to its last
- *  "/", "_" or ".") with a "*" for the rest; the legend names each series. */
-export function axisTitle(names, suffix = "") {
-  const MAX = 28;
-  const whole = names.join(", ") + suffix;
-  if (whole.length <= MAX || names.length < 2) return whole;
+/** The names' shared prefix up to its last "/", "_" or "." with a "*" for the rest
+ *  ("rollout/ratio_*"), or the first name and how many more. */
+function sharedHead(names) {
   let p = names[0];
   for (const n of names) while (!n.startsWith(p)) p = p.slice(0, -1);
   const cut = Math.max(p.lastIndexOf("/"), p.lastIndexOf("_"), p.lastIndexOf("."));
-  const head = cut > 0 ? `${p.slice(0, cut + 1)}*` : `${names[0]} +${names.length - 1}`;
-  return (head + suffix).length <= MAX ? head + suffix : head;
+  return cut > 0 ? `${p.slice(0, cut + 1)}*` : `${names[0]} +${names.length - 1}`;
+}
+
+/** ``text`` cut in its middle: its path's middle parts ("train/…/mean_length"). */
+function dropMiddleParts(text) {
+  const parts = text.split("/");
+  return parts.length >= 3 ? `${parts[0]}/\u2026/${parts[parts.length - 1]}` : text;
+}
+
+/** ``text`` cut to ``n`` characters with an ellipsis in its middle (more of the end
+ *  kept: a name's last part tells series apart). */
+function cutMiddle(text, n) {
+  if (text.length <= n) return text;
+  const head = Math.floor((n - 1) * 0.4);
+  const tail = n - 1 - head;
+  return `${text.slice(0, head)}\u2026${tail > 0 ? text.slice(-tail) : ""}`;
+}
+
+/** An axis title that fits (``fits(text)``: whether it does; by default ~28
+ *  characters, what 12-px text beside a 220-px chart holds): the series' names, or
+ *  their shared prefix (to its last "/", "_" or ".") with a "*" for the rest, or a
+ *  name without its path's middle ("train/…/mean_length (right axis)"), the suffix
+ *  dropped before the name is cut any further, which is then cut in its middle. The
+ *  legend names each series whole (and so does the title's tooltip, see
+ *  MetricChart). */
+export function axisTitle(names, suffix = "", fits = (t) => t.length <= 28) {
+  const whole = names.join(", ") + suffix;
+  if (!names.length || fits(whole)) return whole;
+  const base = names.length > 1 ? sharedHead(names) : names[0];
+  const short = dropMiddleParts(base);
+  for (const t of [base + suffix, short + suffix, base, short]) if (fits(t)) return t;
+  for (let n = short.length - 1; n >= 2; n--) {
+    const t = cutMiddle(short, n);
+    if (fits(t)) return t;
+  }
+  return "\u2026";
 }
 
 /** The magnitude split: ``null`` when every series fits one axis, else a boolean per
@@ -133,6 +194,10 @@ export class MetricChart {
     this.onPick = opts.onPick;
     this.band = opts.band !== false;
     this.points = new Map(); // step -> Float64 values per key (null when missing)
+    // Per key, the steps whose value is not a number: step -> NaN / ±Infinity. A line
+    // cannot go through them: they are marked on the plot's top (NaN, +∞) or bottom
+    // (−∞) edge, named in the legend and in a note under the plot.
+    this.odd = this.keys.map(() => new Map());
     this.minmax = new Map(); // step -> [min, max] of the first key (downsampled buckets)
     this.alerts = [];
     this.plot = null;
@@ -144,13 +209,20 @@ export class MetricChart {
   load(series, bucketWidth = 1) {
     this.points.clear();
     this.minmax.clear();
+    this.odd.forEach((m) => m.clear());
     this.downsampled = bucketWidth > 1;
     this.keys.forEach((key, k) => {
       const s = series[key];
       if (!s) return;
       for (let i = 0; i < s.step.length; i++) {
-        this._set(s.step[i], k, finiteOrNull(s.last[i]));
+        this._set(s.step[i], k, s.last[i]);
         if (k === 0 && this.downsampled && s.min && s.max) this.minmax.set(s.step[i], [finiteOrNull(s.min[i]), finiteOrNull(s.max[i])]);
+        // A downsampled bucket's last value may be a number while its min or max is
+        // not (a NaN sorts above every number): marked at the step it came from.
+        for (const [vals, at] of [[s.min, s.min_step], [s.max, s.max_step]]) {
+          const v = vals ? nonFinite(vals[i]) : null;
+          if (v !== null) this.odd[k].set(at ? at[i] : s.step[i], v);
+        }
       }
     });
     this.schedule();
@@ -161,7 +233,7 @@ export class MetricChart {
     let hit = false;
     this.keys.forEach((key, k) => {
       if (key in metrics) {
-        this._set(step, k, finiteOrNull(metrics[key]));
+        this._set(step, k, metrics[key]);
         hit = true;
       }
     });
@@ -169,13 +241,18 @@ export class MetricChart {
     return hit;
   }
 
-  _set(step, k, v) {
+  /** Step ``step``'s value of key ``k`` (a number, or the API's "NaN"...): numbers
+   *  go to the plot, NaN and ±Infinity to ``odd`` (a gap in the line). */
+  _set(step, k, raw) {
     let row = this.points.get(step);
     if (!row) {
       row = new Array(this.keys.length).fill(null);
       this.points.set(step, row);
     }
-    row[k] = v;
+    row[k] = finiteOrNull(raw);
+    const odd = nonFinite(raw);
+    if (odd !== null) this.odd[k].set(step, odd);
+    else if (row[k] !== null) this.odd[k].delete(step);
   }
 
   setAlerts(steps) {
@@ -213,25 +290,75 @@ export class MetricChart {
     if (!data[0].length) return;
     const withBand = data.length > this.keys.length + 1;
     const right = splitScales(data.slice(1, this.keys.length + 1));
-    const shape = `${withBand}|${right ? right.join(",") : ""}`;
+    // A series of NaN alone is still one: its legend entry and the readout say so.
+    const present = data.slice(1, this.keys.length + 1).map((col, k) => col.some((v) => v !== null) || this.odd[k].size > 0);
+    const shape = `${withBand}|${right ? right.join(",") : ""}|${present.join(",")}`;
     if (this.plot && this.plot._shape === shape) {
       this.plot.setData(data);
+      this._noteOdd();
       return;
     }
     this.plot?.destroy();
     this.right = right;
-    this.present = data.slice(1, this.keys.length + 1).map((col) => col.some((v) => v !== null));
+    this.present = present;
     this.plot = this._create(data, withBand, right);
     this.plot._shape = shape;
+    this._noteOdd();
+  }
+
+  /** The values that are not numbers, in words: after each series' name in the
+   *  legend ("train/grad_norm: NaN at step 7", the whole list as its tooltip) and in a
+   *  note under the plot, which says so plainly when nothing else was logged (the
+   *  plot would look merely empty). */
+  _noteOdd() {
+    const u = this.plot;
+    const phrases = this.odd.map((m) => (m.size ? oddPhrase(m) : ""));
+    const rows = u ? u.root.querySelectorAll(".u-legend .u-series") : [];
+    this.keys.forEach((_, k) => {
+      const row = rows[k + 1];
+      const label = row?.querySelector(".u-label");
+      if (!label) return;
+      if (label.dataset.name === undefined) label.dataset.name = label.textContent;
+      const text = phrases[k] ? `${label.dataset.name} \u00b7 ${phrases[k]}` : label.dataset.name;
+      if (label.textContent !== text) label.textContent = text;
+      if (phrases[k]) row.title = `${this.labels[k]}: ${phrases[k]} (not plotted; marked on the plot's edge)`;
+      else row.removeAttribute("title");
+    });
+    const odd = this.keys.flatMap((_, k) => (phrases[k] ? [`${this.labels[k]}: ${phrases[k]}`] : []));
+    let note = this.noteEl;
+    if (!odd.length) {
+      if (note) note.hidden = true;
+      return;
+    }
+    if (!note) {
+      note = el("p", { class: "small chart-odd", "data-chart-odd": "", role: "note" });
+      this.el.after(note);
+      this.noteEl = note;
+    }
+    const anyNumber = u && u.data.slice(1, this.keys.length + 1).some((col) => col.some((v) => v !== null));
+    const text = anyNumber
+      ? `Not numbers (marked on the plot's edge, no line through them): ${odd.join("; ")}.`
+      : `Nothing to draw: every value logged here is not a number. ${odd.join("; ")}.`;
+    note.classList.toggle("only-odd", !anyNumber);
+    note.hidden = false;
+    if (note.textContent !== text) note.textContent = text;
   }
 
   /** The y axes: one titled with the chart's unit, or (split) one per side titled
    *  with the keys it carries. */
   _axes(axis, right) {
     const y = { ...axis, size: axisWidth, values: (u, splits) => tickLabels(splits) };
-    const x = { ...axis, incrs: STEP_INCRS, label: this.xTitle, labelSize: 20 };
-    if (!right) return [x, { ...y, scale: "y", label: this.yTitle, labelSize: 20 }];
+    // The step axis 40 px tall (uPlot's 50 left 20 px unused): the plot, and the room
+    // of a y axis title along it, 10 px taller.
+    const x = { ...axis, incrs: STEP_INCRS, label: this.xTitle, labelSize: 20, size: 40 };
+    // What each axis title says in full ([names, suffix]); _fitTitles shortens them
+    // to the room the plot has.
+    if (!right) {
+      this.titles = [[[this.xTitle], ""], [[this.yTitle], ""]];
+      return [x, { ...y, scale: "y", label: this.yTitle, labelSize: 20 }];
+    }
     const on = (side) => this.labels.filter((_, k) => right[k] === side && this.present[k]);
+    this.titles = [[[this.xTitle], ""], [on(false), ""], [on(true), " (right axis)"]];
     return [
       x,
       { ...y, scale: "y", label: axisTitle(on(false)), labelSize: 20 },
@@ -239,14 +366,124 @@ export class MetricChart {
     ];
   }
 
+  /** Every axis title as long as the plot has room for (a y title runs along the
+   *  plot's height, centred on it: "train/completions/mean_length (right axis)" was
+   *  cut at both ends), measured in the axis's own font; the full names are the
+   *  title's tooltip (``_placeTitleTips``). */
+  _fitTitles(u) {
+    const ctx = u.ctx;
+    const canvasH = ctx.canvas.height;
+    const mid = u.bbox.top + u.bbox.height / 2;
+    let changed = false;
+    ctx.save();
+    u.axes.forEach((axis, i) => {
+      const want = this.titles?.[i];
+      if (!want || axis.label == null) return;
+      const vertical = axis.side === 1 || axis.side === 3;
+      const room = (vertical ? 2 * Math.min(mid, canvasH - mid) : u.bbox.width) - 2 * devicePixelRatio;
+      ctx.font = Array.isArray(axis.labelFont) ? axis.labelFont[0] : axis.labelFont;
+      const label = axisTitle(want[0], want[1], (t) => ctx.measureText(t).width <= room);
+      if (label !== axis.label) {
+        axis.label = label;
+        changed = true;
+      }
+    });
+    ctx.restore();
+    if (changed) u.redraw(false, true);
+  }
+
+  /** A tooltip over each y axis title naming its series whole (a title may be
+   *  shortened to fit). */
+  _placeTitleTips(u) {
+    const wrap = u.root.querySelector(".u-wrap");
+    if (!wrap) return;
+    u.axes.forEach((axis, i) => {
+      const want = this.titles?.[i];
+      if (!want || axis.label == null || !(axis.side === 1 || axis.side === 3) || !axis.show) return;
+      this.tips = this.tips || [];
+      let tip = this.tips[i];
+      if (!tip || tip.parentElement !== wrap) {
+        tip = el("div", { class: "u-axis-title", "data-axis-title": String(i) });
+        wrap.append(tip);
+        this.tips[i] = tip;
+      }
+      const full = want[0].join(", ") + want[1];
+      tip.title = full;
+      tip.setAttribute("aria-label", full);
+      const size = axis.labelSize || 20;
+      tip.style.left = `${axis.side === 3 ? axis._lpos - size : axis._lpos}px`;
+      tip.style.top = `${u.bbox.top / devicePixelRatio}px`;
+      tip.style.width = `${size}px`;
+      tip.style.height = `${u.bbox.height / devicePixelRatio}px`;
+    });
+  }
+
+  /** NaN and ±∞ as marks on the plot's top (NaN, +∞) or bottom (−∞) edge at their
+   *  step, in their series' colour, each with a tooltip ("train/grad_norm: NaN at
+   *  step 7"); neighbours closer than a mark's width merge into one. */
+  _placeOddMarks(u) {
+    for (const m of u.over.querySelectorAll(".u-odd")) m.remove();
+    const [lo, hi] = [u.scales.x.min, u.scales.x.max];
+    if (lo === null || hi === null || lo === undefined) return;
+    let lane = 0;
+    this.keys.forEach((_, k) => {
+      const odd = this.odd[k];
+      if (!odd.size) return;
+      const clusters = [];
+      const steps = [...odd.keys()].filter((s) => s >= lo && s <= hi).sort((a, b) => a - b);
+      for (const step of steps) {
+        const v = odd.get(step);
+        const side = Number.isNaN(v) || v > 0 ? "top" : "bottom";
+        const x = u.valToPos(step, "x");
+        const last = clusters.findLast((c) => c.side === side);
+        if (last && x - last.x1 < 26) {
+          last.x1 = x;
+          last.odd.set(step, v);
+        } else clusters.push({ side, x0: x, x1: x, odd: new Map([[step, v]]) });
+      }
+      for (const c of clusters) {
+        const kinds = new Set([...c.odd.values()].map(oddName));
+        const mark = el("span", {
+          class: `u-odd u-odd-${c.side}`,
+          "data-odd-key": this.keys[k],
+          "data-odd-steps": [...c.odd.keys()].join(","),
+          title: `${this.labels[k]}: ${oddPhrase(c.odd)}`,
+          text: kinds.size === 1 ? [...kinds][0] : [...kinds].join("/"),
+        });
+        mark.style.color = colour(k);
+        mark.style.left = `${(c.x0 + c.x1) / 2}px`;
+        mark.style.minWidth = `${Math.round(c.x1 - c.x0) + 22}px`;
+        if (c.side === "top") mark.style.top = `${1 + lane * 15}px`;
+        else mark.style.bottom = `${1 + lane * 15}px`;
+        u.over.append(mark);
+      }
+      if (clusters.length) lane += 1;
+    });
+  }
+
   _create(data, withBand, right) {
     const axis = { stroke: cssVar("--muted", "#666"), grid: { stroke: cssVar("--border", "#ddd"), width: 1 }, ticks: { stroke: cssVar("--border", "#ddd") } };
     const series = [{ label: "step" }];
     // Points drawn where they are sparse (uPlot's default): a lone point shows.
     const scaleOf = (k) => (right && right[k] ? "y2" : "y");
+    // The legend's value at a step a series logged NaN (or ±∞) for says so, not "".
+    const value = (k) => (u, v, si, idx) => {
+      if (idx === null || idx === undefined) return "--";
+      if (v !== null && v !== undefined) return uPlot.fmtNum(v);
+      const odd = this.odd[k].get(u.data[0][idx]);
+      return odd === undefined ? "" : oddName(odd);
+    };
+    // A key not logged at a step (null) is joined over; a NaN or ±∞ leaves a gap: no
+    // line pretends to know the value there.
+    const gaps = (k) => (u, si, i0, i1, nullGaps) => {
+      if (!this.odd[k].size) return [];
+      const px = [...this.odd[k].keys()].map((step) => u.valToPos(step, "x", true));
+      return nullGaps.filter(([a, b]) => px.some((p) => p >= a - 0.5 && p <= b + 0.5));
+    };
     this.keys.forEach((key, k) => series.push({
       label: right && right[k] ? `${this.labels[k]} (right axis)` : this.labels[k],
-      scale: scaleOf(k), stroke: colour(k), width: 1.5, spanGaps: true, points: { size: 6, fill: colour(k) },
+      scale: scaleOf(k), stroke: colour(k), width: 1.5, spanGaps: false, gaps: gaps(k), points: { size: 6, fill: colour(k) },
+      value: value(k),
     }));
     const bands = [];
     if (withBand) {
@@ -273,8 +510,9 @@ export class MetricChart {
       },
       axes: this._axes(axis, right),
       hooks: {
-        draw: [(u) => self._drawAlerts(u)],
+        draw: [(u) => self._drawAlerts(u), (u) => self._placeOddMarks(u), (u) => self._placeTitleTips(u)],
         ready: [
+          (u) => self._fitTitles(u),
           (u) => {
             u.over.addEventListener("click", () => {
               const idx = u.cursor.idx;
@@ -338,7 +576,8 @@ export class MetricChart {
     const v = k0 >= 0 ? u.data[k0 + 1][idx] : null;
     const top = v === null ? u.bbox.height / devicePixelRatio / 2 : u.valToPos(v, scale);
     u.setCursor({ left: u.valToPos(step, "x"), top });
-    const parts = this.keys.flatMap((_, k) => (this.present?.[k] === false ? [] : [`${this.labels[k]} ${fmt(u.data[k + 1][idx])}`]));
+    const valueAt = (k) => u.data[k + 1][idx] ?? this.odd[k].get(step) ?? null;
+    const parts = this.keys.flatMap((_, k) => (this.present?.[k] === false ? [] : [`${this.labels[k]} ${fmt(valueAt(k))}`]));
     const text = `step ${step}: ${parts.join(", ")}`;
     if (this.readout) this.readout.textContent = text;
     return text;

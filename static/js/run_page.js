@@ -161,6 +161,22 @@ function tickDuration() {
 setInterval(tickDuration, 1000);
 
 // --- status ------------------------------------------------------------------------------
+// Cancel asks first; the question says what cancelling does now, following the live
+// status both ways (the page renders it for the status it was opened in: a run that
+// went from running back to queued was still asked to stop "at its next step"). The
+// wording is the page's own (templates/pages/detail.html), as the server's message
+// after a cancel is ("Cancelled before it started" for a queued run).
+const CANCEL_QUESTIONS = {
+  queued: "Cancel this queued run? It will not start.",
+  running: "Stop this run at its next step? What it recorded so far is kept.",
+};
+
+function updateCancelQuestion(status) {
+  const question = document.querySelector("[data-cancel-question]");
+  const text = CANCEL_QUESTIONS[status];
+  if (question && text && question.textContent !== text) question.textContent = text;
+}
+
 function setStatus(status, lastStep) {
   if (status) {
     const badge = document.querySelector("[data-run-status] .badge");
@@ -170,8 +186,7 @@ function setStatus(status, lastStep) {
     }
     const menu = document.querySelector("[data-cancel-menu]");
     if (menu && FINAL.has(status)) { menu.open = false; menu.hidden = true; }
-    const question = document.querySelector("[data-cancel-question]");
-    if (question && status === "running") question.textContent = "Stop this run at its next step? What it recorded so far is kept.";
+    updateCancelQuestion(status);
     if (status === "running" && runningSince === null) runningSince = performance.now() - 1000 * (strip.duration_s || 0);
     if (FINAL.has(status) && runningSince !== null) { tickDuration(); runningSince = null; }
     const ended = FINAL.has(status) && !FINAL.has(data.status);

@@ -3,7 +3,9 @@ value whole at 800 to 1600 px (the value column once spilled past the card and t
 next card covered it: "-0.016" for -0.0167, "1" for a length of 13); a trajectory's
 page does not scroll sideways at 1280 px (the reward-attribution table's check column
 stuck out of its card); the compare page's step axis has whole-number ticks (it read
-1, 1.25, 1.5, ... where the run page's charts read 1, 2, 3)."""
+1, 1.25, 1.5, ... where the run page's charts read 1, 2, 3); tables of runs fit their
+box from 700 px up, dropping lower-value columns (the runs list at 800 px hid Env, Owner
+and Age in an unmarked sideways scroll); chart cards side by side start level."""
 
 from __future__ import annotations
 
@@ -178,3 +180,116 @@ def test_compare_step_axis_ticks_are_whole_steps(live, browser, runs, ui, out_di
             assert all(lbl.strip().lstrip("-").isdigit() for lbl in axis["labels"]), (
                 axis
             )
+
+
+# Runs whose cells are the widest the tables hold: the longest algorithm labels, a
+# long hyphenated name, the widest status badge, a group.
+WIDE_ROWS = """
+from django.contrib.auth import get_user_model
+from dashboard.models import Run
+from tests.fixtures.seed import seed_run
+alice = get_user_model().objects.get(username='alice')
+for i, (name, preset, env, status) in enumerate([
+        ('verl-qwen2.5-7b-grpo-gsm8k-lr1e-6', 'grpo', 'search', 'succeeded'),
+        ('swarm baseline, seed 3', 'grpo', 'swarm', 'unresponsive'),
+        ('calc dapo sweep 12', 'dapo', 'calc', 'failed'),
+        ('gspo on search', 'gspo', 'search', 'cancelled')]):
+    r = seed_run(alice, name=name, env=env, preset=preset, steps=40, done=6,
+                 seed=i, status=status, groups=1, group_size=2)
+    Run.objects.filter(pk=r.pk).update(group='sweep-2024-lr' if i % 2 else '')
+print(json.dumps('ok'))
+"""
+
+# Each table of runs: how far it reaches past its box, and the cells (shown) that end
+# past the box's right edge, where nothing says the table scrolls.
+TABLES = """() => [...document.querySelectorAll('.table-wrap')].map(w => {
+  const right = w.getBoundingClientRect().right;
+  const cut = [...w.querySelectorAll('th, td')].filter(c => c.getClientRects().length
+    && c.getBoundingClientRect().right > right + 0.5).map(c => c.textContent.trim().slice(0, 30));
+  const heads = [...w.querySelectorAll('thead th')].filter(c => c.getClientRects().length)
+    .map(c => c.textContent.trim());
+  return {over: w.scrollWidth - w.clientWidth, cut, heads};
+})"""
+
+
+@pytest.fixture(scope="module")
+def wide_rows(live, runs):
+    return live.script(WIDE_ROWS)
+
+
+@pytest.mark.parametrize("width", [700, 800, 1000, 1280])
+def test_tables_of_runs_fit_without_a_hidden_scroll(
+    live, browser, wide_rows, ui, out_dir, width
+):
+    """At 800 px the runs list hid Env, Owner and Age off-screen in a sideways scroll
+    with no sign of it ("GRPO (DeepSeekMath)" cut at the edge), and the home page's
+    Recent table reached 9 px past its box: lower-value columns go first."""
+    with _open(browser, ui, live, width) as page:
+        for path, name in (("/runs/", "runs_list"), ("/", "home")):
+            page.goto(live.url + path)
+            page.wait_for_selector("[data-run-row]")
+            page.screenshot(path=str(out_dir / f"{name}_{width}.png"), full_page=True)
+            tables = page.evaluate(TABLES)
+            assert tables, path
+            for t in tables:
+                assert t["over"] <= 0 and t["cut"] == [], (path, width, t)
+            if path == "/runs/":
+                heads = tables[0]["heads"]
+                # What matters most stays: the run, its status, reward and algorithm.
+                for col in ("Name", "Status", "Latest", "Algorithm"):
+                    assert any(h.startswith(col) for h in heads), (width, heads)
+                if width >= 1280:
+                    assert {"Group", "Env", "Owner", "Age"} <= set(heads), heads
+                if width == 800:
+                    assert "Env" in heads, heads
+        assert page.evaluate(
+            "document.documentElement.scrollWidth <= window.innerWidth"
+        )
+
+
+def test_a_table_too_wide_for_its_box_shows_that_it_scrolls(
+    live, browser, runs, ui, out_dir
+):
+    """What still does not fit (a long name without a break) scrolls with a shadow
+    on the side it hides."""
+    with _open(browser, ui, live, 800) as page:
+        page.goto(live.url + "/runs/")
+        page.wait_for_selector("[data-run-row]")
+        layers = page.evaluate(
+            "() => { const s = getComputedStyle(document.querySelector('.table-wrap'));"
+            " return [s.backgroundImage, s.backgroundAttachment]; }"
+        )
+        assert layers[0].count("radial-gradient") == 2, layers
+        assert layers[1].split(", ").count("local") == 2, layers
+
+
+CARD_TOPS = """(sel) => [...document.querySelectorAll(sel)].map(e => e.getBoundingClientRect().top)"""
+
+
+def test_chart_cards_side_by_side_start_level(live, browser, runs, ui, out_dir):
+    """The right-hand card of each row started ~10 px lower than the left (the
+    tokens page's ".panel + .panel" margin): run page charts, compare's "same task"
+    columns."""
+    task = live.script(
+        "from dashboard.models import Trajectory\n"
+        f"print(json.dumps(Trajectory.objects.filter(run_id={runs[0]!r})"
+        ".values_list('task_id', flat=True).first()))"
+    )
+    with _open(browser, ui, live, 1280) as page:
+        page.goto(f"{live.url}/runs/{runs[0]}/")
+        page.wait_for_selector("[data-chart] .uplot")
+        page.screenshot(path=str(out_dir / "run_page_cards_1280.png"), full_page=True)
+        tops = page.evaluate(CARD_TOPS, "[data-charts] > .panel")
+        assert len(tops) >= 4, tops
+        rows = {}
+        for top in tops:  # cards whose tops are within a card's height share a row
+            key = next((r for r in rows if abs(r - top) < 100), top)
+            rows.setdefault(key, []).append(top)
+        assert any(len(r) >= 2 for r in rows.values()), tops
+        for row in rows.values():
+            assert max(row) - min(row) <= 0.5, tops
+        page.goto(f"{live.url}/compare/task/?runs={runs[0]},{runs[1]}&task={task}")
+        page.wait_for_selector("[data-task-column]")
+        page.screenshot(path=str(out_dir / "compare_task_1280.png"), full_page=True)
+        cols = page.evaluate(CARD_TOPS, "[data-task-column]")
+        assert len(cols) == 2 and abs(cols[0] - cols[1]) <= 0.5, cols

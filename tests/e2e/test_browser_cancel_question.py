@@ -1,0 +1,67 @@
+"""The cancel question follows the run's live status, both ways: a page opened while
+the run was queued must ask to stop it "at its next step" once it runs, and a run
+that goes back to the queue (paused) must be asked about as queued again (it kept
+"Stop this run at its next step?")."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SEED = """
+from django.contrib.auth import get_user_model
+from dashboard.models import Run, RunStatus
+alice = get_user_model().objects.get(username='alice')
+run = Run.objects.create(owner=alice, name='cancel question',
+                         config={'steps': 50, 'env': {'name': 'calc'}})
+assert run.status == RunStatus.QUEUED
+print(json.dumps(str(run.pk)))
+"""
+
+QUESTION = "document.querySelector('[data-cancel-question]').textContent"
+BADGE = "document.querySelector('[data-run-status]').innerText"
+QUEUED = "Cancel this queued run? It will not start."
+RUNNING = "Stop this run at its next step? What it recorded so far is kept."
+
+
+def _set(live, run: str, **fields) -> None:
+    updates = ", ".join(f"{k}={v}" for k, v in fields.items())
+    live.script(
+        "from django.utils import timezone\n"
+        "from dashboard.models import Run, RunStatus\n"
+        f"Run.objects.filter(pk={run!r}).update({updates})\n"
+        "print(1)"
+    )
+
+
+def test_the_cancel_question_follows_the_live_status(live, page, shots, ui):
+    run = live.script(SEED)
+    ui.login(page, live.url)
+    page.goto(f"{live.url}/runs/{run}/")
+    page.click("[data-cancel]")
+    assert page.text_content("[data-cancel-question]") == QUEUED
+
+    # It starts while the page is open (the page polls a queued run's status).
+    _set(
+        live,
+        run,
+        status="RunStatus.RUNNING",
+        started_at="timezone.now()",
+        heartbeat_at="timezone.now()",
+    )
+    ui.until(page, f"{BADGE}.includes('running')")
+    ui.until(page, f"{QUESTION} === {RUNNING!r}", 5)
+    ui.shot(page, shots, "cancel_question_running", full=False)
+
+    # It goes back to the queue after step 5 (paused): what the page learns from its
+    # stream (a backfill, as after a quiet spell or a reconnect) changes the question.
+    _set(live, run, status="RunStatus.QUEUED", last_step=5)
+    ui.until(page, "document.body.dataset.chartsReady === '1'")
+    page.evaluate("window.__runStream.backfill()")
+    ui.until(page, f"{BADGE}.includes('queued')")
+    ui.until(page, f"{QUESTION} === {QUEUED!r}", 5)
+    ui.shot(page, shots, "cancel_question_paused", full=False)
+    page.guard.check()
+    # No trainer plays it: ended here, not left for the session's cleanup to wait on.
+    _set(live, run, status="RunStatus.CANCELLED")
