@@ -110,6 +110,40 @@ def field_name(loc: tuple[Any, ...]) -> str:
     return "config." + ".".join(str(p) for p in loc)
 
 
+def shown(path: str, model: bool) -> str:
+    """``path`` as a person picks it: relative to the first model (``model``) or
+    data root that holds it, as the form's pickers write it; the path as it is
+    where that would not name it again (outside every root, or shadowed by the
+    same relative path in an earlier root). The stored config keeps the real path
+    the trainer opens; pages show this one (no server path on a page)."""
+    if not isinstance(path, str) or not path or "\x00" in path:
+        return path
+    real = _real(path)
+    roots = model_roots() if model else data_roots()
+    for root in roots:
+        top = _real(root)
+        if real != top and _under(real, top):
+            rel = os.path.relpath(real, top)
+            for again in roots:  # the first root with this relative path wins
+                candidate = Path(again) / rel
+                if os.path.lexists(candidate):
+                    return rel if _real(candidate) == real else path
+    return path
+
+
+def shown_paths(config: Any) -> Any:
+    """``config`` (a dict) with each path field as :func:`shown` shows it."""
+    if not isinstance(config, dict):
+        return config
+    out = copy.deepcopy(config)
+    for loc in list(path_fields(config)):
+        holder = out
+        for key in loc[:-1]:
+            holder = holder[key]
+        holder[loc[-1]] = shown(holder[loc[-1]], is_model_path(loc))
+    return out
+
+
 def check_paths(
     config: dict[str, Any], *, owner_id: Any = None, endpoints: Collection[str] = ()
 ) -> tuple[dict[str, Any], list[str]]:

@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.library import datasets, model_dirs
+from dashboard.library import datasets, model_dirs, roots
 from dashboard.models import Run
 from dashboard.pages import catalog, configdiff, form_advice
 from dashboard.pages import formfields as ff
@@ -70,7 +70,10 @@ def _context(form: f.RunForm, parent: Run | None, diff: list[Any]) -> dict[str, 
 def _diff(parent: Run | None, form: f.RunForm) -> list[configdiff.DiffRow]:
     if parent is None or form.cleaned is None:
         return []
-    return configdiff.diff([f.normalise(parent.config), form.cleaned])
+    # Paths as the form shows them on both sides: the parent's stored real path
+    # and the same path picked relative to its root are no change.
+    sides = [f.normalise(parent.config), form.cleaned]
+    return configdiff.diff([roots.shown_paths(c) for c in sides])
 
 
 def _submit(request: HttpRequest, parent: Run | None) -> HttpResponse:
@@ -118,7 +121,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
         env, params = (
             "dataset",
             {
-                "path": row.path,
+                "path": roots.shown(row.path, model=False),
                 "prompt_key": row.prompt_key,
                 "answer_key": row.answer_key,
             },
@@ -140,7 +143,7 @@ def run_clone(request: HttpRequest, run_id: Any) -> HttpResponse:
         return render(request, "400.html", {"errors": [NOT_CLONEABLE]}, status=400)
     if request.method == "POST":
         return _submit(request, parent)
-    initial = f.normalise(parent.config)
+    initial = roots.shown_paths(f.normalise(parent.config))
     initial["name"] = f"{parent.name} (clone)"[:200]
     if request.GET.get("start") == "checkpoint":  # "start a run from this one"
         initial["model"] = {**initial.get("model", {}), "init_from_run": str(parent.pk)}

@@ -26,6 +26,7 @@ from typing import Any
 from django.conf import settings
 
 from dashboard.errors import InvalidConfig, NotFound
+from dashboard.library import roots
 from dashboard.library.filenames import ascii_name
 from dashboard.runs.execution import checkpoint_dir, newest_checkpoint
 
@@ -74,7 +75,11 @@ def kept_model(run: Any) -> KeptModel | None:
         steps=cfg.steps,
         kinds=kinds,
         lora=cfg.model.lora is not None,
-        base=str(cfg.model.path) if cfg.model.path else f"built-in {cfg.model.size}",
+        base=(
+            roots.shown(str(cfg.model.path), model=True)
+            if cfg.model.path
+            else f"built-in {cfg.model.size}"
+        ),
         builtin=not cfg.model.path,
     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from pathlib import Path
 
 import pytest
 from dashtest import ROOT, client_for
@@ -69,7 +70,11 @@ def test_an_upload_is_validated_stored_under_the_owner_and_previewed_escaped(
     # "Use in a new run" opens the form on the dataset environment with its path.
     new = client.get(f"/runs/new/?env=dataset&dataset={ds.pk}").content.decode()
     field = re.search(r'name="envp\.dataset\.path"[^>]*value="([^"]*)"', new)
-    assert field and field.group(1) == ds.path
+    # relative to its data root, as the form's picker names it: no server path
+    assert field and field.group(1) == f"uploads/{owner.pk}/arith.jsonl"
+    assert roots.resolve(
+        field.group(1), roots.data_roots(), want_dir=False, owner_id=owner.pk
+    ) == str(Path(ds.path).resolve())
     assert re.search(r'name="env.name" value="dataset" checked', new)
 
 
