@@ -170,6 +170,9 @@ def trajectory(
             "heatmap": _heatmap_data(page),
             "series": _series_names(page),
             "answers": trajview.answers(t.facts, t.rewards),
+            # No tokens counted nor stored (a trainer that sent text only): its
+            # ``length`` 0 is "not known" (reads.trajectories.TOKEN_DATA).
+            "token_data": t.length > 0 or bool(t.arrays),
             "page": _page_links(request, page),
             "page_chars": settings.TRAJECTORY_PAGE_CHARS,
             "step_url": reverse("pages:trajectories", args=[run.pk]) + f"?step={step}",

@@ -19,11 +19,12 @@ from django.views.decorators.http import require_POST
 
 from dashboard import jsonsafe
 from dashboard.ingest import retention
+from dashboard.library import roots
 from dashboard.models import ACTIVE_STATUSES, Alert, Run, RunStatus
 from dashboard.pages import catalog, charts, configdiff
 from dashboard.pages.csp import csp
 from dashboard.pages.forms import normalise
-from dashboard.reads import metrics, repair, whatif
+from dashboard.reads import metrics, repair, reward_names, whatif
 from dashboard.reads import runs as run_reads
 from dashboard.reads import trajectories as trajs
 from dashboard.runs import kept_model, services
@@ -65,7 +66,7 @@ def run_info(run: Run) -> dict[str, Any]:
         else catalog.corrections_summary(_section(cfg, "algorithm")),
         "env": str(_section(cfg, "env").get("name") or ""),
         "steps": steps if isinstance(steps, int) and steps >= 0 else 0,
-        "model": str(model.get("path") or model.get("size") or ""),
+        "model": _shown_model(run, model),
         "lora": _lora_text(model.get("lora")),
     }
 
@@ -97,11 +98,15 @@ def home(request: HttpRequest) -> HttpResponse:
         :5000
     ]:
         counts[status] = counts.get(status, 0) + 1
-    # What to watch now: a run that is training, else the next one to start.
-    live = next((r for r in active if r.status == RunStatus.RUNNING), None)
+    # What to watch now: a run that is training (an external one: sending events
+    # now, not a client that stopped), else the next one to start.
+    live = next((r for r in active if run_reads.receiving(r)), None)
+    queued = [r for r in active if r.status == RunStatus.QUEUED]
     upcoming = (  # queued runs start oldest first
-        None if live or not active else min(active, key=lambda r: r.created_at)
+        None if live or not queued else min(queued, key=lambda r: r.created_at)
     )
+    for a in alerts:
+        a.sent = repair.sent_alert({"detector": a.detector, "severity": a.severity})
     return render(
         request,
         "pages/home.html",
@@ -155,7 +160,9 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @csp
 def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
-    stats = run_reads.run_stats(run)
+    reward_key = reward_names.reward_key(run)
+    stats = run_reads.run_stats(run, reward_key)
+    quiet_for = run_reads.quiet_for_s(run)
     alerts = run_reads.alert_dicts(run, run_reads.alerts(run))
     repairs = repair.with_repairs(run, alerts)  # the repair loop (issue 25)
     components = whatif.component_weights(run)  # what-if panel (issue 12)
@@ -180,6 +187,11 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             for a in alerts
         ],
         "latest_trajectory_step": trajs.nearest(traj_steps, None),
+        # The metric the strip's rewards are read from (an external run's trainer
+        # may log train/reward), and whether an external run is still sending.
+        "reward_key": reward_key,
+        "receiving": run_reads.receiving(run),
+        "quiet_for_s": quiet_for,
         "stats": {  # the strip's numbers, kept current by the page as frames arrive
             "best_reward": stats.best_reward,
             "best_step": stats.best_step,
@@ -217,16 +229,42 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "active": run.status in ACTIVE_STATUSES,
             "is_swarm": run_info(run)["env"] == "swarm",
             # recording policy and retention (issue 15)
-            "recording": retention.recording_line(run),
+            "recording": recording_line(run),
+            "quiet_for": quiet_for,
+            "detector_alerts": [a for a in alerts if not a["sent"]],
+            "sent_alerts": [a for a in alerts if a["sent"]],
             "pruned": retention.pruned_line(run),
             "waiting": waiting(run),
             # the run cannot learn: every group's rewards alike (issue 22, item 9)
-            "no_signal": next(
-                (a for a in alerts if a["detector"] == "no_learning_signal"), None
-            ),
+            "no_signal": no_signal_text(alerts),
             "warm_line": warm_line(run),
+            # paths as the form names them: no server path on a page
+            "shown_config": run.config
+            if run.external
+            else roots.shown_paths(run.config),
         },
     )
+
+
+def no_signal_text(alerts: list[dict[str, Any]]) -> str | None:
+    """The no-learning-signal alert's message under the banner that names it: its
+    own "no learning signal: " prefix (which names it in alert lists) left out."""
+    alert = next((a for a in alerts if a["detector"] == "no_learning_signal"), None)
+    if alert is None:
+        return None
+    message = str(alert.get("message") or "")
+    head = "no learning signal: "
+    return message[len(head) :] if message.lower().startswith(head) else message
+
+
+def recording_line(run: Run) -> str:
+    """What the run page says was recorded; an external run whose trajectories came
+    as text only (trackio's tables and traces) says so instead of promising token
+    arrays its trainer never sent."""
+    line = retention.recording_line(run)
+    if run.external and trajs.has_token_data(run) is False:
+        line = line.replace("token arrays on", "no token data sent (text only)")
+    return line
 
 
 def warmstart_steps(run: Any) -> int:
@@ -303,11 +341,12 @@ def compare(request: HttpRequest) -> HttpResponse:
         error = f"task: {problem}"
         return render(request, "compare.html", {"error": error, "runs": []}, status=400)
     runs = [services.get_run_for_user(request.user, i) for i in ids]
-    best = metrics.best_rewards([r.pk for r in runs])
+    rewards = reward_names.reward_keys(runs)
+    best = metrics.best_rewards([r.pk for r in runs], rewards)
     alert_counts = run_reads.alert_counts([r.pk for r in runs])
     summary = []
     for r in runs:
-        stats = run_reads.run_stats(r)
+        stats = run_reads.run_stats(r, rewards[r.pk])
         summary.append(
             {
                 "run": r,
@@ -321,7 +360,10 @@ def compare(request: HttpRequest) -> HttpResponse:
     comparison = configdiff.compare(
         [r.config if r.external else normalise(r.config) for r in runs]
     )
-    keys = sorted(set().union(*(metrics.metric_keys(r) for r in runs))) or ["reward"]
+    logged = set().union(*(metrics.metric_keys(r) for r in runs))
+    if logged & set(rewards.values()):  # each run's reward, whatever its name
+        logged.add("reward")
+    keys = sorted(logged) or ["reward"]
     tasks = trajs.common_tasks(runs)
     task = request.GET.get("task") or (tasks[0] if tasks else "")
     side_by_side = trajs.task_trajectories(runs, task) if task else []
@@ -362,3 +404,12 @@ def compare(request: HttpRequest) -> HttpResponse:
             "error": error,
         },
     )
+
+
+def _shown_model(run: Run, model: dict[str, Any]) -> str:
+    """The model a run trains, its path as the form's picker names it (relative to
+    its root: no server path on a page); an external run's as its trainer sent it."""
+    path = model.get("path")
+    if isinstance(path, str) and path and not run.external:
+        return roots.shown(path, model=True)
+    return str(path or model.get("size") or "")

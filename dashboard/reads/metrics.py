@@ -25,6 +25,7 @@ from dashboard.models import (
     Run,
     metric_keys,  # noqa: F401  (read here by the API and pages)
 )
+from dashboard.reads.reward_names import REWARD, reward_key, reward_keys
 
 MAX_POINTS = 2000
 
@@ -112,6 +113,27 @@ def _downsample(
     """The response without its series, and each key's series as JSON text."""
     points = max(1, min(int(points), MAX_POINTS))
     keys = list(dict.fromkeys(keys))[:MAX_KEYS]
+    stored = _stored_keys(run, keys)
+    out, series = _downsample_stored(
+        run, list(dict.fromkeys(stored.values())), since_step, points
+    )
+    return out, {k: series[stored[k]] for k in sorted(keys) if stored[k] in series}
+
+
+def _stored_keys(run: Run, keys: list[str]) -> dict[str, str]:
+    """Each asked key and the stored one it is read from: itself, except ``reward``
+    of an external run that logged its reward under its trainer's name
+    (:mod:`dashboard.reads.reward_names`): the compare page overlays every run's
+    ``reward``, whatever its trainer called it."""
+    stored = {k: k for k in keys}
+    if REWARD in stored and run.external:
+        stored[REWARD] = reward_key(run)
+    return stored
+
+
+def _downsample_stored(
+    run: Run, keys: list[str], since_step: int, points: int
+) -> tuple[dict[str, Any], dict[str, str]]:
     out: dict[str, Any] = {
         "run": str(run.pk),
         "since_step": since_step,
@@ -335,23 +357,23 @@ def sample_steps(last_step: int, n: int = SPARK_POINTS) -> list[int]:
     return sorted({1 + round(i * (last_step - 1) / (n - 1)) for i in range(n)})
 
 
-def sparklines(runs: Sequence[Run], key: str = "reward") -> dict[Any, str]:
-    """SVG ``points`` (viewBox 0 0 100 24) of ``key`` at sampled steps, per run.
+def sparklines(runs: Sequence[Run], key: str = REWARD) -> dict[Any, str]:
+    """SVG ``points`` (viewBox 0 0 100 24) of ``key`` at sampled steps, per run
+    (``reward``: each run's reward, under whatever name its trainer logged it).
 
     Reads ~40 rows per run through the primary key (run, step, key) instead of
     scanning the run's series.
     """
+    keys = reward_keys(runs) if key == REWARD else {r.pk: key for r in runs}
     cond = Q()
     for run in runs:
         steps = sample_steps(run.last_step)
         if steps:
-            cond |= Q(run_id=run.pk, step__in=steps)
+            cond |= Q(run_id=run.pk, step__in=steps, key=keys[run.pk])
     if not cond:
         return {}
     series: dict[Any, list[tuple[int, float]]] = {}
-    rows = MetricPoint.objects.filter(cond, key=key).values_list(
-        "run_id", "step", "value"
-    )
+    rows = MetricPoint.objects.filter(cond).values_list("run_id", "step", "value")
     for run_id, step, value in rows:
         if value is not None and math.isfinite(value):
             series.setdefault(run_id, []).append((step, value))
@@ -375,9 +397,20 @@ def spark_svg(
     )
 
 
-def best_rewards(run_ids: Iterable[Any]) -> dict[Any, float | None]:
+def best_rewards(
+    run_ids: Iterable[Any], keys: dict[Any, str] | None = None
+) -> dict[Any, float | None]:
+    """Each run's best finite reward; ``keys``: a run's reward key where it is not
+    ``reward`` (:func:`~dashboard.reads.reward_names.reward_keys`)."""
+    keys = keys or {}
+    cond = Q()
+    for run_id in run_ids:
+        cond |= Q(run_id=run_id, key=keys.get(run_id, REWARD))
+    if not cond:
+        return {}
     rows = (
-        MetricPoint.objects.filter(FINITE, run_id__in=list(run_ids), key="reward")
+        MetricPoint.objects.filter(FINITE)
+        .filter(cond)
         .values("run_id")
         .annotate(best=Max("value"))
     )

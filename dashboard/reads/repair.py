@@ -209,14 +209,31 @@ def evidence_rows(evidence: Any) -> list[tuple[str, str]]:
     return [(str(k), show(v)) for k, v in evidence.items()]
 
 
+# The detector of an alert the trainer raised itself (``trackio.alert``), as
+# ``trainer.importers.trackio.alert_event`` stores it: ``trackio:<title>``.
+SENT_PREFIX = "trackio:"
+
+
+def sent_alert(alert: dict[str, Any]) -> dict[str, Any] | None:
+    """``{"title", "level"}`` of an alert the trainer sent (no detector of ours
+    compared anything, no reward weight is suggested); None for a detector's."""
+    detector = str(alert.get("detector") or "")
+    if not detector.startswith(SENT_PREFIX):
+        return None
+    title = detector.removeprefix(SENT_PREFIX) or "alert"
+    return {"title": title, "level": alert.get("severity") or "info"}
+
+
 def with_repairs(run: Run, alerts: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each alert dict of ``run`` with ``evidence_rows`` and ``repair`` (its
-    suggestion or None); returns the suggestion of every detector kind, for the
-    page's script (alerts that arrive live)."""
+    """Each alert dict of ``run`` with ``sent`` (:func:`sent_alert`),
+    ``evidence_rows`` and ``repair`` (its suggestion or None; neither for an alert
+    the trainer sent); returns the suggestion of every detector kind, for the page's
+    script (alerts that arrive live)."""
     from rewards.detectors import DETECTORS
 
     every = suggestions(run, list(DETECTORS.in_order()))
     for a in alerts:
-        a["evidence_rows"] = evidence_rows(a.get("evidence"))
-        a["repair"] = every.get(a["detector"])
+        a["sent"] = sent_alert(a)
+        a["evidence_rows"] = [] if a["sent"] else evidence_rows(a.get("evidence"))
+        a["repair"] = None if a["sent"] else every.get(a["detector"])
     return every

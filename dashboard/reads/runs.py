@@ -12,6 +12,7 @@ from django.db.models import (
     Count,
     F,
     FloatField,
+    Func,
     OuterRef,
     Q,
     QuerySet,
@@ -33,6 +34,7 @@ from dashboard.models import (
     Trajectory,
 )
 from dashboard.reads.metrics import FINITE, _latest, finite
+from dashboard.reads.reward_names import latest_reward, reward_key
 
 SORTS = {
     "new": ("-created_at",),
@@ -67,13 +69,26 @@ def check_filters(params: Any) -> None:
         raise InvalidConfig(errors)
 
 
+class Lower(Func):
+    """``lower()`` that folds every letter: PostgreSQL's does; on SQLite (whose own
+    folds ASCII only) the ``py_lower`` that ``dashboard.apps`` registers."""
+
+    function = "LOWER"
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, function="py_lower", **extra)
+
+
 def filter_runs(runs: QuerySet[Run], params: Any) -> QuerySet[Run]:
     """The runs list's filters and sort, from GET parameters (InvalidConfig for a
     filter :func:`check_filters` refuses)."""
     check_filters(params)
     q = (params.get("q") or "").strip()
     if q:
-        runs = runs.filter(Q(name__icontains=q) | Q(owner__username__icontains=q))
+        folded = q.lower()
+        runs = runs.annotate(
+            _name=Lower("name"), _owner=Lower("owner__username")
+        ).filter(Q(_name__contains=folded) | Q(_owner__contains=folded))
     group = params.get("group") or ""
     if group:
         runs = runs.filter(group=group)
@@ -89,7 +104,12 @@ def filter_runs(runs: QuerySet[Run], params: Any) -> QuerySet[Run]:
     if env:
         runs = runs.filter(config__env__name=env)
     runs = runs.annotate(
-        last_reward=_latest(OuterRef("pk"), "reward"),
+        # An external run's reward is under its trainer's name (reward_names).
+        last_reward=Case(
+            When(external=False, then=_latest(OuterRef("pk"), "reward")),
+            default=latest_reward(OuterRef("pk")),
+            output_field=FloatField(),
+        ),
         # An external run's config is any JSON: only ours is known to hold an int.
         progress=Case(
             When(
@@ -122,8 +142,11 @@ class RunStats:
     last_pass_at_k: float | None = None  # held-out evaluation (eval/pass@k)
 
 
-def run_stats(run: Run) -> RunStats:
-    rewards = MetricPoint.objects.filter(run=run, key="reward")
+def run_stats(run: Run, reward: str | None = None) -> RunStats:
+    """The run's summary numbers; its reward read from ``reward``, else from
+    :func:`~dashboard.reads.reward_names.reward_key` (an external run's trainer may
+    have logged it as ``train/reward``)."""
+    rewards = MetricPoint.objects.filter(run=run, key=reward or reward_key(run))
     last = rewards.order_by("-step").values_list("value", flat=True).first()
     best = (
         rewards.filter(FINITE)
@@ -148,10 +171,40 @@ def run_stats(run: Run) -> RunStats:
 
 
 def duration_s(run: Run) -> float | None:
+    """Wall time: to the end, else to now; an external run's to its last event (no
+    client of ours is running it, and trackio's has no finish call: a run whose
+    client stopped would otherwise grow by the hour)."""
     if run.started_at is None:
         return None
-    end = run.finished_at or timezone.now()
+    end = run.finished_at or (run.external and run.heartbeat_at) or timezone.now()
     return max(0.0, (end - run.started_at).total_seconds())
+
+
+# An external run is "receiving" while its events come this recently. trackio's
+# client sends every 0.5 s while logging and samples the system every 10 s; a run
+# quieter than this shows its last event's age instead of "live". It stays
+# ``running`` until ``EXTERNAL_RUN_TIMEOUT`` marks it ``lost``
+# (``dashboard.runs.external.mark_lost``), so a trainer between slow steps is not
+# ended by a page.
+RECEIVING_WITHIN_S = 120
+
+
+def quiet_for_s(run: Run, now: Any = None) -> float | None:
+    """Seconds since a running external run's last event, when longer than
+    :data:`RECEIVING_WITHIN_S` (capped by ``EXTERNAL_RUN_TIMEOUT``); None while it
+    receives, and for every other run."""
+    from django.conf import settings
+
+    if not run.external or run.status != RunStatus.RUNNING or not run.heartbeat_at:
+        return None
+    quiet = ((now or timezone.now()) - run.heartbeat_at).total_seconds()
+    window = min(RECEIVING_WITHIN_S, settings.EXTERNAL_RUN_TIMEOUT)
+    return quiet if quiet > window else None
+
+
+def receiving(run: Run, now: Any = None) -> bool:
+    """Is the run training (ours) or sending events now (external)?"""
+    return run.status == RunStatus.RUNNING and quiet_for_s(run, now) is None
 
 
 def alerts(run: Run, limit: int = 200) -> list[Alert]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from dashboard import jsonsafe
 from dashboard.errors import InvalidConfig
@@ -249,11 +250,26 @@ def _num(params: Any, name: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+# A trajectory has token data when its length was counted or it has per-token
+# arrays: text-only ones (trackio's tables and traces, imported text) have neither,
+# and their stored ``length`` 0 means "not known", not "empty".
+TOKEN_DATA = Q(length__gt=0) | ~Q(arrays=b"")
+
+
+def has_token_data(run: Run) -> bool | None:
+    """Does any trajectory of the run have token data? None: it has none stored."""
+    if Trajectory.objects.filter(run=run).filter(TOKEN_DATA).exists():
+        return True
+    return None if not Trajectory.objects.filter(run=run).exists() else False
+
+
 def step_groups(run: Run, step: int, params: Any) -> list[Group]:
-    """The step's groups, each with its rollouts that pass the filters."""
+    """The step's groups, each with its rollouts that pass the filters (each with
+    ``token_data``: see :data:`TOKEN_DATA`)."""
     rows = (
         Trajectory.objects.filter(run=run, step=step)
         .defer("segments", "arrays", "facts", "agent_steps")
+        .annotate(token_data=ExpressionWrapper(TOKEN_DATA, BooleanField()))
         .order_by("group", "index")
     )
     lo, hi = _num(params, "reward_min"), _num(params, "reward_max")

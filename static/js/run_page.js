@@ -59,11 +59,37 @@ function makeChart(section, spec) {
 }
 
 // --- alerts ---------------------------------------------------------------------------
+// An alert the trainer itself sent (trackio.alert, stored as "trackio:<title>"): its
+// words under "Alerts the trainer sent", not among the detectors' findings.
+const SENT_PREFIX = "trackio:";
+function addSentAlert(a) {
+  let list = document.querySelector("[data-sent-alerts]");
+  if (!list) {
+    const section = document.querySelector("#alerts");
+    if (!section) return;
+    list = el("ul", { class: "alerts-list", "data-sent-alerts": "" });
+    section.append(el("h3", { text: "Alerts the trainer sent" }), list);
+  }
+  const title = String(a.detector).slice(SENT_PREFIX.length) || "alert";
+  const link = el("a", { href: `${data.trajectories_url}?step=${a.step}`, text: `step ${a.step}` });
+  const item = el("li", { "data-sent-alert": title, "data-alert-step": String(a.step) },
+    el("span", { class: `sev-${a.severity || "info"}`, text: "●" }), " ", link, " ",
+    el("strong", { text: title }), " ", el("span", { class: "small muted", text: `(${a.severity || "info"})` }));
+  if (a.message && a.message !== title) item.append(el("div", { class: "small", text: a.message }));
+  list.append(item);
+}
+
 function addAlert(a) {
   const key = `${a.step}|${a.detector}`;
   if (alertKeys.has(key)) return false;
   alertKeys.add(key);
   alertSteps.push(a.step);
+  if (String(a.detector).startsWith(SENT_PREFIX)) {
+    if (a.message !== undefined) addSentAlert(a);
+    const stat = document.querySelector("[data-stat=alerts]");
+    if (stat) stat.textContent = String(alertKeys.size);
+    return true;
+  }
   const list = document.querySelector("[data-alerts]");
   if (list && a.message !== undefined) {
     const link = el("a", { href: `${data.trajectories_url}?step=${a.step}`, text: `step ${a.step}` });
@@ -87,7 +113,9 @@ function addAlert(a) {
   document.querySelector("[data-no-alerts]")?.setAttribute("hidden", "");
   const noSignal = document.querySelector("[data-no-signal]");
   if (noSignal && a.detector === "no_learning_signal" && noSignal.hidden) {
-    noSignal.querySelector("[data-no-signal-text]").textContent = a.message || "";
+    // The banner names it: the message's own "no learning signal: " is left out.
+    noSignal.querySelector("[data-no-signal-text]").textContent =
+      (a.message || "").replace(/^no learning signal:\s*/i, "");
     noSignal.hidden = false;
   }
   const stat = document.querySelector("[data-stat=alerts]");
@@ -352,7 +380,7 @@ function onFrame(frame) {
   if (!wasQueued && data.status === "queued") setTimeout(pollWaiting, 1000); // paused
   for (const s of frame.steps || []) {
     for (const c of charts) c.add(s.step, s.metrics);
-    updateStrip(s.step, num(s.metrics.reward));
+    updateStrip(s.step, num(s.metrics[data.reward_key || "reward"])); // train/reward...
     const known = pick && new Set([...pick.options].map((o) => o.value));
     for (const key of Object.keys(s.metrics)) {
       if (known && !known.has(key)) { pick.append(el("option", { value: key, text: key })); known.add(key); }

@@ -49,6 +49,7 @@ def test_an_external_run_with_identical_rewards_in_every_group_is_warned(api, ow
     page = client_for(owner).get(f"/runs/{run_id}/").content.decode()
     warning = page.split("data-no-signal>", 1)[1].split("</div>", 1)[0]
     assert "No learning signal:" in warning
+    assert warning.lower().count("no learning signal") == 1  # said once, not twice
     assert "100% of groups had identical rewards over the last 8 steps" in warning
     assert "the run succeeded without learning from it" in warning
 

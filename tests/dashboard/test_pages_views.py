@@ -80,6 +80,12 @@ def test_the_runs_list_filters_and_sorts(owner, swarm, calc):
     assert b"calc-grpo" not in c.get("/runs/?algorithm=dr_grpo").content
     assert b"swarm-dr" not in c.get("/runs/?env=calc").content
     assert b"swarm-dr" not in c.get("/runs/?q=calc").content
+    # Any letter's case, not ASCII's alone (SQLite's LIKE folds only those).
+    Run.objects.filter(pk=calc.pk).update(name="données café")
+    for q in ("DONNÉES", "Données", "CAFÉ", "données"):
+        assert "données café" in c.get("/runs/", {"q": q}).content.decode(), q
+    assert "données café" not in c.get("/runs/", {"q": "DONNEES"}).content.decode()
+    Run.objects.filter(pk=calc.pk).update(name="calc-grpo")
     Run.objects.filter(pk=calc.pk).update(status="running")
     active = c.get("/runs/?status=active").content
     assert b"calc-grpo" in active and b"swarm-dr" not in active

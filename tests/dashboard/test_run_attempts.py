@@ -141,3 +141,15 @@ def test_a_paused_runs_note_goes_when_it_resumes_and_a_requeue_note_stays(
     lease.claim(run.id)
     run.refresh_from_db()
     assert run.error.startswith("attempt 3: heartbeat")
+
+
+def test_a_run_not_started_yet_shows_no_attempt_number(owner):
+    """A queued run's page read "0 attempt"; it reads "—" until it starts."""
+    run = Run.objects.create(owner=owner, name="q", config={})
+    page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    stat = page.split('<div class="k">attempt</div>')[0].rsplit('<div class="v">', 1)[1]
+    assert stat.startswith("—")
+    Run.objects.filter(pk=run.pk).update(attempt=2, status=RunStatus.RUNNING)
+    page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    stat = page.split('<div class="k">attempt</div>')[0].rsplit('<div class="v">', 1)[1]
+    assert stat.startswith("2<")
