@@ -184,3 +184,30 @@ def daphne(tmp_path_factory):
     env = embedded_env(tmp_path_factory.mktemp("var"), REQUEST_BODY_TIMEOUT_S="2")
     with embedded_daphne(env) as server:
         yield server
+
+
+@pytest.fixture
+def bulk_log(owner):
+    """Calls /trackio/api/<name> (``bulk_log`` by default) as trackio's client does,
+    with a write token of ``owner``; the answer's JSON (always a 200)."""
+    import json
+
+    from django.test import Client
+
+    from dashboard.site import tokens
+
+    token = tokens.do_create_token(owner, "trackio")[1]
+    client = Client(enforce_csrf_checks=True)
+
+    def _call(*logs, name="bulk_log", key="logs"):
+        body = json.dumps({"args": [], "kwargs": {key: list(logs)}})
+        answer = client.post(
+            f"/trackio/api/{name}",
+            body,
+            content_type="application/json",
+            headers={"X-Trackio-Write-Token": token},
+        )
+        assert answer.status_code == 200, answer.content
+        return answer.json()
+
+    return _call

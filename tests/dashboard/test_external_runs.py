@@ -133,7 +133,9 @@ def test_the_tokens_page_creates_shows_once_and_revokes(owner_client, owner):
     # The page that shows it once fills it into the lines to paste, with copy
     # buttons (a newcomer had to splice it into "<token>" by hand).
     shown = r.content.decode()
-    assert f'TRACKIO_SERVER_URL="http://testserver/trackio/?write_token={token}"' in shown
+    assert (
+        f'TRACKIO_SERVER_URL="http://testserver/trackio/?write_token={token}"' in shown
+    )
     assert f"DASHBOARD_TOKEN={token} python -m trainer run" in shown
     assert shown.count("data-copy=") == 3 and "js/copy.js" in shown
     listing = owner_client.get("/settings/tokens/")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from dashboard.errors import ServiceError
-from dashboard.library.filenames import ascii_name
 from dashboard.library.datasets import check_name
+from dashboard.library.filenames import ascii_name
 from dashboard.runs.kept_model import archive_name
 
 

@@ -8,12 +8,10 @@ stored as inf, not refused with a traceback."""
 
 from __future__ import annotations
 
-import json
 import math
 import uuid
 
 import pytest
-from django.test import Client
 
 from dashboard.models import MetricPoint, Run, Trajectory
 from dashboard.site import tokens
@@ -21,25 +19,6 @@ from tests.dashboard.test_external_runs import TokenClient, new_run
 from trainer.importers import trackio as convert
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def bulk_log(owner):
-    token = tokens.do_create_token(owner, "trackio")[1]
-    client = Client(enforce_csrf_checks=True)
-
-    def _call(*logs):
-        body = json.dumps({"args": [], "kwargs": {"logs": list(logs)}})
-        answer = client.post(
-            "/trackio/api/bulk_log",
-            body,
-            content_type="application/json",
-            headers={"X-Trackio-Write-Token": token},
-        )
-        assert answer.status_code == 200, answer.content
-        return answer.json()
-
-    return _call
 
 
 def entry(metrics, step=1, run="r1", **extra):

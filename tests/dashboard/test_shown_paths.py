@@ -8,12 +8,11 @@ change from it."""
 from __future__ import annotations
 
 import pytest
-from tests.fixtures.seed import seed_run
 
 from dashboard.library import roots
 from dashboard.models import Run
-
 from tests.dashboard.test_pages_form import as_post, body, values_from_config
+from tests.fixtures.seed import seed_run
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +20,12 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def dirs(tmp_path, settings):
     first, second, data = tmp_path / "m1", tmp_path / "m2", tmp_path / "data"
-    for d in (first / "mine", second / "chat" / "v1", second / "mine", data / "uploads" / "7"):
+    for d in (
+        first / "mine",
+        second / "chat" / "v1",
+        second / "mine",
+        data / "uploads" / "7",
+    ):
         d.mkdir(parents=True)
     (data / "uploads" / "7" / "arith.jsonl").write_text("{}\n")
     settings.MODEL_ROOTS, settings.DATA_ROOTS = [first, second], [data]

@@ -6,39 +6,17 @@ field, or the entry stored with its text repaired (a lone surrogate becomes ``?`
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import uuid
 
 import pytest
-from django.test import Client
 
 from dashboard.models import EntryReceipt, MetricPoint, Run, Trajectory
-from dashboard.site import tokens
 from trainer.importers import trackio as convert
 from trainer.importers.shapes import task_id_for
 
 pytestmark = pytest.mark.django_db
 LONE = "\ud800"  # json.dumps writes it as the escape "\\ud800", as a client would
-
-
-@pytest.fixture
-def bulk_log(owner):
-    token = tokens.do_create_token(owner, "trackio")[1]
-    client = Client(enforce_csrf_checks=True)
-
-    def _call(*logs, name="bulk_log", key="logs"):
-        body = json.dumps({"args": [], "kwargs": {key: list(logs)}})
-        answer = client.post(
-            f"/trackio/api/{name}",
-            body,
-            content_type="application/json",
-            headers={"X-Trackio-Write-Token": token},
-        )
-        assert answer.status_code == 200, answer.content
-        return answer.json()
-
-    return _call
 
 
 def entry(metrics, step=1, **extra):

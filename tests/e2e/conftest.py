@@ -431,3 +431,11 @@ class UI:
 @pytest.fixture
 def ui() -> type[UI]:
     return UI
+
+
+@pytest.fixture(scope="module")
+def out_dir() -> Path:
+    """Where the layout tests' screenshots go (``LAYOUT_SHOTS``)."""
+    path = Path(os.environ.get("LAYOUT_SHOTS") or "/tmp/layout-shots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

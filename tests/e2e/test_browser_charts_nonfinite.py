@@ -8,9 +8,6 @@ line), and every axis title fits, its full names as a tooltip."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -73,13 +70,6 @@ TITLES = """() => window.__runCharts.filter(c => c.plot).map(c => {
             tip: tip ? tip.title : null};
   })};
 })"""
-
-
-@pytest.fixture(scope="module")
-def out_dir() -> Path:
-    path = Path(os.environ.get("LAYOUT_SHOTS") or "/tmp/layout-shots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,7 @@ and Age in an unmarked sideways scroll); chart cards side by side start level.""
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -81,13 +79,6 @@ X_TICKS = """() => (window.__compareCharts || []).map(u => {
   const x = u.axes[0];
   return {splits: x._splits || [], labels: (x._values || []).map(String)};
 })"""
-
-
-@pytest.fixture(scope="module")
-def out_dir() -> Path:
-    path = Path(os.environ.get("LAYOUT_SHOTS") or "/tmp/layout-shots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 @pytest.fixture(scope="module")
