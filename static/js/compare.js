@@ -2,7 +2,7 @@
 // from its own metrics API call; the x axis is the union of their steps.
 
 import uPlot from "../vendor/uplot/uPlot.esm.js";
-import { colour, STEP_INCRS } from "./chart.js";
+import { colour, STEP_INCRS } from "./chart_axes.js";
 import { cssVar, el, getJSON, num, readJSONScript } from "./util.js";
 
 const data = readJSONScript("compare-data");
