@@ -306,7 +306,13 @@ def run_cancel(request: HttpRequest, run_id: Any) -> HttpResponse:
     except services.ServiceError as exc:
         messages.error(request, "; ".join(exc.errors))
     else:
-        if run.status == RunStatus.CANCELLED:
+        if run.status == RunStatus.CANCELLED and run.last_step:
+            messages.info(
+                request,
+                f"Cancelled while queued after step {run.last_step}: it will not go "
+                "on; what it recorded is kept.",
+            )
+        elif run.status == RunStatus.CANCELLED:
             messages.info(request, "Cancelled before it started: nothing ran.")
         else:
             messages.info(

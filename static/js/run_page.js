@@ -201,11 +201,15 @@ const CANCEL_QUESTIONS = {
 
 function updateCancelQuestion(status) {
   const question = document.querySelector("[data-cancel-question]");
-  const text = CANCEL_QUESTIONS[status];
+  // A run queued again after its steps (a paused demo) has started: it will not go on.
+  const text = status === "queued" && data.last_step
+    ? `Cancel this run? It is queued after step ${data.last_step} and will not go on; what it recorded is kept.`
+    : CANCEL_QUESTIONS[status];
   if (question && text && question.textContent !== text) question.textContent = text;
 }
 
 function setStatus(status, lastStep) {
+  if (typeof lastStep === "number") data.last_step = lastStep; // the cancel question reads it
   if (status) {
     const badge = document.querySelector("[data-run-status] .badge");
     if (badge && badge.textContent !== status) {

@@ -41,7 +41,7 @@ def test_cancel_is_a_question_first_not_a_one_click_submit(owner, swarm):
 
 
 def test_cancelling_a_queued_run_says_it_will_not_start(owner, swarm):
-    Run.objects.filter(pk=swarm.pk).update(status="queued")
+    Run.objects.filter(pk=swarm.pk).update(status="queued", last_step=0)
     c = login(owner)
     assert "It will not start." in c.get(f"/runs/{swarm.pk}/").content.decode()
     html = c.post(f"/runs/{swarm.pk}/cancel/", follow=True).content.decode()
@@ -71,3 +71,18 @@ def test_a_step_that_is_not_a_number_is_said_not_silently_replaced(owner, swarm)
     assert "“abc” is not a step number" in html
     html = c.get(f"/runs/{swarm.pk}/trajectories/?step=3").content.decode()
     assert "data-step-error" not in html
+
+
+def test_cancelling_a_run_queued_again_after_its_steps_says_it_will_not_go_on(
+    owner, swarm
+):
+    """A paused run (queued again at step 7) has run: "It will not start" and
+    "Cancelled before it started: nothing ran" were not true of it."""
+    Run.objects.filter(pk=swarm.pk).update(status="queued", last_step=7)
+    c = login(owner)
+    page = c.get(f"/runs/{swarm.pk}/").content.decode()
+    assert "It is queued after step 7 and will not go on" in page
+    assert "It will not start." not in page
+    html = c.post(f"/runs/{swarm.pk}/cancel/", follow=True).content.decode()
+    assert "Cancelled while queued after step 7" in html
+    assert "nothing ran" not in html

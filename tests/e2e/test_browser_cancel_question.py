@@ -23,6 +23,10 @@ QUESTION = "document.querySelector('[data-cancel-question]').textContent"
 BADGE = "document.querySelector('[data-run-status]').innerText"
 QUEUED = "Cancel this queued run? It will not start."
 RUNNING = "Stop this run at its next step? What it recorded so far is kept."
+PAUSED = (
+    "Cancel this run? It is queued after step 5 and will not go on; "
+    "what it recorded is kept."
+)
 
 
 def _set(live, run: str, **fields) -> None:
@@ -60,8 +64,12 @@ def test_the_cancel_question_follows_the_live_status(live, page, shots, ui):
     ui.until(page, "document.body.dataset.chartsReady === '1'")
     page.evaluate("window.__runStream.backfill()")
     ui.until(page, f"{BADGE}.includes('queued')")
-    ui.until(page, f"{QUESTION} === {QUEUED!r}", 5)
+    # It has run: cancelling now means it will not go on, not that it will not start.
+    ui.until(page, f"{QUESTION} === {PAUSED!r}", 5)
     ui.shot(page, shots, "cancel_question_paused", full=False)
+    page.reload()  # the server says the same
+    page.click("[data-cancel]")
+    assert page.text_content("[data-cancel-question]") == PAUSED
     page.guard.check()
     # No trainer plays it: ended here, not left for the session's cleanup to wait on.
     _set(live, run, status="RunStatus.CANCELLED")

@@ -14,7 +14,7 @@ from dashboard.models import Run
 from tests.fixtures.seed import seed_run
 alice = get_user_model().objects.get(username='alice')
 run = seed_run(alice, name='a run with a fairly long name', env='swarm', steps=8)
-Run.objects.filter(pk=run.pk).update(status='queued')
+Run.objects.filter(pk=run.pk).update(status='queued', last_step=0)  # never started
 print(json.dumps(str(run.pk)))
 """
 
