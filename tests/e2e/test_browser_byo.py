@@ -52,7 +52,9 @@ def test_upload_pick_launch_and_read_a_tool_call(roots_live, page, shots, ui, tm
     page.wait_for_url(re.compile(r".*/runs/new/\?env=dataset&dataset=\d+$"))
     assert page.is_checked("input[name='env.name'][value='dataset']")
     stored = page.input_value("[name='envp.dataset.path']")
-    assert stored.startswith(str(live.data_root / "uploads"))
+    # root-relative, as the model picker names a model: no server path is shown
+    assert re.fullmatch(r"uploads/\d+/[\w.-]+\.jsonl", stored), stored
+    assert (live.data_root / stored).is_file()
     # The picker lists the chat model found under the model root.
     row = page.locator("[data-model-row='tiny-chat']")
     assert "yes" in row.text_content()  # it has a chat template
