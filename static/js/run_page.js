@@ -337,6 +337,11 @@ async function pollWaiting() {
 }
 updateChartPlaceholders(data.status, data.warmup);
 setTimeout(pollWaiting, 3000);
+// The run stopped between the cancel and this page (the redirect after it): the
+// request has happened, so "Cancel requested: the run stops at its next step." goes.
+if (FINAL.has(data.status)) {
+  document.querySelectorAll(".messages .cancel-pending").forEach((li) => { li.hidden = true; });
+}
 
 // --- histogram ---------------------------------------------------------------------------
 async function showHistogram(step) {

@@ -73,3 +73,35 @@ def test_the_cancel_question_follows_the_live_status(live, page, shots, ui):
     page.guard.check()
     # No trainer plays it: ended here, not left for the session's cleanup to wait on.
     _set(live, run, status="RunStatus.CANCELLED")
+
+
+def test_a_run_that_stopped_before_the_page_after_its_cancel_drops_the_pending_flash(
+    live, page, ui
+):
+    """The trainer may stop between the cancel and the page its redirect opens: the
+    page then opens on a cancelled run with the flash "Cancel requested: the run
+    stops at its next step." (rendered with the POST), which nothing took away (a
+    CI run's flow test failed on it)."""
+    run = live.script(SEED)
+    _set(live, run, status="RunStatus.RUNNING", started_at="timezone.now()",
+         heartbeat_at="timezone.now()")  # fmt: skip
+    ui.login(page, live.url)
+    page.goto(f"{live.url}/runs/{run}/")
+    page.click("[data-cancel]")
+
+    def stop_after(route):  # the run ends before the redirected page is served
+        response = route.fetch(max_redirects=0)
+        _set(live, run, status="RunStatus.CANCELLED", finished_at="timezone.now()")
+        route.fulfill(response=response)
+
+    page.route(f"{live.url}/runs/{run}/cancel/", stop_after)
+    page.click("[data-cancel-confirm]")
+    page.wait_for_load_state()
+    assert "cancelled" in page.inner_text("[data-run-status]")
+    assert page.locator(".messages .cancel-pending").count() == 1  # rendered...
+    ui.until(
+        page,
+        "[...document.querySelectorAll('.messages .cancel-pending')]"
+        ".every((li) => li.hidden)",
+        5,
+    )  # ...and gone
