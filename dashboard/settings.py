@@ -316,6 +316,14 @@ EVENTS_MAX_VALUES = env_int("EVENTS_MAX_VALUES", 1 << 20, min_value=1024)
 EVENTS_MAX_METRIC_VALUES = env_int("EVENTS_MAX_METRIC_VALUES", 1 << 16, min_value=1024)
 TRACKIO_MAX_TRAJECTORIES = env_int("TRACKIO_MAX_TRAJECTORIES", 8192, min_value=64)
 TRACKIO_MAX_RUNS = env_int("TRACKIO_MAX_RUNS", 64, min_value=1)
+# Ingest bodies (events API, trackio) decoded, parsed and stored at once in this
+# process (dashboard.ingest.admission: a 87 KB gzip body once cost ~75 MB to parse);
+# a request waits this many seconds for a slot, then is a 503 with Retry-After.
+INGEST_MAX_CONCURRENT = env_int("INGEST_MAX_CONCURRENT", 2, min_value=1)
+INGEST_QUEUE_WAIT_S = env_int("INGEST_QUEUE_WAIT_S", 5, min_value=0, max_value=300)
+# External runs a user may have (deleted ones do not count): one more, created by
+# POST /api/runs/external or trackio's first entry of a run, is refused (409).
+EXTERNAL_RUNS_MAX_PER_USER = env_int("EXTERNAL_RUNS_MAX_PER_USER", 1000, min_value=1)
 # What one event may hold, on every write path (dashboard.ingest.bounds): tokens of a
 # trajectory (and the length of each per-token array), its segments, its agent steps
 # (and each per-step reward list), characters of one text field (a segment's text, an

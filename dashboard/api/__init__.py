@@ -136,9 +136,12 @@ def _validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpRe
 
 @api.exception_handler(services.ServiceError)
 def _service_error(request: HttpRequest, exc: services.ServiceError) -> HttpResponse:
-    return api.create_response(
+    response = api.create_response(
         request, {"detail": str(exc.errors[0]), "errors": exc.errors}, status=exc.status
     )
+    for name, value in getattr(exc, "headers", {}).items():  # a 503's Retry-After
+        response[name] = value
+    return response
 
 
 @api.exception_handler(RequestDataTooBig)

@@ -14,6 +14,7 @@ from dashboard.api.schemas import (
     RunDetailOut,
     RunOut,
 )
+from dashboard.ingest import admission
 from dashboard.reads.runs import run_dict
 from dashboard.runs import external, services
 
@@ -21,10 +22,13 @@ router = Router()
 
 
 @router.post(
-    "/runs/external", response={201: RunDetailOut, 400: ErrorOut}, tags=["external"]
+    "/runs/external",
+    response={201: RunDetailOut, 400: ErrorOut, 409: ErrorOut},
+    tags=["external"],
 )
 def create_external_run(request: HttpRequest, payload: ExternalIn):
-    """A run trained elsewhere, which then reports its events to ``/events``."""
+    """A run trained elsewhere, which then reports its events to ``/events``. A
+    user with ``EXTERNAL_RUNS_MAX_PER_USER`` external runs already is refused (409)."""
     run = external.do_create_external_run(
         request.user,
         name=payload.name,
@@ -51,7 +55,13 @@ def _read_body(request: HttpRequest, limit: int) -> bytes:
 
 @router.post(
     "/runs/{run_id}/events",
-    response={200: IngestOut, 400: ErrorOut, 409: ErrorOut, 413: ErrorOut},
+    response={
+        200: IngestOut,
+        400: ErrorOut,
+        409: ErrorOut,
+        413: ErrorOut,
+        503: ErrorOut,
+    },
     tags=["external"],
     openapi_extra={
         "requestBody": {
@@ -67,13 +77,17 @@ def post_events(request: HttpRequest, run_id: str):
     A bad line refuses the whole batch: 400 with ``line N: field: reason``. The first
     write wins: events already stored are counted as ``duplicates`` and change
     nothing; a re-sent event that differs from what is stored is counted in
-    ``conflicts`` (described in ``conflicting``) and changes nothing either."""
+    ``conflicts`` (described in ``conflicting``) and changes nothing either. While
+    ``INGEST_MAX_CONCURRENT`` bodies are in hand already (after a wait of
+    ``INGEST_QUEUE_WAIT_S``): 503 with ``Retry-After``, nothing stored; send it
+    again (:mod:`dashboard.ingest.admission`)."""
     from django.conf import settings
 
     run = external.check_external(services.get_run_for_user(request.user, run_id))
-    body = _read_body(request, settings.EVENTS_MAX_BODY_BYTES)
-    data = external.decode_body(body, request.headers.get("Content-Encoding"))
-    return external.do_ingest_events(run, external.parse_events(data))
+    with admission.slot():
+        body = _read_body(request, settings.EVENTS_MAX_BODY_BYTES)
+        data = external.decode_body(body, request.headers.get("Content-Encoding"))
+        return external.do_ingest_events(run, external.parse_events(data))
 
 
 @router.post(

@@ -10,7 +10,12 @@ client sends (``docs/trackio.md``), so ``TRACKIO_SERVER_URL=http://HOST/trackio/
 
 Errors are ``{"data": null, "error": "field: message"}`` answered 200, because
 trackio's client reads the body of a 2xx answer only (``raise_for_status()`` first) and
-prints that error; an unknown call is a 404, as trackio's server answers it. An adapter:
+prints that error; an unknown call is a 404, as trackio's server answers it. While
+``INGEST_MAX_CONCURRENT`` bodies are in hand already (:mod:`dashboard.ingest.
+admission`), a 503 with ``Retry-After``: trackio's client counts a 5xx as transient,
+keeps the batch in its local buffer and sends it again, with the same log ids. The
+reads (``init``'s) take no slot: their bodies are small, and bounded to
+``READ_MAX_BODY_BYTES``. An adapter:
 it parses and binds the arguments, the calls live in :mod:`dashboard.runs.trackio`.
 """
 
@@ -31,6 +36,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from dashboard import jsonsafe
 from dashboard.errors import ServiceError
+from dashboard.ingest import admission
 from dashboard.runs import trackio
 from dashboard.site import tokens
 
@@ -87,6 +93,10 @@ def _projects(user):
     return trackio.projects_of(user)
 
 
+# The calls that store what they carry: their bodies (up to TRACKIO_MAX_BODY_BYTES) are
+# parsed and stored in an ingest slot; the others' bodies are a few names.
+WRITES = frozenset({"bulk_log", "bulk_log_system", "bulk_alert", "log"})
+READ_MAX_BODY_BYTES = 64 << 10
 CALLS: dict[str, Callable[..., Any]] = {
     "bulk_log": _bulk_log,
     "bulk_log_system": _bulk_log_system,
@@ -116,15 +126,13 @@ def bind(fn: Callable[..., Any], args: Any, kwargs: Any) -> dict[str, Any]:
     return bound
 
 
-def _body(request: HttpRequest) -> tuple[list[Any], dict[str, Any]]:
+def _body(request: HttpRequest, limit: int) -> tuple[list[Any], dict[str, Any]]:
     try:
-        raw = request.read(settings.TRACKIO_MAX_BODY_BYTES + 1)
+        raw = request.read(limit + 1)
     except RawPostDataException:  # something already read it
         raw = request.body
-    if len(raw) > settings.TRACKIO_MAX_BODY_BYTES:
-        raise ServiceError(
-            f"body: more than {settings.TRACKIO_MAX_BODY_BYTES} bytes; send smaller batches"
-        )
+    if len(raw) > limit:
+        raise ServiceError(f"body: more than {limit} bytes; send smaller batches")
     try:
         body = json.loads(raw or b"{}")
     except (ValueError, RecursionError) as exc:
@@ -170,8 +178,16 @@ def call(request: HttpRequest, name: str) -> HttpResponse:
             "/settings/tokens/ and put it in the server URL: ?write_token=arl_...)"
         )
     try:
-        args, kwargs = _body(request)
-        return _answer(fn(user, **bind(fn, args, kwargs)))
+        if name not in WRITES:
+            args, kwargs = _body(request, READ_MAX_BODY_BYTES)
+            return _answer(fn(user, **bind(fn, args, kwargs)))
+        with admission.slot():
+            args, kwargs = _body(request, settings.TRACKIO_MAX_BODY_BYTES)
+            return _answer(fn(user, **bind(fn, args, kwargs)))
+    except admission.Busy as exc:  # the client keeps the batch and sends it again
+        response = _answer(error="; ".join(exc.errors), status=503)
+        response["Retry-After"] = str(exc.retry_after)
+        return response
     except ServiceError as exc:
         return _answer(error="; ".join(exc.errors))
     except Exception:  # the traceback to the log, the client a message without paths

@@ -8,8 +8,9 @@ first-write-wins inserts of the rows of :mod:`~dashboard.ingest.rows`, conflicts
 (:mod:`~dashboard.ingest.prompts`), the recording policy on the server
 (:mod:`~dashboard.ingest.recording_policy`), the hacking detectors on the server
 (:mod:`~dashboard.ingest.detection`), the fields of an event
-(:mod:`~dashboard.ingest.fields`) and explicit retention
-(:mod:`~dashboard.ingest.retention`).
+(:mod:`~dashboard.ingest.fields`), explicit retention
+(:mod:`~dashboard.ingest.retention`) and how many ingest bodies the API views decode,
+parse and store at once (:mod:`~dashboard.ingest.admission`).
 
 May import: ``live`` (frames are sent after the commit), ``site`` and the root
 modules; never ``reads``, ``runs``, ``api`` or ``pages`` (the write side does not read

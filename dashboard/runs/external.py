@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
@@ -102,6 +103,20 @@ def recording_of(run: Run) -> tuple[RecordConfig | None, int]:
     return policy, seed if type(seed) is int else 0
 
 
+def check_external_run_limit(user: Any) -> None:
+    """At most ``EXTERNAL_RUNS_MAX_PER_USER`` external runs a user (those deleted
+    do not count). Call inside a transaction: the user row is locked so creations
+    serialise."""
+    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+    count = Run.objects.filter(owner=user, external=True).count()
+    if count >= settings.EXTERNAL_RUNS_MAX_PER_USER:
+        raise Conflict(
+            f"EXTERNAL_RUNS_MAX_PER_USER: this user has {count:,} external runs, the "
+            f"limit of {settings.EXTERNAL_RUNS_MAX_PER_USER:,} a user; delete some "
+            "to create more"
+        )
+
+
 def do_create_external_run(
     user: Any, *, name: Any, framework: Any = None, config: Any = None
 ) -> Run:
@@ -109,17 +124,19 @@ def do_create_external_run(
     framework = check_framework(framework)
     config = check_external_config(config)
     now = timezone.now()
-    return Run.objects.create(
-        owner=user,
-        name=name,
-        config=config,
-        external=True,
-        framework=framework,
-        queue="",
-        status=RunStatus.RUNNING,
-        started_at=now,
-        heartbeat_at=now,
-    )
+    with transaction.atomic():
+        check_external_run_limit(user)
+        return Run.objects.create(
+            owner=user,
+            name=name,
+            config=config,
+            external=True,
+            framework=framework,
+            queue="",
+            status=RunStatus.RUNNING,
+            started_at=now,
+            heartbeat_at=now,
+        )
 
 
 def check_external(run: Run) -> Run:

@@ -198,6 +198,8 @@ def run_for(
             run = _find_run(user, project, name, run_id)
             if run is None:
                 raise
+        except ServiceError as exc:  # EXTERNAL_RUNS_MAX_PER_USER: the call is refused
+            raise InvalidConfig([f"{where}.run: {e}" for e in exc.errors]) from None
     elif checked and not run.config:
         run.config = checked
         if run.framework == "trackio":
