@@ -1,7 +1,8 @@
 """The what-if report: old vs new weighting over a run's stored rollouts.
 
-Counts per training step and in total (trajectories whose advantage changes sign, the
-share of trained tokens whose advantage changes sign, groups whose best rollout changes,
+Counts per training step and in total (trajectories whose advantage changes sign:
+reversed, to exactly 0 or from 0, each counted apart; the share of trained tokens
+whose advantage changes sign, groups whose best rollout changes,
 Kendall's tau between old and new totals within groups, groups that gain or lose their
 signal), and the most telling examples of each kind of change. The math is in
 :mod:`trainer.whatif`; this module only compares and counts. Pure: no Django.
@@ -36,6 +37,11 @@ from trainer.whatif import (
 _COUNTS = (
     "trajectories",
     "sign_flips",
+    # sign_flips split: + to - or - to + ("reversed"), to exactly 0 (its push goes)
+    # and from 0 (a push appears); the three add up to sign_flips.
+    "sign_reversed",
+    "sign_to_zero",
+    "sign_from_zero",
     "tokens",
     "token_flips",
     "groups",
@@ -104,10 +110,13 @@ def compare(
         "group_size": G,
         "steps": per_step,
         "total": total,
+        # The largest changes of each kind first, at most ``examples`` of each;
+        # ``example_counts``: how many there were of each, so the cut can be said.
         "examples": {
             k: [e for _, e in sorted(v, key=lambda p: -p[0])[:examples]]
             for k, v in found.items()
         },
+        "example_counts": {k: len(v) for k, v in found.items()},
         "not_reweightable": dumps_missing(missing),
         "fixed": [
             {"component": k, "reason": _FIXED_REASON.get(k, _FIXED_REASON[""])}
@@ -153,7 +162,10 @@ def _step_counts(
                     c["token_flips"] += k
             if sign(o) != sign(n):
                 c["sign_flips"] += 1
+                flip = _flip(sign(o), sign(n))
+                c[f"sign_{flip}"] += 1
                 ex = _example(ro, before[i], after[i], old_advantage=o, new_advantage=n)
+                ex["flip"] = flip
                 found["sign_flip"].append((abs(n - o), ex))
         zv = zip(a_old.zero_variance, a_new.zero_variance, strict=True)
         for g, (zo, zn) in enumerate(zv):
@@ -203,6 +215,14 @@ def _rank_changes(
             found["rank_change"].append((1.0 - tau, {**ex, "tau": tau}))
 
 
+def _flip(old: int, new: int) -> str:
+    """How an advantage's sign changed: "to_zero" (no push any more), "from_zero"
+    (a push where there was none) or "reversed" (the push turned round)."""
+    if new == 0:
+        return "to_zero"
+    return "from_zero" if old == 0 else "reversed"
+
+
 def _at(values: Sequence[float], t: int) -> float:
     return values[t] if t < len(values) else 0.0
 
@@ -221,6 +241,17 @@ def _example(
     }
 
 
+_ADVANTAGE_COUNTS = (
+    "trajectories",
+    "sign_flips",
+    "sign_reversed",
+    "sign_to_zero",
+    "sign_from_zero",
+    "tokens",
+    "token_flips",
+)
+
+
 def _finish(s: dict[str, Any], advantages: bool) -> None:
     """Derived numbers; advantage counts are None when they cannot be computed."""
     n = s.pop("tau_groups")
@@ -228,7 +259,7 @@ def _finish(s: dict[str, Any], advantages: bool) -> None:
     s["tau_mean"] = tau_sum / n if n else None
     s["tau_groups"] = n
     if not advantages:
-        for k in ("trajectories", "sign_flips", "tokens", "token_flips"):
+        for k in _ADVANTAGE_COUNTS:
             s[k] = None
         s["token_flip_share"] = None
     else:

@@ -160,7 +160,7 @@ def whatif(request: HttpRequest, run_id: str, payload: WhatIfIn):
     from dashboard.reads import whatif as wi
 
     run = services.get_run_for_user(request.user, run_id)
-    return wi.whatif(run, payload.weights, payload.steps)
+    return wi.whatif(run, payload.weights, payload.steps, examples=payload.examples)
 
 
 @router.get("/runs/{run_id}/checkpoints", tags=["data"])

@@ -187,3 +187,8 @@ class WhatIfIn(Schema):
         None, description="{component: base weight}; unnamed ones keep the run's."
     )
     steps: Any = Field(None, description="Training steps to recompute; null: all.")
+    examples: Any = Field(
+        None,
+        description="Examples listed of each kind of change, the largest first "
+        "(1-100; null: 5); example_counts says how many there were.",
+    )

@@ -4,31 +4,47 @@ POST validates with :class:`dashboard.pages.forms.RunForm` (errors inline, per f
 then calls ``services.launch_run`` (a clone passes ``parent=``) and redirects to the
 run page. ``.../check/`` answers the same validation as JSON (errors per input and, for
 a clone, the diff to the parent) so the page can show both while the user types.
+
+The what-if panel's "clone with these weights" opens the clone form filled with them
+(``?weights={json}``; from an alert's repair also ``&repair=<detector>&step=<n>``,
+carried to the launch in hidden ``repair.*`` inputs so the clone records what it
+repairs): the user reviews the config, then launches it here like any clone.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from dashboard import jsonsafe
 from dashboard.library import datasets, model_dirs, roots
 from dashboard.models import Run
 from dashboard.pages import catalog, configdiff, form_advice
 from dashboard.pages import formfields as ff
 from dashboard.pages import forms as f
 from dashboard.pages.csp import csp
-from dashboard.runs import services
+from dashboard.runs import repair, services
 from trainer.config import TrainConfig
 
 
-def _context(form: f.RunForm, parent: Run | None, diff: list[Any]) -> dict[str, Any]:
+def _context(
+    form: f.RunForm,
+    parent: Run | None,
+    diff: list[Any],
+    repairing: dict[str, str] | None = None,
+    *,
+    whatif: bool = False,
+) -> dict[str, Any]:
     return {
         "form": form,
         "parent": parent,
         "diff": diff,
+        "repairing": repairing or {},  # detector, alert_step: see _reweighted
+        "whatif": whatif,  # filled with the what-if's weights
         "f": ff,
         "env_names": catalog.env_names(),
         "env_labels": catalog.env_labels(),
@@ -67,28 +83,53 @@ def _context(form: f.RunForm, parent: Run | None, diff: list[Any]) -> dict[str, 
     }
 
 
-def _diff(parent: Run | None, form: f.RunForm) -> list[configdiff.DiffRow]:
-    if parent is None or form.cleaned is None:
+def _diff(
+    parent: Run | None, config: dict[str, Any] | None
+) -> list[configdiff.DiffRow]:
+    if parent is None or config is None:
         return []
     # Paths as the form shows them on both sides: the parent's stored real path
     # and the same path picked relative to its root are no change.
-    sides = [f.normalise(parent.config), form.cleaned]
+    sides = [f.normalise(parent.config), config]
     return configdiff.diff([roots.shown_paths(c) for c in sides])
+
+
+def _step(text: str | None) -> Any:
+    """An alert's step from a query string or a hidden input (other text is passed
+    on as it is, for ``repair.check_alert`` to refuse)."""
+    if text is None or text == "":
+        return None
+    return int(text) if text.isdigit() and len(text) < 12 else text
 
 
 def _submit(request: HttpRequest, parent: Run | None) -> HttpResponse:
     form = f.RunForm(request.POST)
+    repairing = {  # the hidden inputs of a repair's form (_reweighted)
+        k: request.POST[f"repair.{k}"]
+        for k in ("detector", "alert_step")
+        if parent is not None and request.POST.get(f"repair.{k}")
+    }
     if form.is_valid():
         assert form.cleaned is not None
         try:
             # A name left blank: the run is named from what it is (services.auto_name).
             named = "name" in form.raw
             config = {k: v for k, v in form.cleaned.items() if named or k != "name"}
+            fixes = None
+            if parent is not None and repairing:  # opened from an alert's what-if
+                fixes = repair.clone_repair(
+                    request.user,
+                    parent,
+                    form.cleaned,
+                    repairing.get("detector"),
+                    _step(repairing.get("alert_step")),
+                )
             run = services.launch_run(
                 request.user,
                 config,
                 name=form.cleaned.get("name") if named else None,
                 parent=parent,
+                repair=fixes,
             )
         except services.ServiceError as exc:
             form.add_service_errors(exc.errors)
@@ -102,7 +143,7 @@ def _submit(request: HttpRequest, parent: Run | None) -> HttpResponse:
     return render(
         request,
         "pages/new.html",
-        _context(form, parent, _diff(parent, form)),
+        _context(form, parent, _diff(parent, form.cleaned), repairing),
         status=status,
     )
 
@@ -143,6 +184,13 @@ def run_clone(request: HttpRequest, run_id: Any) -> HttpResponse:
         return render(request, "400.html", {"errors": [NOT_CLONEABLE]}, status=400)
     if request.method == "POST":
         return _submit(request, parent)
+    if "weights" in request.GET:  # from the what-if: review, then launch
+        try:
+            return _reweighted(request, parent)
+        except services.ServiceError as exc:
+            # An error may quote the weights' text: a lone surrogate is no UTF-8.
+            ctx = {"errors": [jsonsafe.text(e) for e in exc.errors]}
+            return render(request, "400.html", ctx, status=exc.status)
     initial = roots.shown_paths(f.normalise(parent.config))
     initial["name"] = f"{parent.name} (clone)"[:200]
     if request.GET.get("start") == "checkpoint":  # "start a run from this one"
@@ -150,6 +198,32 @@ def run_clone(request: HttpRequest, run_id: Any) -> HttpResponse:
         initial["name"] = f"{parent.name} (continued)"[:200]
     form = f.RunForm(initial=initial)
     return render(request, "pages/new.html", _context(form, parent, []))
+
+
+def _reweighted(request: HttpRequest, parent: Run) -> HttpResponse:
+    """The clone form filled with the what-if's weights (``?weights={json}``), and
+    for an alert's repair (``&repair=<detector>&step=<n>``) named for it, with the
+    hidden inputs that make its launch record the repair; the changes from the
+    parent listed at once."""
+    try:
+        weights = json.loads(request.GET["weights"])
+    except (ValueError, RecursionError):
+        raise services.ServiceError(
+            "weights: must be a JSON object of {component: base weight}"
+        ) from None
+    services.check_shape(weights, "weights")
+    config, _ = repair.reweighted_config(parent, weights)
+    what: dict[str, Any] = {}
+    if request.GET.get("repair"):
+        repair.check_owner(request.user, parent)
+        step = _step(request.GET.get("step"))
+        what = repair.check_alert(parent, request.GET["repair"], step)
+    shown = f.normalise(config)
+    shown["name"] = repair.repair_name(parent, what)
+    form = f.RunForm(initial=roots.shown_paths(shown))
+    repairing = {k: str(v) for k, v in what.items()}  # detector, alert_step
+    ctx = _context(form, parent, _diff(parent, shown), repairing, whatif=True)
+    return render(request, "pages/new.html", ctx)
 
 
 def _check(request: HttpRequest, parent: Run | None) -> JsonResponse:
@@ -165,7 +239,7 @@ def _check(request: HttpRequest, parent: Run | None) -> JsonResponse:
         except services.ServiceError as exc:
             form.add_service_errors(exc.errors)
             ok = False
-    diff = _diff(parent, form)
+    diff = _diff(parent, form.cleaned)
     return JsonResponse(
         {
             "ok": ok,

@@ -27,6 +27,8 @@ from dashboard.reads.whatif_added import raw_values
 from rewards import repair
 
 MAX_STEPS = 100_000
+EXAMPLES = 5  # examples of each kind of change a report lists unless asked for more
+MAX_EXAMPLES = 100
 
 
 def run_setup(run: Run) -> tuple[Any, Any, Any, int]:
@@ -68,6 +70,19 @@ def check_steps(steps: Any) -> list[int] | None:
     if not all(isinstance(s, int) and not isinstance(s, bool) for s in steps):
         raise InvalidConfig("steps: every step must be an integer")
     return steps
+
+
+def check_examples(examples: Any) -> int:
+    """How many examples of each kind to list (the largest changes first)."""
+    if examples is None:
+        return EXAMPLES
+    if (
+        isinstance(examples, bool)
+        or not isinstance(examples, int)
+        or not 1 <= examples <= MAX_EXAMPLES
+    ):
+        raise InvalidConfig(f"examples: must be an integer from 1 to {MAX_EXAMPLES}")
+    return examples
 
 
 def load_rollouts(run: Run, steps: list[int] | None) -> list[Any]:
@@ -184,9 +199,10 @@ def _tokens(action_tokens: Any, length: int) -> list[int]:
 
 
 def whatif(
-    run: Run, weights: Any, steps: Any = None, *, examples: int = 5
+    run: Run, weights: Any, steps: Any = None, *, examples: Any = None
 ) -> dict[str, Any]:
-    """The what-if report of ``run`` under ``weights`` (see :mod:`trainer.whatif`)."""
+    """The what-if report of ``run`` under ``weights`` (see :mod:`trainer.whatif`),
+    listing ``examples`` of each kind of change (default :data:`EXAMPLES`)."""
     from trainer.whatif import weighting_from_components
     from trainer.whatif_report import compare, weights_report
 
@@ -195,6 +211,7 @@ def whatif(
     can_add = repair.addable(cfg.env.name, [c.name for c in rcfg.components])
     new_weights = check_weights(weights, list(old.weights), can_add)
     added = [k for k in new_weights if k not in old.weights]
+    examples = check_examples(examples)
     with _collector_paused():
         chosen = check_steps(steps)
         rows = load_rollouts(run, chosen)
@@ -220,6 +237,7 @@ def whatif(
     report["weights"] = weights_report(old, new_weights)
     report["clone_overrides"] = clone_overrides(rcfg, new_weights)
     report["rollouts"] = len(rows)
+    report["examples_limit"] = examples  # of each kind; example_counts: how many
     return report
 
 

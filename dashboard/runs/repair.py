@@ -1,11 +1,13 @@
 """Launching a repair: a clone of a hacked run with the reward weights that remove the
 hack's incentive (the repair loop: alert -> evidence -> what-if -> clone).
 
-``check_*`` validates, :func:`do_launch_repair` launches through
+``check_*`` validates, :func:`do_launch_repair` (the API) launches through
 ``services.launch_run`` with the parent linked and ``Run.repair`` recording what it
-repairs (the detector, the alert's step, the weights), which the clone's page reads
-to compare the hack's statistic in both runs (``dashboard.reads.repair``). Only the
-run's owner may launch one: staff, who may read every run, get 403.
+repairs (the detector, the alert's step, the weights); the what-if's own button opens
+the clone form filled by :func:`reweighted_config` instead, whose launch records the
+same through :func:`clone_repair` (``dashboard.pages.launch``). The clone's page reads
+``Run.repair`` to compare the hack's statistic in both runs (``dashboard.reads.repair``).
+Only the run's owner may launch one: staff, who may read every run, get 403.
 """
 
 from __future__ import annotations
@@ -68,6 +70,54 @@ def check_alert(run: Run, detector: Any, step: Any) -> dict[str, Any]:
     return {"detector": detector, "alert_step": step}
 
 
+def reweighted_config(
+    source: Run, weights: Any
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """(``source``'s config with these reward base weights, the weights checked): a
+    weight for a component it lacks adds it. The clone API launches it; the clone
+    form (``/runs/<id>/clone/?weights=...``, opened from the what-if) shows it."""
+    from rewards import repair
+
+    env, rcfg = reward_of(source)
+    known = [c.key for c in rcfg.components]
+    can_add = repair.addable(env, [c.name for c in rcfg.components])
+    if not isinstance(weights, dict) or not weights:
+        raise InvalidConfig("weights: name at least one component and its weight")
+    checked, errors = repair.check_weights(weights, known, can_add)
+    if errors:
+        raise InvalidConfig(errors)
+    reward = repair.reweighted(rcfg.model_dump(mode="json"), checked)
+    return services.merge_overrides(source.config, {"reward": reward}), checked
+
+
+def repair_name(source: Run, what: dict[str, Any]) -> str:
+    """A repair clone's default name: its parent's, and what it repairs."""
+    label = what.get("detector", "reweighted").replace("_", " ")
+    return f"{source.name} (repair: {label})"[:200]
+
+
+def changed_weights(source: Run, config: dict[str, Any]) -> dict[str, float]:
+    """The reward base weights ``config`` sets otherwise than ``source`` (or adds)."""
+    from trainer.config import TrainConfig
+    from trainer.runner import reward_config_for
+
+    _, old = reward_of(source)
+    before = {c.key: c.weight for c in old.components}
+    new = reward_config_for(TrainConfig.model_validate(config))
+    return {c.key: c.weight for c in new.components if before.get(c.key) != c.weight}
+
+
+def clone_repair(
+    user: Any, source: Run, config: dict[str, Any], detector: Any, alert_step: Any
+) -> dict[str, Any]:
+    """``Run.repair`` of a clone of ``source`` launched from the clone form opened by
+    an alert's what-if: the alert it repairs and the weights the form's config
+    changes (whatever the user made of the suggested ones)."""
+    check_owner(user, source)
+    what = check_alert(source, detector, alert_step)
+    return {**what, "weights": changed_weights(source, config)}
+
+
 def do_launch_repair(
     user: Any,
     source: Run,
@@ -79,25 +129,13 @@ def do_launch_repair(
 ) -> Run:
     """A new run: ``source``'s config with these reward weights (a weight for a
     component it lacks adds it), linked to ``source`` as its parent."""
-    from rewards import repair
-
     check_owner(user, source)
-    env, rcfg = reward_of(source)
-    known = [c.key for c in rcfg.components]
-    can_add = repair.addable(env, [c.name for c in rcfg.components])
-    if not isinstance(weights, dict) or not weights:
-        raise InvalidConfig("weights: name at least one component and its weight")
-    checked, errors = repair.check_weights(weights, known, can_add)
-    if errors:
-        raise InvalidConfig(errors)
+    config, checked = reweighted_config(source, weights)
     what = check_alert(source, detector, alert_step)
-    reward = repair.reweighted(rcfg.model_dump(mode="json"), checked)
-    config = services.merge_overrides(source.config, {"reward": reward})
-    label = what.get("detector", "reweighted").replace("_", " ")
     return services.launch_run(
         user,
         config,
-        name=services.check_name(name) or f"{source.name} (repair: {label})"[:200],
+        name=services.check_name(name) or repair_name(source, what),
         parent=source,
         repair={**what, "weights": checked},
     )

@@ -1,20 +1,18 @@
 // What-if reweighting panel: posts the weights to /api/runs/{id}/whatif, draws the
-// changes per step on a MetricChart and lists examples linking to the trajectories;
-// "launch a clone" posts the changed weights to /api/runs/{id}/repairs (with the
-// alert it repairs when the panel was opened from one: ?repair=<detector>&step=<n>,
-// the suggested weight from #repair-suggestions set in its field).
-// Everything from the server reaches the DOM through textContent (util.el).
+// changes per step on a MetricChart and lists examples linking to the trajectories
+// (the largest of each kind, saying how many of how many; "show all" asks for more);
+// "clone with these weights" opens the clone form filled with the changed weights
+// (/runs/{id}/clone/?weights=..., with the alert it repairs when the panel was opened
+// from one: ?repair=<detector>&step=<n>, the suggested weight from
+// #repair-suggestions set in its field), to review there and then launch.
+// The words are whatif_text.js's. Everything from the server reaches the DOM through
+// textContent (util.el).
 
 import { MetricChart } from "./chart.js";
 import { csrfToken, el, fmt, readJSONScript } from "./util.js";
+import { cloneHref, exampleLabel, shownText, summary } from "./whatif_text.js";
 
 const SERIES = ["sign_flips", "best_changes", "rank_changes", "token_flip_share"];
-const KIND_LABEL = {
-  sign_flip: "advantage sign changes", // to or from 0 too: its push appears or goes
-  best_change: "best rollout changes",
-  rank_change: "ranking changes",
-  signal_change: "group signal changes",
-};
 
 async function postJSON(url, body) {
   const r = await fetch(url, {
@@ -55,17 +53,6 @@ function series(steps) {
   return out;
 }
 
-function summary(t) {
-  const parts = [];
-  if (t.sign_flips !== null) {
-    parts.push(`${t.sign_flips} of ${t.trajectories} trained trajectories flip advantage sign`);
-    parts.push(`${fmt(100 * t.token_flip_share, 3)}% of trained tokens flip`);
-  }
-  parts.push(`${t.best_changes} of ${t.groups} groups change their best rollout`);
-  parts.push(`mean Kendall τ ${fmt(t.tau_mean, 3)}`);
-  return parts.join(" · ");
-}
-
 function notes(report) {
   const out = [...report.unavailable];
   for (const m of report.not_reweightable) out.push(`${m.component} not reweightable at ${m.steps.length} step(s): ${m.reason}`);
@@ -80,7 +67,7 @@ function exampleRows(report) {
       const adv = ex.old_advantage === undefined ? "" : `${fmt(ex.old_advantage, 3)} → ${fmt(ex.new_advantage, 3)}`;
       rows.push(
         el("tr", { "data-kind": kind },
-          el("td", { text: KIND_LABEL[kind] || kind }),
+          el("td", { text: exampleLabel(kind, ex) }),
           el("td", { text: String(ex.step) }),
           el("td", { text: String(ex.group) }),
           el("td", { text: String(ex.index) }),
@@ -98,6 +85,7 @@ function init(section) {
   const error = section.querySelector("[data-whatif-error]");
   const result = section.querySelector("[data-whatif-result]");
   const cloneBtn = section.querySelector("[data-whatif-clone]");
+  const moreBtn = section.querySelector("[data-whatif-more]");
   const suggestions = readJSONScript("repair-suggestions") || {};
   let chart = null;
   let last = null;
@@ -124,11 +112,14 @@ function init(section) {
     return true;
   }
 
-  form.addEventListener("submit", async (e) => {
-    e.preventDefault();
+  // Recompute under the form's weights; ``examples``: how many of each kind of change
+  // to list (null: the server's default, the largest few).
+  async function recompute(examples) {
     error.hidden = true;
+    const body = { weights: weights(form), steps: null };
+    if (examples) body.examples = examples;
     try {
-      last = await postJSON(section.dataset.whatifUrl, { weights: weights(form), steps: null });
+      last = await postJSON(section.dataset.whatifUrl, body);
     } catch (err) {
       error.textContent = String(err.message || err);
       error.hidden = false;
@@ -142,25 +133,34 @@ function init(section) {
     table.tBodies[0].replaceChildren(...rows);
     table.closest(".table-wrap").hidden = !rows.length; // a header over nothing says less
     section.querySelector("[data-whatif-none]").hidden = rows.length > 0;
+    const shown = shownText(last, rows.length, last.examples_limit);
+    const line = section.querySelector("[data-whatif-shown]");
+    line.textContent = shown.text;
+    line.hidden = !shown.text;
+    moreBtn.hidden = !shown.more;
+    moreBtn.dataset.examples = String(shown.all);
+    moreBtn.textContent = shown.more;
     if (!chart) chart = new MetricChart(section.querySelector("[data-whatif-plot]"), { keys: SERIES, band: false });
     chart.load(series(last.steps));
     cloneBtn.disabled = false;
-  });
+  }
 
-  cloneBtn.addEventListener("click", async () => {
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    recompute(null);
+  });
+  moreBtn.addEventListener("click", () => recompute(Number(moreBtn.dataset.examples)));
+
+  // The clone form, filled with the changed weights: reviewed there, then launched.
+  cloneBtn.addEventListener("click", () => {
     if (!last) return;
-    error.hidden = true;
-    const body = { weights: changed(form) };
-    if (repairing) Object.assign(body, { detector: repairing.detector, alert_step: repairing.step });
-    cloneBtn.disabled = true;
-    try {
-      const run = await postJSON(section.dataset.repairsUrl, body);
-      window.location.assign(`/runs/${run.id}/#repair`);
-    } catch (err) {
-      error.textContent = String(err.message || err);
+    const weightsChanged = changed(form);
+    if (!Object.keys(weightsChanged).length) {
+      error.textContent = "These are the run's own weights: change one to clone with it (or use Clone and edit).";
       error.hidden = false;
-      cloneBtn.disabled = false;
+      return;
     }
+    window.location.assign(cloneHref(section.dataset.cloneUrl, weightsChanged, repairing));
   });
 
   // After the listeners: opening a repair submits the form.

@@ -1,10 +1,13 @@
 """POST /api/runs/{id}/whatif: own weights change nothing on every preset; a weight set
-to 0 flips what an independent recomputation from the stored rewards says it flips."""
+to 0 flips what an independent recomputation from the stored rewards says it flips,
+telling an advantage that goes to or leaves exactly 0 apart from one that reverses;
+the examples say how many there were of each kind, and more can be asked for."""
 
 from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -19,13 +22,11 @@ G = 4
 CHOICES = {"r_parallel": (0.0, 1.0, 2.0)}
 
 
-def make_run(owner, preset: str, env: str = "swarm", credit: str | None = None):
-    from dashboard.ingest import writer
-    from dashboard.reads.whatif import run_setup
+def launch(owner, preset: str, env: str = "swarm", credit: str | None = None):
     from dashboard.runs import services
 
     algo = {"preset": preset} | ({"credit": credit} if credit else {})
-    run = services.launch_run(
+    return services.launch_run(
         owner,
         {
             "name": f"whatif-{preset}",
@@ -35,6 +36,13 @@ def make_run(owner, preset: str, env: str = "swarm", credit: str | None = None):
             "rollout": {"tasks_per_step": 3, "group_size": G, "max_turns": 2},
         },
     )
+
+
+def make_run(owner, preset: str, env: str = "swarm", credit: str | None = None):
+    from dashboard.ingest import writer
+    from dashboard.reads.whatif import run_setup
+
+    run = launch(owner, preset, env, credit)
     _, resolved, rcfg, _ = run_setup(run)
     rng = random.Random(preset + env + str(credit))
     batch = writer.Batch()
@@ -116,10 +124,12 @@ def _components(run):
 
 
 def _independent(run, drop: str, std: str, dropped_filter: bool):
-    """Flips and best changes recomputed here, with numpy, from the stored rewards."""
+    """Flips (by kind: reversed, to 0, from 0) and best changes recomputed here, with
+    numpy, from the stored rewards."""
     from dashboard.models import Trajectory
 
-    flips = best = 0
+    flips: Counter = Counter()
+    best = 0
     rows = Trajectory.objects.filter(run=run).order_by("step", "group", "index")
     by_group: dict = {}
     for t in rows:
@@ -140,7 +150,11 @@ def _independent(run, drop: str, std: str, dropped_filter: bool):
 
         a_old, a_new = adv(old), adv(new)
         sgn = lambda a: np.where(np.abs(a) <= 1e-6, 0, np.sign(a))  # noqa: E731
-        flips += int((sgn(a_old) != sgn(a_new)).sum())
+        for o, n in zip(sgn(a_old), sgn(a_new), strict=True):
+            if o != n:
+                flips[
+                    "to_zero" if n == 0 else "from_zero" if o == 0 else "reversed"
+                ] += 1
     return flips, best
 
 
@@ -154,10 +168,12 @@ def test_a_weight_set_to_zero_flips_what_an_independent_recomputation_flips(
     body = r.json()
     std = PRESETS[preset].std_scaling
     flips, best = _independent(run, "r_parallel", std, preset == "dapo")
-    assert flips > 0 and best > 0  # the data set makes the test able to fail
-    assert body["total"]["sign_flips"] == flips
+    assert flips.total() > 0 and best > 0  # the data set makes the test able to fail
+    assert body["total"]["sign_flips"] == flips.total()
+    for kind in ("reversed", "to_zero", "from_zero"):
+        assert body["total"][f"sign_{kind}"] == flips[kind], kind
     assert body["total"]["best_changes"] == best
-    assert sum(s["sign_flips"] for s in body["steps"]) == flips
+    assert sum(s["sign_flips"] for s in body["steps"]) == flips.total()
     ex = body["examples"]["sign_flip"][0]
     assert ex["url"] == (
         f"/runs/{run.pk}/trajectories/{ex['step']}/{ex['group']}/{ex['index']}/"
@@ -166,6 +182,99 @@ def test_a_weight_set_to_zero_flips_what_an_independent_recomputation_flips(
         assert body["total"]["trajectories"] == 4 * 2 * G
     over = body["clone_overrides"]["reward"]["components"]
     assert {c["name"]: c["weight"] for c in over}["r_parallel"] == 0
+
+
+def store(run, groups: list[list[dict[str, float]]]) -> None:
+    """Step 1 of ``run``: these groups of rollouts, each its stored components (the
+    weighted values; the run's other components 0), one agent step each."""
+    from dashboard.ingest import writer
+    from dashboard.reads.whatif import run_setup
+
+    keys = [c.key for c in run_setup(run)[2].components]
+    batch = writer.Batch()
+    for group, rollouts in enumerate(groups):
+        for index, given in enumerate(rollouts):
+            comps = {k: float(given.get(k, 0.0)) for k in keys}
+            batch.add(
+                run.id,
+                {
+                    "type": "trajectory", "step": 1, "group": group, "index": index,
+                    "task_id": f"task-{group}", "reward": sum(comps.values()),
+                    "advantage": 0.0,
+                    "rewards": {"total": sum(comps.values()), "components": comps,
+                                "per_step": {k: [v] for k, v in comps.items()}},
+                    "num_turns": 1, "length": 3, "facts": {"action_tokens": [2]},
+                    "segments": [],
+                },
+            )  # fmt: skip
+    writer.write(run.id, batch)
+
+
+def test_an_advantage_going_to_or_from_zero_is_not_called_a_reversal(
+    owner, owner_client, enqueued
+):
+    """An advantage of exactly 0 pushes the policy neither way: one that goes to 0
+    (its push is gone) or leaves 0 (a push appears) is still flagged, counted apart
+    from one whose sign reverses, and each example says which it is."""
+    run = launch(owner, "grpo")
+    store(
+        run,
+        [
+            # Without r_parallel every total is 0.5: every advantage goes to 0.
+            [{"r_perf": 0.5, "r_parallel": p} for p in (0.0, 0.2, 0.0, 0.2)],
+            # Totals 0, 0.25, 0.5, 0.25: rollouts 1 and 3 sit at the mean (advantage
+            # 0); without r_parallel (0, 0.25, 0, 0) they leave 0 and 2 reverses.
+            [
+                {"r_perf": perf, "r_parallel": par}
+                for perf, par in ((0, 0), (0.25, 0), (0, 0.5), (0, 0.25))
+            ],
+        ],
+    )
+    body = post(owner_client, run, {"weights": {"r_parallel": 0}, "examples": 10})
+    assert body.status_code == 200, body.content
+    t = body.json()["total"]
+    assert t["sign_flips"] == 7
+    assert (t["sign_reversed"], t["sign_to_zero"], t["sign_from_zero"]) == (1, 4, 2)
+    flips = body.json()["examples"]["sign_flip"]
+    assert body.json()["example_counts"]["sign_flip"] == len(flips) == 7
+    assert sorted((ex["group"], ex["index"], ex["flip"]) for ex in flips) == [
+        (0, 0, "to_zero"), (0, 1, "to_zero"), (0, 2, "to_zero"), (0, 3, "to_zero"),
+        (1, 1, "from_zero"), (1, 2, "reversed"), (1, 3, "from_zero"),
+    ]  # fmt: skip
+    step = body.json()["steps"][0]  # the step's counts split the same way
+    kinds = ("reversed", "to_zero", "from_zero")
+    assert [step[f"sign_{k}"] for k in kinds] == [1, 4, 2]
+
+
+def test_the_examples_say_how_many_there_were_and_more_can_be_asked_for(
+    owner, owner_client, enqueued
+):
+    """The table lists the largest few of each kind: the report says how many there
+    were of each, so the page can say what it cut, and lists more when asked."""
+    run = make_run(owner, "grpo")
+    body = post(owner_client, run, {"weights": {"r_parallel": 0}}).json()
+    t, counts = body["total"], body["example_counts"]
+    assert counts["sign_flip"] == t["sign_flips"]
+    assert counts["best_change"] == t["best_changes"]
+    assert counts["rank_change"] == t["rank_changes"]
+    assert counts["signal_change"] == t["signal_lost"] + t["signal_gained"]
+    assert body["examples_limit"] == 5
+    assert max(counts.values()) > 5  # the data set makes the cut happen
+    for kind, n in counts.items():
+        assert len(body["examples"][kind]) == min(n, 5), kind
+    every = post(owner_client, run, {"weights": {"r_parallel": 0}, "examples": 100})
+    every = every.json()
+    assert every["examples_limit"] == 100 and every["example_counts"] == counts
+    for kind, n in counts.items():
+        assert len(every["examples"][kind]) == n, kind
+
+    def size(ex):
+        return abs(ex["new_advantage"] - ex["old_advantage"])
+
+    # The largest changes first, so the few listed are the largest of all.
+    sizes = [size(ex) for ex in every["examples"]["sign_flip"]]
+    assert sizes == sorted(sizes, reverse=True)
+    assert [size(ex) for ex in body["examples"]["sign_flip"]] == sizes[:5]
 
 
 def test_process_credit_counts_token_flips_per_step(owner, owner_client, enqueued):
@@ -195,6 +304,9 @@ def test_only_the_asked_steps_are_recomputed(owner, owner_client, enqueued):
         ({"steps": "all"}, "steps: must be a list"),
         ({"steps": [1.5]}, "steps: every step must be an integer"),
         ({"wieghts": {}}, "wieghts"),
+        ({"examples": 0}, "examples: must be an integer from 1 to 100"),
+        ({"examples": 101}, "examples: must be an integer from 1 to 100"),
+        ({"examples": "all"}, "examples: must be an integer from 1 to 100"),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(

@@ -1,8 +1,8 @@
 """The repair loop in the browser, for spurious parallelism (issue 25, item 4): a run
 that learned to spawn sub-agents it never finishes raised its alert; from it the user
 opens the evidence, opens the what-if with the suggested weight (``r_finish``, which
-the run did not have), sees what it changes in the run's own rollouts, launches a
-clone with it, and on the clone's page sees the hack's statistics stay on the healthy
+the run did not have), sees what it changes in the run's own rollouts, opens the clone
+form filled with it, reviews it and launches the clone, and on the clone's page sees the hack's statistics stay on the healthy
 side of the detector's thresholds while its parent's did not."""
 
 from __future__ import annotations
@@ -67,8 +67,13 @@ def test_the_repair_loop_for_spurious_parallelism(repair_live, page, shots, ui):
     assert field.input_value() == "1" and "?repair=" in page.url
     ui.shot(page, shots, "repair_2_whatif")
 
-    # Launch the clone: the parent's config with r_finish = 1.
+    # The clone form: the parent's config with r_finish = 1, named for the repair;
+    # reviewed, then launched.
     whatif.locator("[data-whatif-clone]").click()
+    page.wait_for_url(lambda url: f"/runs/{run}/clone/?weights=" in url)
+    assert "spurious_parallelism" in page.text_content("[data-whatif-notice]")
+    assert page.input_value("[name=name]").endswith("(repair: spurious parallelism)")
+    page.locator("[data-launch]").first.click()
     page.wait_for_url(lambda url: f"/runs/{run}/" not in url and "/runs/" in url)
     clone = page.url.split("/runs/")[1].split("/")[0]
     assert page.locator("h1").text_content().endswith("(repair: spurious parallelism)")

@@ -1,7 +1,7 @@
 """The what-if panel in a real browser: on a stored swarm run, set r_parallel to 0,
-see advantage sign flips and an example linking to its trajectory, and launch a clone
-with the new weights (its config carries them); then open a group and follow its task
-across steps (issue 12.3)."""
+see advantage sign flips and an example linking to its trajectory, open the clone form
+filled with the new weights, review it and launch the clone (its config carries
+them); then open a group and follow its task across steps (issue 12.3)."""
 
 from __future__ import annotations
 
@@ -64,8 +64,9 @@ def test_reweight_a_swarm_run_and_launch_the_clone(live, page, shots, ui):
     assert panel.locator("[data-weight=r_parallel]").input_value() == "0.3"
     panel.locator("[data-whatif-run]").click()  # own weights first: nothing changes
     page.wait_for_selector("[data-whatif-result]:not([hidden])")
-    assert "0 of 72 trained trajectories flip" in page.text_content(
-        "#whatif [data-whatif-summary]"
+    assert (
+        "0 of 72 trained trajectories change their advantage's sign"
+        in page.text_content("#whatif [data-whatif-summary]")
     )
     assert panel.locator("[data-whatif-examples] tbody tr").count() == 0
     assert panel.locator("[data-whatif-none]").is_visible()  # said, not an empty table
@@ -78,6 +79,26 @@ def test_reweight_a_swarm_run_and_launch_the_clone(live, page, shots, ui):
     summary = page.text_content("#whatif [data-whatif-summary]")
     flips = int(re.match(r"(\d+) of 72", summary).group(1))
     assert flips > 0
+    assert (
+        "mean Kendall τ" in summary
+        and panel.locator("[data-whatif-tau-help]").is_visible()
+    )
+    # The list says how many of the changes it shows; asked, it shows them all.
+    rows = panel.locator("[data-whatif-examples] tbody tr")
+    shown = panel.locator("[data-whatif-shown]").text_content()
+    cut = re.match(r"(\d+) of (\d+) changes shown", shown)
+    assert cut and int(cut.group(1)) == rows.count() < int(cut.group(2)), shown
+    panel.locator("[data-whatif-more]").click()
+    ui.until(
+        page,
+        f"document.querySelectorAll('#whatif [data-whatif-examples] tbody tr').length == {cut.group(2)}",
+    )
+    assert (
+        panel.locator("[data-whatif-shown]")
+        .text_content()
+        .startswith(f"All {cut.group(2)} changes shown")
+    )
+    assert not panel.locator("[data-whatif-more]").is_visible()
     panel.locator("[data-whatif-plot] canvas").first.wait_for()
     ui.shot(page, shots, "whatif_01_r_parallel_zero")
 
@@ -87,7 +108,16 @@ def test_reweight_a_swarm_run_and_launch_the_clone(live, page, shots, ui):
     assert re.fullmatch(rf"/runs/{run_id}/trajectories/\d+/\d+/\d+/", href)
 
     panel.locator("[data-whatif-clone]").click()
-    # The clone's page, at its comparison with the parent (#repair).
+    # The clone form, filled with the new weight: reviewed, then launched.
+    page.wait_for_url(re.compile(rf"/runs/{run_id}/clone/\?weights="))
+    assert page.locator("[data-whatif-notice]").is_visible()
+    row = page.locator(
+        "[data-component-row]", has=page.locator("option[value=r_parallel]:checked")
+    )
+    assert float(row.locator("input[name$='.weight']").input_value()) == 0
+    ui.shot(page, shots, "whatif_01b_clone_form")
+    page.locator("[data-launch]").first.click()
+    # The clone's page.
     page.wait_for_url(
         lambda url: (
             run_id not in url and re.search(r"/runs/[0-9a-f-]{36}/(#repair)?$", url)
