@@ -307,7 +307,7 @@ def test_a_projects_runs_are_a_group_shown_and_filtered_in_the_list(
     call("bulk_log", {"logs": [{**entry({"loss": 1.0}, 0, run="b"), "run_id": "id-b"}]})
     Run.objects.create(owner=owner, name="native", config={}, group="")
     page = owner_client.get("/runs/").content.decode()
-    assert '<th class="wide-only">Group</th>' in page
+    assert '<th class="col-group wide-only">Group</th>' in page
     assert 'href="/runs/?group=proj"' in page and "&lt;b&gt;a&lt;/b&gt;" in page
     assert '<option value="proj">' in page
     only = owner_client.get("/runs/?group=proj").content.decode()
