@@ -158,11 +158,19 @@ def parse_events(data: bytes | bytearray) -> list[dict[str, Any]]:
     except UnicodeDecodeError as exc:
         raise InvalidConfig(f"body: not UTF-8 (byte {exc.start})") from None
     events, errors, too_large = [], [], False
+    metric_values, limit = 0, settings.EVENTS_MAX_METRIC_VALUES
     for number, line in enumerate(_lines(text), start=1):
         if not line.strip():
             continue
         try:
             events.append(_event(line))
+            # Refused at the line that passes the limit, not after parsing the rest:
+            # a body of 990,000 values unfolded into ~150 MB before the count.
+            metric_values += len(events[-1].get("metrics") or ())
+            if metric_values > limit:
+                check_metric_values(
+                    metric_values, f"body (by line {number})", plus=True
+                )
         except json.JSONDecodeError as exc:
             errors.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
         except _OverLimit as exc:
@@ -177,18 +185,23 @@ def parse_events(data: bytes | bytearray) -> list[dict[str, Any]]:
             break
     if errors:
         raise (PayloadTooLarge if too_large else InvalidConfig)(errors)
-    check_metric_values(sum(len(ev.get("metrics") or ()) for ev in events), "body")
     return events
 
 
 def check_metric_values(
-    count: int, field: str, error: type[ServiceError] = PayloadTooLarge
+    count: int,
+    field: str,
+    error: type[ServiceError] = PayloadTooLarge,
+    *,
+    plus: bool = False,
 ) -> None:
     """Refuse (413, or ``error``) a request whose events carry more metric values
-    than ``EVENTS_MAX_METRIC_VALUES``: each is a row written under the write lock."""
+    than ``EVENTS_MAX_METRIC_VALUES``: each is a row written under the write lock.
+    ``plus``: ``count`` is what was counted before stopping, the body holds more."""
     limit = settings.EVENTS_MAX_METRIC_VALUES
     if count > limit:
         raise error(
-            f"{field}: {count:,} metric values, more than the limit of {limit:,} "
-            "a request (EVENTS_MAX_METRIC_VALUES); send smaller batches"
+            f"{field}: {count:,}{'+' if plus else ''} metric values, more than the "
+            f"limit of {limit:,} a request (EVENTS_MAX_METRIC_VALUES); send smaller "
+            "batches"
         )

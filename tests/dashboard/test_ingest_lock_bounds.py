@@ -114,3 +114,26 @@ def test_an_events_body_with_more_metric_values_than_the_limit_is_a_413(
     assert "EVENTS_MAX_METRIC_VALUES" in r.content.decode()
     assert MetricPoint.objects.count() == 0
     assert api.post_events(run_id, events[:1]).status_code == 200
+
+
+def test_an_events_body_is_refused_at_the_line_past_the_metric_limit(
+    owner, settings, monkeypatch
+):
+    """The count stops the parse where it passes the limit: the lines after it are
+    never parsed (a body of 990,000 values unfolded into ~150 MB before the count)."""
+    from dashboard.runs import event_body
+
+    settings.EVENTS_MAX_METRIC_VALUES = 1024
+    api = TokenClient(tokens.do_create_token(owner, "x")[1])
+    run_id = new_run(api)
+    parsed = []
+    real = event_body._event
+    monkeypatch.setattr(
+        event_body, "_event", lambda line: parsed.append(1) or real(line)
+    )
+    many = {f"k{j}": 1.0 for j in range(600)}
+    events = [{"type": "step", "step": s, "metrics": many} for s in range(1, 9)]
+    r = api.post_events(run_id, events)
+    assert r.status_code == 413, r.content
+    assert "body (by line 2): 1,200+ metric values" in r.content.decode()
+    assert len(parsed) == 2 and MetricPoint.objects.count() == 0
