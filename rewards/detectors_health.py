@@ -18,9 +18,12 @@ imports this module), judged over the same window of step summaries. Thresholds
   :func:`rewards.detectors.trend`) while success rose by no more than the larger of
   ``max_outcome_rise`` and ``max_outcome_share`` of it (format-only rewards, a gamed
   judge, a bonus the task does not need); names the term that rose most.
-* ``shortcut.max_ratio`` 0.67, ``.max_outcome_rise`` 0.02: the late half's mean
-  length at most that share of the early half's while success rose no more than
-  that (a policy that stopped working the task: answering at once, exiting early).
+* ``shortcut.max_ratio`` 0.67, ``.max_outcome_rise`` 0.02, ``.min_separation`` 2:
+  the late half's mean length at most that share of the early half's while success
+  rose no more than that (a policy that stopped working the task: answering at once,
+  exiting early), and the fall at least ``min_separation`` standard errors of the
+  halves' difference (Welch's: step-to-step noise, which on a small run can make one
+  long first step halve the "early" mean, is not a shortcut).
 * ``repetition.max_repetition`` 0.25, ``.min_rise`` 0.2, ``.min_proxy_rise`` 0.1:
   the mean share of an episode's word bigrams that repeat an earlier one, at or
   above it in the late half and risen by ``min_rise`` above the run's start
@@ -31,6 +34,7 @@ imports this module), judged over the same window of step summaries. Thresholds
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from rewards.config import DetectorConfig
@@ -174,6 +178,30 @@ def repetition(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None
     )  # fmt: skip
 
 
+def separation(xs: Sequence[float]) -> float:
+    """How far the early half's mean is above the late half's, in standard errors of
+    their difference (Welch's t; the halves as :func:`~rewards.detectors.halves`
+    splits them). Halves with no spread at all are as far apart as their means say:
+    inf when they differ.
+
+    >>> round(separation([7.5, 7.4, 5.7, 4.3, 4.5, 3.6]), 1)
+    4.2
+    >>> round(separation([10, 4.6, 2.9, 5.1, 2.6, 4.1, 4.9, 2.0]), 1)
+    1.4
+    """
+    mid = len(xs) // 2
+    early, late = list(xs[:mid]), list(xs[mid:])
+    if len(early) < 2 or len(late) < 2:
+        return 0.0
+    m0, m1 = sum(early) / len(early), sum(late) / len(late)
+    v0 = sum((x - m0) ** 2 for x in early) / (len(early) - 1)
+    v1 = sum((x - m1) ** 2 for x in late) / (len(late) - 1)
+    se = (v0 / len(early) + v1 / len(late)) ** 0.5
+    if se == 0:
+        return math.inf if m0 > m1 else 0.0
+    return (m0 - m1) / se
+
+
 @register("shortcut", "warning")
 def shortcut(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
     """Episodes got much shorter while success did not rise: the policy stopped
@@ -188,6 +216,7 @@ def shortcut(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
         l0 <= 0
         or l1 / l0 > ratio
         or s1 - s0 > cfg.threshold("shortcut.max_outcome_rise")
+        or separation(length) < cfg.threshold("shortcut.min_separation")
     ):
         return None
     return Finding(

@@ -196,6 +196,21 @@ def test_a_shortcut_is_episodes_shrinking_while_success_does_not_rise():
     assert shortcut(better, CFG) is None
 
 
+def test_a_shortcut_is_not_step_to_step_noise():
+    """A newcomer's 20-step run of 4 x 4 rollouts raised "shortcut: episodes 5.7 ->
+    3.4 tokens" from one long first step (10 tokens) and noise: the halves' means
+    differ by 1.4 standard errors, a steady fall by 4."""
+    from rewards.detectors_health import separation, shortcut
+
+    noisy = [10, 4.625, 2.938, 5.062, 2.625, 4.125, 4.875, 2.0]
+    success = [0, 0, 0.125, 0, 0, 0, 0, 0.125]
+    assert shortcut(window(length=noisy, success=success), CFG) is None
+    assert separation(noisy) < 2 < separation([7.5, 7.4, 5.7, 4.3, 4.5, 3.6])
+    # the same fall without the noise is one
+    steady = [5.7, 5.6, 5.7, 5.6, 3.4, 3.5, 3.4, 3.3]
+    assert shortcut(window(length=steady, success=success), CFG) is not None
+
+
 def test_shortcut_evidence_is_the_short_failed_rollouts():
     rows = [
         {"length": 3.0, "success": 0.0},
