@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 import uuid
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from django.http import Http404
 from dashboard.errors import Conflict, ServiceError
 from dashboard.library import roots
 from dashboard.library.dataset_limits import refusal, size_text, upload_limits
-from dashboard.library.filenames import ascii_name
+from dashboard.library.filenames import ascii_name, meaningful
 from dashboard.library.previews import PREVIEW_ROWS, build_preview
 from dashboard.models import Dataset
 
@@ -73,22 +74,47 @@ def check_upload_size(size: Any) -> None:
         )
 
 
-def check_name(filename: str, name: str | None = None) -> tuple[str, str]:
-    """(the stored file name, its format) from the upload's name or the one given."""
-    raw = (name or "").strip() or Path(filename or "").name
+def check_name(filename: str, name: str | None = None) -> tuple[str, str, str]:
+    """(the dataset's name, the stored file's name, its format) from the upload's
+    name or the one given. The name is the user's, any letters and digits
+    (``problèmes_数学 été.jsonl``; pages escape it); the file's is an ASCII version
+    of it (:func:`ascii_name`: ``problemes-ete.jsonl``), ``dataset-<id>`` when
+    nothing of it is ASCII (``数学.jsonl``)."""
+    raw = unicodedata.normalize(
+        "NFC", (name or "").strip() or Path(filename or "").name
+    )
     stem, ext = os.path.splitext(raw)
-    if not ext and filename:  # a name typed without extension takes the file's
-        ext = os.path.splitext(filename)[1]
-    ext = ext.lower()
     fmts = formats()
+    if ext.lower() not in fmts and (name or "").strip() and filename:
+        # a name typed without a format's extension ("v1.2") takes the file's
+        stem, ext = raw, os.path.splitext(filename)[1]
+    ext = ext.lower()
     if ext not in fmts:
         raise ServiceError(
             f"file: must be one of {', '.join(sorted(fmts))} (this one is {ext or 'none'})"
         )
-    stem = ascii_name(stem, 120)
-    if not stem:
-        raise ServiceError("name: give the dataset a name of letters and digits")
-    return stem + ext, fmts[ext]
+    if any(c in "/\\" or _control(c) for c in stem):
+        raise ServiceError(
+            "name: no path separators (/ or \\) or control characters in a name"
+        )
+    stem = " ".join(stem.split())[:120].strip()
+    if not any(c.isalnum() for c in stem):
+        raise ServiceError("name: give the dataset a name with letters or digits")
+    plain = ascii_name(stem, 120)
+    if not meaningful(plain):
+        plain = f"dataset-{uuid.uuid4().hex[:8]}"
+    return stem + ext, plain + ext, fmts[ext]
+
+
+# Format characters that reorder or hide text (a name that reads as another's);
+# joiners (U+200C, U+200D) are letters' business in Persian, Indic scripts, emoji.
+_BIDI = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e")
+_BIDI |= set("\u2066\u2067\u2068\u2069\ufeff")
+
+
+def _control(c: str) -> bool:
+    kind = unicodedata.category(c)
+    return kind in ("Cc", "Cs", "Co", "Cn") or (kind == "Cf" and c in _BIDI)
 
 
 def do_upload_dataset(
@@ -106,20 +132,21 @@ def do_upload_dataset(
     for field, key in (("prompt_key", prompt_key), ("answer_key", answer_key)):
         if not _KEY.match(key or ""):
             raise ServiceError(f"{field}: letters, digits, '_', '.' or '-' (1 to 64)")
-    filename, fmt = check_name(upload.name, name)
-    if datasets_of(user).filter(name=filename).exists():
-        raise Conflict(f"name: you already have a dataset named {filename}")
+    shown, filename, fmt = check_name(upload.name, name)
+    if datasets_of(user).filter(name=shown).exists():
+        raise Conflict(f"name: you already have a dataset named {shown}")
     folder = roots.uploads_dir(user.pk)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".upload-{uuid.uuid4().hex}{Path(filename).suffix}"
-    final = folder / filename
+    final = None
     try:
         size = _write(upload, tmp)
-        rows, first = check_rows(tmp, filename, fmt, prompt_key, answer_key)
+        rows, first = check_rows(tmp, shown, fmt, prompt_key, answer_key)
+        final = _place(tmp, filename)
         with transaction.atomic():
             ds = Dataset.objects.create(
                 owner=user,
-                name=filename,
+                name=shown,
                 path=str(final),
                 rows=rows,
                 fields=[str(k) for k in first[0]][:64] if first else [],
@@ -128,12 +155,33 @@ def do_upload_dataset(
                 size=size,
                 preview=build_preview(first),
             )
-            os.replace(tmp, final)
-    except IntegrityError:
-        raise Conflict(f"name: you already have a dataset named {filename}") from None
+    except BaseException as exc:
+        if final is not None:  # placed, but not recorded: no file without its row
+            final.unlink(missing_ok=True)
+        if isinstance(exc, IntegrityError):
+            raise Conflict(f"name: you already have a dataset named {shown}") from None
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     return ds
+
+
+def _place(tmp: Path, filename: str) -> Path:
+    """``tmp`` linked into place as ``filename`` in its folder, or as
+    ``<stem>-<id><ext>`` when that is taken (two names with one ASCII version:
+    "café" and "cafe"): never over another dataset's file."""
+    stem, ext = os.path.splitext(filename)
+    for attempt in range(8):
+        final = tmp.parent / (
+            filename if attempt == 0 else f"{stem}-{uuid.uuid4().hex[:6]}{ext}"
+        )
+        try:  # the name reserved (a rename alone would replace a taken one)
+            os.close(os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            continue
+        os.replace(tmp, final)
+        return final
+    raise Conflict(f"name: no free file name for {filename}; choose another name")
 
 
 def check_rows(

@@ -144,6 +144,38 @@ def shown_paths(config: Any) -> Any:
     return out
 
 
+def shown_config(run: Any) -> Any:
+    """A run's config as every page and API answer shows it (the run page, compare,
+    ``GET /api/runs/{id}``, its export): each path as :func:`shown` shows it. An
+    external run's config is its trainer's, shown as it was sent."""
+    return run.config if run.external else shown_paths(run.config)
+
+
+def shown_text(text: str, config: Any) -> str:
+    """``text`` (a run's error quoting its dataset's path, a refusal) with each path
+    of ``config`` written as :func:`shown` shows it."""
+    if not text or not isinstance(config, dict):
+        return text
+    for loc in path_fields(config):
+        holder = config
+        for key in loc:
+            holder = holder[key]
+        real = holder
+        if real and real in text:
+            text = text.replace(real, shown(real, is_model_path(loc)))
+    return text
+
+
+def shown_errors(run: Any, attempts: list[Any]) -> list[Any]:
+    """``attempts`` of ``run``; the run's error and each attempt's message, for a
+    page (never saved), with the config's paths as :func:`shown_text` writes them."""
+    if not run.external:
+        run.error = shown_text(run.error, run.config)
+        for a in attempts:
+            a.message = shown_text(a.message, run.config)
+    return attempts
+
+
 def check_paths(
     config: dict[str, Any], *, owner_id: Any = None, endpoints: Collection[str] = ()
 ) -> tuple[dict[str, Any], list[str]]:

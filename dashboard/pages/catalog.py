@@ -119,6 +119,32 @@ def learning_config(env: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+DEMO_WARMSTART = 300  # the fewest of the learning demos (bench/configs: 300-500)
+
+
+def demo_warmstart(env: str) -> int:
+    """The warm-start steps a learning demo on ``env`` uses (``bench/configs``: its
+    own config, else another demo of that environment, as ``dataset_arith.yaml`` is
+    the ``dataset`` one's), else :data:`DEMO_WARMSTART`. A from-scratch model
+    without one seldom earns a first reward (the form's warm-start hint)."""
+    import yaml
+    from django.conf import settings
+
+    folder = Path(settings.BASE_DIR) / "bench" / "configs"
+    own = folder / f"{env}.yaml"
+    for path in [own, *sorted(p for p in folder.glob("*.yaml") if p != own)]:
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        if not isinstance(data, dict) or (data.get("env") or {}).get("name") != env:
+            continue
+        steps = (data.get("model") or {}).get("warmstart_steps")
+        if isinstance(steps, int) and steps > 0:
+            return steps
+    return DEMO_WARMSTART
+
+
 def default_reward(env: str) -> dict[str, Any]:
     from trainer.envs.base import default_reward_for
 

@@ -17,6 +17,7 @@ from dashboard.pages import schema as sc
 from dashboard.pages.catalog import (
     component_param_specs,
     default_reward,
+    demo_warmstart,
     env_names,
     env_params,
     learning_config,
@@ -75,7 +76,21 @@ def default_config(
         out["env"] = {"name": env, "params": {**_param_defaults(env), **(params or {})}}
         out["reward"] = None
         out = normalise(out)
-    return out  # no name: a blank one is the run's own (services.auto_name)
+    return _consistent(out, base, env)  # no name: a blank one is the run's own
+
+
+def _consistent(out: dict[str, Any], base: dict[str, Any], env: str) -> dict[str, Any]:
+    """A starting point that does not trip the form's own advice: a from-scratch
+    model warm-starts as the learning demos do (:func:`demo_warmstart`), and an
+    environment's own turn limit (``dataset``'s max turns) is Rollout's max turns
+    too, unless the learning config sets that (the smaller ends an episode)."""
+    model = out.get("model") or {}
+    if not model.get("path") and not model.get("warmstart_steps"):
+        out["model"] = {**model, "warmstart_steps": demo_warmstart(env)}
+    turns = ((out.get("env") or {}).get("params") or {}).get("max_turns")
+    if isinstance(turns, int) and "max_turns" not in (base.get("rollout") or {}):
+        out["rollout"] = {**(out.get("rollout") or {}), "max_turns": turns}
+    return out
 
 
 def _param_defaults(env: str) -> dict[str, Any]:

@@ -44,6 +44,28 @@ def _step_error(raw: str | None, asked: int | None, step: int | None) -> str:
     return f"\u201c{raw[:40]}\u201d is not a step number{shown}."
 
 
+NUMERIC_FILTERS = {
+    "reward_min": "Reward \u2265",
+    "reward_max": "Reward \u2264",
+    "length_min": "Length \u2265",
+    "length_max": "Length \u2264",
+}
+
+
+def _filter_errors(params: Any) -> dict[str, str]:
+    """``{filter: what to tell}`` for each numeric filter whose value is no number
+    (not silently no filter, as ``?step=`` says so too): the filter is left off."""
+    errors = {}
+    for name, label in NUMERIC_FILTERS.items():
+        raw = params.get(name)
+        if raw is None or raw.strip() == "" or trajs.number_param(params, name):
+            continue
+        errors[name] = (
+            f"\u201c{raw[:40]}\u201d is not a number; the {label} filter is off."
+        )
+    return errors
+
+
 @csp
 def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
@@ -56,6 +78,7 @@ def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
         groups_mod.annotate(run, step, groups, request.GET.get("sort", ""))
     pos = steps.index(step) if step is not None else -1
     filters = {k: request.GET.get(k, "") for k in FILTERS}
+    filter_errors = _filter_errors(request.GET)
     return render(
         request,
         "pages/trajectories.html",
@@ -71,6 +94,7 @@ def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
             "next_step": steps[pos + 1] if 0 <= pos < len(steps) - 1 else None,
             "groups": groups,
             "filters": filters,
+            "filter_errors": filter_errors,
             "filtered": any(filters.values()),
             "shown": sum(len(g.rollouts) for g in groups),
             "hidden": sum(g.hidden for g in groups),

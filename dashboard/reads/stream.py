@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from dashboard import jsonsafe
+from dashboard.library import roots
 from dashboard.models import (
     Alert,
     Checkpoint,
@@ -114,7 +115,7 @@ def export_lines(run: Run, parts: Iterable[str] = EXPORT_PARTS) -> Iterator[str]
             "last_step": run.last_step,
             "external": run.external,
             "framework": run.framework,
-            "config": run.config,
+            "config": roots.shown_config(run),  # paths relative to their root
             "parent": str(run.parent_id) if run.parent_id else None,
             "created_at": run.created_at.isoformat(),
             "parts": [p for p in EXPORT_PARTS if p in parts],

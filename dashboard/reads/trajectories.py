@@ -250,6 +250,12 @@ def _num(params: Any, name: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def number_param(params: Any, name: str) -> bool:
+    """Whether the filter ``name`` of ``params`` is a number it applies
+    (:func:`step_groups` leaves any other value off)."""
+    return _num(params, name) is not None
+
+
 # A trajectory has token data when its length was counted or it has per-token
 # arrays: text-only ones (trackio's tables and traces, imported text) have neither,
 # and their stored ``length`` 0 means "not known", not "empty".

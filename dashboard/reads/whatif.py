@@ -22,6 +22,7 @@ from django.db import connection
 from django.urls import reverse
 
 from dashboard.errors import InvalidConfig, ServiceError
+from dashboard.library import roots
 from dashboard.models import Run, Trajectory
 from dashboard.reads.whatif_added import raw_values
 from rewards import repair
@@ -235,7 +236,8 @@ def whatif(
             )
     report["run"] = str(run.pk)
     report["weights"] = weights_report(old, new_weights)
-    report["clone_overrides"] = clone_overrides(rcfg, new_weights)
+    # A judge's model_path as the form names it; a clone resolves it again.
+    report["clone_overrides"] = roots.shown_paths(clone_overrides(rcfg, new_weights))
     report["rollouts"] = len(rows)
     report["examples_limit"] = examples  # of each kind; example_counts: how many
     return report

@@ -43,15 +43,15 @@ def dtype_bytes(config: Any, cuda: bool) -> int:
 
 
 def vocabulary_size(config: Any) -> int:
-    """The default tokenizer's size: the environment's words and the specials."""
-    from trainer.envs.base import make_env
+    """The default tokenizer's size: the environment's words and the specials (the
+    environment built once per check, :func:`dashboard.runs.envcheck.built`)."""
+    from dashboard.runs import envcheck
 
-    try:
-        env = make_env(config.env.name, config.env.params, seed=config.seed)
-        return len(env.vocabulary()) + SPECIAL_TOKENS
-    except Exception:  # an environment that cannot be built here: a round guess
-        log.warning("budget: no vocabulary for env %s", config.env.name, exc_info=True)
+    words = envcheck.built(config).vocabulary
+    if words is None:  # an environment that cannot be built here: a round guess
+        log.warning("budget: no vocabulary for env %s", config.env.name)
         return VOCAB_UNKNOWN
+    return words + SPECIAL_TOKENS
 
 
 def model_shape(config: Any, nbytes: int):

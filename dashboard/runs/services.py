@@ -106,9 +106,11 @@ def check_config(data: Any, user: Any = None) -> Any:
 def check_platform(cfg: Any, user: Any) -> Any:
     """``cfg`` with every path replaced by the real path it was authorised as, or
     InvalidConfig. Rules: :mod:`dashboard.library.roots`; ``init_from_run``: a run ``user``
-    may read that has a recorded checkpoint of the same model."""
+    may read that has a recorded checkpoint of the same model; an environment that
+    reads a file must build from it (:mod:`dashboard.runs.envcheck`)."""
     from dashboard.library import roots
     from dashboard.models import JudgeEndpoint
+    from dashboard.runs import envcheck
     from trainer.config import TrainConfig
 
     endpoints = set(
@@ -124,6 +126,9 @@ def check_platform(cfg: Any, user: Any) -> Any:
     if errors:
         raise InvalidConfig(errors)
     checked = TrainConfig.model_validate(config)
+    errors = envcheck.check_env(checked)  # a dataset row without the prompt key
+    if errors:
+        raise InvalidConfig(errors)
     errors = check_takers(checked)
     if errors:
         raise InvalidConfig(errors)

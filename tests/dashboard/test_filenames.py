@@ -24,6 +24,7 @@ def test_accented_letters_keep_their_letter_and_the_rest_becomes_a_dash():
 
 def test_a_datasets_name_and_a_kept_models_archive_use_it():
     assert check_name("up.jsonl", "Arith intl — café") == (
+        "Arith intl — café.jsonl",
         "Arith-intl-cafe.jsonl",
         "jsonl",
     )
@@ -35,5 +36,5 @@ def test_a_datasets_name_and_a_kept_models_archive_use_it():
         step = 8
 
     assert archive_name(Run, Kept, "model") == "mychat-donnees-intl-model-step-8"
-    with pytest.raises(ServiceError, match="letters and digits"):
-        check_name("up.jsonl", "算数")
+    with pytest.raises(ServiceError, match="letters or digits"):
+        check_name("up.jsonl", "-- ..")

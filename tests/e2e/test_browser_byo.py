@@ -55,6 +55,8 @@ def test_upload_pick_launch_and_read_a_tool_call(roots_live, page, shots, ui, tm
     # root-relative, as the model picker names a model: no server path is shown
     assert re.fullmatch(r"uploads/\d+/[\w.-]+\.jsonl", stored), stored
     assert (live.data_root / stored).is_file()
+    # The built-in model from scratch: warm-start steps as the dataset demo has them.
+    assert page.input_value("[name='model.warmstart_steps']") == "500"
     # The picker lists the chat model found under the model root.
     row = page.locator("[data-model-row='tiny-chat']")
     assert "yes" in row.text_content()  # it has a chat template
@@ -63,8 +65,14 @@ def test_upload_pick_launch_and_read_a_tool_call(roots_live, page, shots, ui, tm
         page.input_value("[name='model.path']")
         == model.relative_to(live.model_root).as_posix()
     )  # root-relative: no server path is shown
-    # A pretrained model: the hint goes (waited for: the page's script may still load).
+    # A pretrained model: the hint goes (waited for: the page's script may still load),
+    # and so do the warm-start steps filled in for the model from scratch.
     page.locator("[data-warmstart-hint]").wait_for(state="hidden", timeout=10_000)
+    assert page.input_value("[name='model.warmstart_steps']") == "0"
+    page.click("[data-model-pick='']")  # the built-in model again: they come back
+    assert page.input_value("[name='model.warmstart_steps']") == "500"
+    row.locator("[data-model-pick]").click()
+    assert page.input_value("[name='model.warmstart_steps']") == "0"
     page.fill("[name='envp.dataset.tools']", "calculator")
     page.fill("[name='envp.dataset.holdout']", "0")
     page.fill("[name='envp.dataset.max_turns']", "2")

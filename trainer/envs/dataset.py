@@ -67,7 +67,8 @@ class DatasetParams(EnvParams):
         None,
         max_length=64,
         pattern=_KEY,
-        description="Field holding a row id; blank: the row's line number.",
+        description="Field holding a row id, which every row must have; blank: "
+        "the row's line number.",
     )
     split: Literal["train", "test"] = Field(
         "train", description="Which side of the held-out split tasks come from."

@@ -247,6 +247,8 @@ def row_of(
         raise DatasetError(
             f"answer_key: {where}: {answer_key!r} must be text or a number"
         )
+    if id_key and id_key not in raw:  # a misspelt key: no id ever, said at once
+        raise DatasetError(f"id_key: {where} has no {id_key!r} field{_fields(raw)}")
     row_id = str(raw.get(id_key, "")) if id_key else ""
     return Row(line, row_id or f"{fmt}-{line}", prompt, messages, str(answer))
 

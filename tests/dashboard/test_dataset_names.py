@@ -1,0 +1,117 @@
+"""A dataset's name in any script: a newcomer's ``problèmes_数学 été.jsonl`` was
+stored (and named) ``problemes_-ete.jsonl``, its CJK dropped without a word, and
+``数学.jsonl`` with Name left empty was refused ("give the dataset a name of letters
+and digits") though 数学 are letters. The name is kept as given (pages escape it);
+the file on the server takes a safe ASCII version of it, never empty or mangled."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from dashtest import client_for
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from dashboard.library import roots
+from dashboard.library.filenames import ascii_name
+from dashboard.models import Dataset
+
+pytestmark = pytest.mark.django_db
+
+ROWS = json.dumps({"prompt": "1 + 1 ?", "answer": "2"}) + "\n"
+
+
+@pytest.fixture
+def data_root(tmp_path, settings):
+    root = tmp_path / "data"
+    root.mkdir()
+    settings.DATA_ROOTS, settings.MODEL_ROOTS = [root], [tmp_path]
+    return root
+
+
+def upload(client, filename: str, name: str = "", content: str = ROWS):
+    return client.post(
+        "/datasets/",
+        {"file": SimpleUploadedFile(filename, content.encode()), "name": name},
+    )
+
+
+def files(owner) -> list[str]:
+    return sorted(p.name for p in roots.uploads_dir(owner.pk).iterdir())
+
+
+def test_no_dangling_separators_where_letters_were_dropped():
+    assert ascii_name("problèmes_数学 été", 120) == "problemes-ete"
+    assert ascii_name("_数学_", 120) == ""
+
+
+def test_a_name_in_any_script_is_kept_and_its_file_is_a_safe_ascii_name(
+    data_root, owner
+):
+    client = client_for(owner)
+    r = upload(client, "problèmes_数学 été.jsonl")
+    assert r.status_code == 302, r.content
+    ds = Dataset.objects.get(owner=owner)
+    assert ds.name == "problèmes_数学 été.jsonl"
+    assert Path(ds.path).name == "problemes-ete.jsonl"
+    assert Path(ds.path).read_text() == ROWS
+
+    r = upload(client, "数学.jsonl")  # Name left empty: the file's name is the name
+    assert r.status_code == 302, r.content
+    cjk = Dataset.objects.get(owner=owner, name="数学.jsonl")
+    assert re.fullmatch(r"dataset-[0-9a-f]{8}\.jsonl", Path(cjk.path).name), cjk.path
+    assert files(owner) == sorted(["problemes-ete.jsonl", Path(cjk.path).name])
+
+    listing = client.get("/datasets/").content.decode()
+    assert ">problèmes_数学 été.jsonl</a>" in listing and ">数学.jsonl</a>" in listing
+    page = client.get(f"/datasets/{cjk.pk}/").content.decode()
+    assert "<h1>数学.jsonl</h1>" in page
+    # "Use in a new run" names the stored file, relative to its root; it resolves.
+    new = client.get(f"/runs/new/?env=dataset&dataset={cjk.pk}").content.decode()
+    field = re.search(r'name="envp\.dataset\.path"[^>]*value="([^"]*)"', new)
+    assert field and field.group(1) == f"uploads/{owner.pk}/{Path(cjk.path).name}"
+    assert roots.resolve(
+        field.group(1), roots.data_roots(), want_dir=False, owner_id=owner.pk
+    ) == str(Path(cjk.path).resolve())
+
+
+def test_a_typed_name_is_escaped_and_two_names_of_one_ascii_file_both_keep_theirs(
+    data_root, owner
+):
+    client = client_for(owner)
+    assert upload(client, "up.jsonl", "café", ROWS).status_code == 302
+    other = ROWS.replace("2", "3")
+    assert upload(client, "up.jsonl", "cafe", other).status_code == 302
+    first = Dataset.objects.get(owner=owner, name="café.jsonl")
+    second = Dataset.objects.get(owner=owner, name="cafe.jsonl")
+    assert Path(first.path).name == "cafe.jsonl" != Path(second.path).name
+    assert Path(first.path).read_text() == ROWS  # not overwritten by the second
+    assert Path(second.path).read_text() == other
+    assert upload(client, "x.jsonl", "café").status_code == 409  # the same name
+
+    assert upload(client, "up.jsonl", "v1.2 数").status_code == 302  # no format
+    assert Dataset.objects.filter(name="v1.2 数.jsonl").exists()
+    assert upload(client, "up.jsonl", "<b>bold<b> 数").status_code == 302
+    listing = client.get("/datasets/").content.decode()
+    assert "&lt;b&gt;bold&lt;b&gt; 数.jsonl" in listing and "<b>bold" not in listing
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("a/b", "no path separators"),
+        ("a\\b", "no path separators"),
+        ("evil\u202etxt", "control characters"),
+        ("tab\there", "control characters"),
+        ("-- ..", "letters or digits"),
+    ],
+)
+def test_a_name_with_a_separator_a_control_character_or_no_letter_is_refused(
+    data_root, owner, name, message
+):
+    r = upload(client_for(owner), "up.jsonl", name)
+    assert r.status_code == 400 and message in r.content.decode()
+    assert Dataset.objects.count() == 0
+    assert not roots.uploads_dir(owner.pk).exists() or files(owner) == []
