@@ -138,15 +138,19 @@ def pruned_line(run: Run) -> str:
         return ""
     gone = []
     if p.get("trajectories_deleted"):
-        gone.append(f"{p['trajectories_deleted']} trajectories deleted")
+        gone.append(f"{_trajectories(p['trajectories_deleted'])} deleted")
     if p.get("arrays_dropped"):
-        gone.append(f"per-token arrays of {p['arrays_dropped']} trajectories dropped")
+        gone.append(f"per-token arrays of {_trajectories(p['arrays_dropped'])} dropped")
     kept = f"; kept whole: {p['kept']}" if p.get("kept") else ""
     when = str(p.get("at", ""))[:10]
     return (
         f"Pruned on {when}: {', '.join(gone) or 'nothing'}{kept}. "
         "Metrics, alerts and judgements are kept."
     )
+
+
+def _trajectories(n: Any) -> str:
+    return f"{n} trajector{'y' if n == 1 else 'ies'}"
 
 
 def recording_line(run: Run) -> str:

@@ -185,6 +185,7 @@ def run_charts(
     metric_keys: list[str] | None = None,
     *,
     logged: list[str] | None = None,
+    reward: str = "reward",
 ) -> list[dict[str, Any]]:
     """The run page's charts. With ``metric_keys`` (an external run, whose config
     says nothing we can read), the components come from the logged
@@ -192,13 +193,18 @@ def run_charts(
     metrics was logged (none will come for the others), and every other logged
     metric gets a chart too, grouped by its prefix (``critic/``, ``actor/``...).
     ``logged`` (any run's stored metric names, ``metric_keys`` by default) decides
-    the family charts. End-of-training summaries (``train_runtime``...) are not
+    the family charts. ``reward``: the stored name of the run's reward
+    (:func:`dashboard.reads.reward_names.reward_key`: an external run's trainer may
+    have logged ``train/reward``), which the Reward chart plots instead of ``reward``
+    (with its ``_std`` beside it when logged), not a chart of its prefix. End-of-training summaries (``train_runtime``...) are not
     charted (the page lists them in a table). Each chart carries a line of help, its
     axis titles and what each of its keys means (issue 22.11)."""
     charts = [
         {"id": cid, "title": title, "keys": keys, "empty": empty_text(cid, config)}
         for cid, title, keys in STANDARD
     ]
+    if reward != "reward":
+        charts[0]["keys"] = reward_keys(reward, logged or metric_keys or [])
     families = family_charts(logged if logged is not None else metric_keys or [])
     if metric_keys is None:
         components = component_keys(config)
@@ -208,7 +214,9 @@ def run_charts(
         charts = [c for c in charts if logged_set.intersection(c["keys"])]
         charts += families
         components = [
-            k for k in metric_keys if k.startswith("rewards/") and k.endswith("/mean")
+            k
+            for k in metric_keys
+            if k.startswith("rewards/") and k.endswith("/mean") and k != reward
         ]
         drawn = [*charts, EVAL_CHART] if evaluates(config, metric_keys) else charts
         charts += _extra_charts(metric_keys, drawn, components)
@@ -245,8 +253,22 @@ def _extra_charts(
             title = f"{prefix}/" if prefix else "Other metrics"
             if len(keys) > KEYS_PER_EXTRA_CHART:
                 title += f" ({i // KEYS_PER_EXTRA_CHART + 1})"
-            extra.append({"id": f"extra-{len(extra)}", "title": title, "keys": part})
+            extra.append(
+                {
+                    "id": f"extra-{len(extra)}",
+                    "title": title,
+                    "keys": part,
+                    "empty": "No data yet.",
+                }
+            )
     return extra[:MAX_EXTRA_CHARTS]
+
+
+def reward_keys(reward: str, logged: list[str]) -> list[str]:
+    """The Reward chart's keys for a reward stored as ``reward``: it, and its
+    spread as the same trainer names it (``train/reward_std``) when logged."""
+    spread = [f"{reward}_std", reward.replace("mean", "std")]
+    return [reward, *(k for k in dict.fromkeys(spread) if k != reward and k in logged)]
 
 
 def summary_rows(values: dict[str, tuple[int, float | None]]) -> list[dict[str, Any]]:

@@ -21,10 +21,10 @@ from dashboard import jsonsafe
 from dashboard.ingest import retention
 from dashboard.library import roots
 from dashboard.models import ACTIVE_STATUSES, Alert, Run, RunStatus
-from dashboard.pages import catalog, charts, configdiff
+from dashboard.pages import catalog, charts, configdiff, run_state
 from dashboard.pages.csp import csp
 from dashboard.pages.forms import normalise
-from dashboard.reads import metrics, repair, reward_names, whatif
+from dashboard.reads import metrics, repair, reward_names, sparklines, whatif
 from dashboard.reads import runs as run_reads
 from dashboard.reads import trajectories as trajs
 from dashboard.runs import kept_model, services
@@ -87,17 +87,13 @@ def home(request: HttpRequest) -> HttpResponse:
     active = with_waiting(list(runs.filter(status__in=ACTIVE_STATUSES)[:20]))
     recent = list(runs.exclude(status__in=ACTIVE_STATUSES)[:10])
     shown = active + recent
-    sparks = metrics.sparklines(shown)
+    sparks = sparklines.sparklines(shown)
     alerts = (
         Alert.objects.filter(run__in=services.visible_runs(request.user))
         .select_related("run")
         .order_by("-id")[:10]
     )
-    counts = {s: 0 for s in RunStatus.values}
-    for status in services.visible_runs(request.user).values_list("status", flat=True)[
-        :5000
-    ]:
-        counts[status] = counts.get(status, 0) + 1
+    counts = run_state.status_counts(services.visible_runs(request.user))
     # What to watch now: a run that is training (an external one: sending events
     # now, not a client that stopped), else the next one to start.
     live = next((r for r in active if run_reads.receiving(r)), None)
@@ -113,6 +109,9 @@ def home(request: HttpRequest) -> HttpResponse:
         {
             "live": live,
             "live_info": run_info(live) if live else None,
+            # an external one's: the page asks again when it would go quiet
+            "live_quiet_in_s": run_state.home_banner_quiet_in_s(live),
+            "quiet_check_ms": run_state.QUIET_CHECK_MS,
             "upcoming": upcoming,
             "active": [(r, run_info(r), sparks.get(r.pk, "")) for r in active],
             "recent": [(r, run_info(r), sparks.get(r.pk, "")) for r in recent],
@@ -130,7 +129,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
         return render(request, "400.html", {"errors": exc.errors}, status=400)
     page = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
     rows = with_waiting(list(page.object_list))
-    sparks = metrics.sparklines(rows)
+    sparks = sparklines.sparklines(rows)
     query = request.GET.copy()
     query.pop("page", None)
     return render(
@@ -174,8 +173,14 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
         "last_step": run.last_step,
         "frame_seq": run.frame_seq,
         "steps": run_info(run)["steps"],
-        "charts": charts.run_charts(
-            run.config, keys if run.external else None, logged=keys
+        "charts": run_state.with_stopped_text(
+            charts.run_charts(
+                run.config,
+                keys if run.external else None,
+                logged=keys,
+                reward=reward_key,
+            ),
+            run,
         ),
         "metrics_url": f"/api/runs/{run.pk}/metrics",
         "backfill_url": f"/api/runs/{run.pk}/backfill",
@@ -192,6 +197,8 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
         "reward_key": reward_key,
         "receiving": run_reads.receiving(run),
         "quiet_for_s": quiet_for,
+        # the page's clock: wall time, and "not sending" past the server's threshold
+        "clock": run_state.clock_data(run, stats.duration_s),
         "stats": {  # the strip's numbers, kept current by the page as frames arrive
             "best_reward": stats.best_reward,
             "best_step": stats.best_step,
@@ -204,6 +211,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
         "warmup": run.warmup or {},
         "warmstart_steps": warmstart_steps(run),
     }
+    attempts = roots.shown_errors(run, list(run.attempts.all()))  # no server path
     return render(
         request,
         "pages/detail.html",
@@ -218,7 +226,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
                 metrics.latest_values(run, [k for k in keys if is_summary(k)])
             ),
             "export_parts": EXPORT_LABELS,
-            "attempts": list(run.attempts.all()),
+            "attempts": attempts,
             "clones": list(services.visible_runs(request.user).filter(parent=run)[:20]),
             "kept": kept_model.kept_model(run),  # the model it keeps (issue 22)
             # what-if panel (issue 12), opened from an alert with its fix (issue 25)
@@ -229,7 +237,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "active": run.status in ACTIVE_STATUSES,
             "is_swarm": run_info(run)["env"] == "swarm",
             # recording policy and retention (issue 15)
-            "recording": recording_line(run),
+            "recording": recording_line(run, keys),
             "quiet_for": quiet_for,
             "detector_alerts": [a for a in alerts if not a["sent"]],
             "sent_alerts": [a for a in alerts if a["sent"]],
@@ -239,9 +247,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "no_signal": no_signal_text(alerts),
             "warm_line": warm_line(run),
             # paths as the form names them: no server path on a page
-            "shown_config": run.config
-            if run.external
-            else roots.shown_paths(run.config),
+            "shown_config": roots.shown_config(run),
         },
     )
 
@@ -257,12 +263,15 @@ def no_signal_text(alerts: list[dict[str, Any]]) -> str | None:
     return message[len(head) :] if message.lower().startswith(head) else message
 
 
-def recording_line(run: Run) -> str:
+def recording_line(run: Run, metric_keys: list[str] | None = None) -> str:
     """What the run page says was recorded; an external run whose trajectories came
     as text only (trackio's tables and traces) says so instead of promising token
-    arrays its trainer never sent."""
+    arrays its trainer never sent, and one that sent none says what it sent."""
     line = retention.recording_line(run)
-    if run.external and trajs.has_token_data(run) is False:
+    tokens = trajs.has_token_data(run) if run.external else True
+    if tokens is None:
+        return run_state.sent_line(run, metric_keys or [], line)
+    if tokens is False:
         line = line.replace("token arrays on", "no token data sent (text only)")
     return line
 
@@ -281,20 +290,23 @@ def warm_line(run: Any) -> str:
     warm = run.warmup or {}
     if warm.get("of"):
         return (
-            f"warm start: {warm.get('done', 0)} of {warm['of']} steps (teaching the "
-            "model the action format before RL; the charts start at step 1)"
+            f"warm start: {warm.get('done', 0)} of {run_state.plural(warm['of'], 'step')}"
+            " (teaching the model the action format before RL; the charts start at "
+            "step 1)"
         )
     if warmstart_steps(run):
-        return f"warm start: starting ({warmstart_steps(run)} steps before step 1)"
+        planned = run_state.plural(warmstart_steps(run), "step")
+        return f"warm start: starting ({planned} before step 1)"
     return ""
 
 
 def with_waiting(rows: list[Any]) -> list[Any]:
-    """The runs list's rows, each queued one with its place in line."""
+    """The runs list's rows, each queued one with its place in line, each external
+    one gone quiet with ``quiet_for``."""
     for r in rows:
         line = waiting(r)
         r.waiting_text = line["text"] if line else ""
-    return rows
+    return run_state.with_quiet(rows)
 
 
 @require_POST
@@ -363,8 +375,12 @@ def compare(request: HttpRequest) -> HttpResponse:
             }
         )
     # An external run's config is its trainer's: no defaults of ours to spell out.
+    # Paths as the form names them (no server path on a page): roots.shown_paths.
     comparison = configdiff.compare(
-        [r.config if r.external else normalise(r.config) for r in runs]
+        [
+            r.config if r.external else roots.shown_paths(normalise(r.config))
+            for r in runs
+        ]
     )
     logged = set().union(*(metrics.metric_keys(r) for r in runs))
     if logged & set(rewards.values()):  # each run's reward, whatever its name

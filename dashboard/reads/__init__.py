@@ -2,7 +2,8 @@
 functions and one serialiser per model.
 
 * :mod:`dashboard.reads.runs`: lists, filters, summaries and the run's JSON;
-* :mod:`dashboard.reads.metrics`: metric keys, downsampled series, sparklines;
+* :mod:`dashboard.reads.metrics`: metric keys, downsampled series;
+  :mod:`dashboard.reads.sparklines`: the runs list's reward lines;
 * :mod:`dashboard.reads.reward_names`: which stored metric is a run's reward (an
   external run's trainer may log it as ``train/reward``);
 * :mod:`dashboard.reads.trajectories`: trajectories, judgements, critical paths of a

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection, transaction
@@ -25,7 +25,7 @@ from dashboard.models import (
     Run,
     metric_keys,  # noqa: F401  (read here by the API and pages)
 )
-from dashboard.reads.reward_names import REWARD, reward_key, reward_keys
+from dashboard.reads.reward_names import REWARD, reward_key
 
 MAX_POINTS = 2000
 
@@ -40,9 +40,6 @@ _PLANNER_HINTS = (
     "SET LOCAL jit = off; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off; "
     "SET LOCAL extra_float_digits = 1"  # floats as text: shortest exact form
 )
-
-
-SPARK_POINTS = 40
 
 
 num = jsonsafe.num
@@ -345,55 +342,6 @@ def _latest(run_ref: Any, key: str) -> Subquery:
         MetricPoint.objects.filter(run_id=run_ref, key=key)
         .order_by("-step")
         .values("value")[:1]
-    )
-
-
-def sample_steps(last_step: int, n: int = SPARK_POINTS) -> list[int]:
-    """About ``n`` evenly spaced steps in ``1..last_step`` (always the last one)."""
-    if last_step < 1:
-        return []
-    if last_step <= n:
-        return list(range(1, last_step + 1))
-    return sorted({1 + round(i * (last_step - 1) / (n - 1)) for i in range(n)})
-
-
-def sparklines(runs: Sequence[Run], key: str = REWARD) -> dict[Any, str]:
-    """SVG ``points`` (viewBox 0 0 100 24) of ``key`` at sampled steps, per run
-    (``reward``: each run's reward, under whatever name its trainer logged it).
-
-    Reads ~40 rows per run through the primary key (run, step, key) instead of
-    scanning the run's series.
-    """
-    keys = reward_keys(runs) if key == REWARD else {r.pk: key for r in runs}
-    cond = Q()
-    for run in runs:
-        steps = sample_steps(run.last_step)
-        if steps:
-            cond |= Q(run_id=run.pk, step__in=steps, key=keys[run.pk])
-    if not cond:
-        return {}
-    series: dict[Any, list[tuple[int, float]]] = {}
-    rows = MetricPoint.objects.filter(cond).values_list("run_id", "step", "value")
-    for run_id, step, value in rows:
-        if value is not None and math.isfinite(value):
-            series.setdefault(run_id, []).append((step, value))
-    return {run_id: spark_svg(sorted(points)) for run_id, points in series.items()}
-
-
-def spark_svg(
-    points: Sequence[tuple[int, float]], w: float = 100, h: float = 24
-) -> str:
-    if not points:
-        return ""
-    xs = [p[0] for p in points]
-    ys = [p[1] for p in points]
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = min(ys), max(ys)
-    dx = (x1 - x0) or 1
-    dy = (y1 - y0) or 1
-    return " ".join(
-        f"{(x - x0) / dx * w:.1f},{h - 1 - (y - y0) / dy * (h - 2):.1f}"
-        for x, y in points
     )
 
 

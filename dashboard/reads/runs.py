@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from dashboard import jsonsafe
 from dashboard.errors import InvalidConfig
+from dashboard.library import roots
 from dashboard.models import (
     ACTIVE_STATUSES,
     Alert,
@@ -162,7 +163,8 @@ def run_stats(run: Run, reward: str | None = None) -> RunStats:
     )
     return RunStats(
         last_pass_at_k=finite(last_pass),
-        last_reward=finite(last),
+        # NaN / ±inf as logged: the pages say "NaN" (the runs list's latest does).
+        last_reward=last,
         best_reward=finite(best[0]) if best else None,
         best_step=best[1] if best else None,
         alerts=Alert.objects.filter(run=run).count(),
@@ -182,24 +184,44 @@ def duration_s(run: Run) -> float | None:
 
 # An external run is "receiving" while its events come this recently. trackio's
 # client sends every 0.5 s while logging and samples the system every 10 s; a run
-# quieter than this shows its last event's age instead of "live". It stays
-# ``running`` until ``EXTERNAL_RUN_TIMEOUT`` marks it ``lost``
+# quieter than this shows "not sending" instead of "live" (run page, runs list, home).
+# It stays ``running`` until ``EXTERNAL_RUN_TIMEOUT`` marks it ``lost``
 # (``dashboard.runs.external.mark_lost``), so a trainer between slow steps is not
 # ended by a page.
 RECEIVING_WITHIN_S = 120
 
 
-def quiet_for_s(run: Run, now: Any = None) -> float | None:
-    """Seconds since a running external run's last event, when longer than
-    :data:`RECEIVING_WITHIN_S` (capped by ``EXTERNAL_RUN_TIMEOUT``); None while it
-    receives, and for every other run."""
+def quiet_window_s() -> float:
+    """The seconds without an event after which a running external run is "not
+    sending": :data:`RECEIVING_WITHIN_S`, or ``EXTERNAL_RUN_TIMEOUT`` when shorter.
+    The one threshold: the server's pages read it here, and the run and home pages'
+    timers get it in their page data."""
     from django.conf import settings
 
+    return float(min(RECEIVING_WITHIN_S, settings.EXTERNAL_RUN_TIMEOUT))
+
+
+def event_age_s(run: Run, now: Any = None) -> float | None:
+    """Seconds since a running external run's last event; None for every other run
+    (and one that has sent nothing yet)."""
     if not run.external or run.status != RunStatus.RUNNING or not run.heartbeat_at:
         return None
-    quiet = ((now or timezone.now()) - run.heartbeat_at).total_seconds()
-    window = min(RECEIVING_WITHIN_S, settings.EXTERNAL_RUN_TIMEOUT)
-    return quiet if quiet > window else None
+    return max(0.0, ((now or timezone.now()) - run.heartbeat_at).total_seconds())
+
+
+def quiet_for_s(run: Run, now: Any = None) -> float | None:
+    """Seconds since a running external run's last event, when longer than
+    :func:`quiet_window_s`; None while it receives, and for every other run."""
+    age = event_age_s(run, now)
+    return age if age is not None and age > quiet_window_s() else None
+
+
+def not_sending(now: Any = None) -> Q:
+    """The runs :func:`quiet_for_s` counts as not sending, as a filter."""
+    from datetime import timedelta
+
+    cutoff = (now or timezone.now()) - timedelta(seconds=quiet_window_s())
+    return Q(external=True, status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
 
 
 def receiving(run: Run, now: Any = None) -> bool:
@@ -221,7 +243,10 @@ def alert_counts(run_ids: Iterable[Any]) -> dict[Any, int]:
 
 
 def run_dict(run: Run, *, detail: bool = False) -> dict[str, Any]:
-    """A run as the API returns it (``detail``: with its config)."""
+    """A run as the API returns it (``detail``: with its config). Paths as the form
+    names them, relative to their root (no server path in an answer: a config sent
+    back resolves them again, :func:`dashboard.library.roots.check_paths`)."""
+    error = run.error if run.external else roots.shown_text(run.error, run.config)
     out = {
         "id": run.id,
         "name": run.name,
@@ -232,7 +257,7 @@ def run_dict(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "last_step": run.last_step,
         "frame_seq": run.frame_seq,
         "cancel_requested": run.cancel_requested,
-        "error": run.error,
+        "error": error,
         "external": run.external,
         "framework": run.framework,
         "group": run.group,
@@ -245,7 +270,7 @@ def run_dict(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "warmup": run.warmup or {},
     }
     if detail:
-        out["config"] = run.config
+        out["config"] = roots.shown_config(run)
     return out
 
 

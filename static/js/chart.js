@@ -4,25 +4,31 @@
 // click on the plot reporting the step under the cursor. Series whose scales differ by
 // two orders of magnitude or more get a second y axis (issue 22.10b); both axes carry
 // a title; a lone point is drawn as a dot; the plot is focusable and the arrow keys
-// move a readout along the steps (issue 22.11).
+// move a readout along the steps (issue 22.11). A value that is not a number (NaN,
+// +-inf) breaks its line and is marked on the plot's edge (chart_nonfinite.js).
 
 import uPlot from "../vendor/uplot/uPlot.esm.js";
 import { cssVar, el, fmt } from "./util.js";
 
 import {
-  axisTitle, axisWidth, colour, finiteOrNull, nonFinite, oddName, oddPhrase, splitScales, STEP_INCRS,
-  tickLabels, yRange,
+  axisTitle, axisWidth, colour, finiteOrNull, nonFinite, oddName, splitScales, STEP_INCRS, tickLabels, yRange,
 } from "./chart_axes.js";
+import { noteOdd, placeOddMarks, roomForMarks } from "./chart_nonfinite.js";
 
 export class MetricChart {
   /**
    * @param {HTMLElement} plotEl where the plot goes
    * @param {{keys: string[], labels?: string[], onPick?: (step:number)=>void, band?: boolean}} opts
+   *   also ``right``: which keys go on the right axis (an array of booleans), or
+   *   false for one axis whatever the magnitudes (default: split by magnitude);
+   *   ``yTitles``: [left, right] axis titles instead of the keys' names.
    */
   constructor(plotEl, opts) {
     this.el = plotEl;
     this.xTitle = opts.xTitle || "training step";
     this.yTitle = opts.yTitle || "";
+    this.yTitles = opts.yTitles || null;
+    this.fixedRight = opts.right;
     this.readout = opts.readout || null;
     if (opts.name) this._focusable(opts.name);
     this.keys = opts.keys;
@@ -125,13 +131,14 @@ export class MetricChart {
     this.onData(data[0].length);
     if (!data[0].length) return;
     const withBand = data.length > this.keys.length + 1;
-    const right = splitScales(data.slice(1, this.keys.length + 1));
+    const fixed = this.fixedRight;
+    const right = fixed === undefined ? splitScales(data.slice(1, this.keys.length + 1)) : fixed || null;
     // A series of NaN alone is still one: its legend entry and the readout say so.
     const present = data.slice(1, this.keys.length + 1).map((col, k) => col.some((v) => v !== null) || this.odd[k].size > 0);
     const shape = `${withBand}|${right ? right.join(",") : ""}|${present.join(",")}`;
     if (this.plot && this.plot._shape === shape) {
       this.plot.setData(data);
-      this._noteOdd();
+      noteOdd(this);
       return;
     }
     this.plot?.destroy();
@@ -139,49 +146,11 @@ export class MetricChart {
     this.present = present;
     this.plot = this._create(data, withBand, right);
     this.plot._shape = shape;
-    this._noteOdd();
-  }
-
-  /** The values that are not numbers, in words: after each series' name in the
-   *  legend ("train/grad_norm: NaN at step 7", the whole list as its tooltip) and in a
-   *  note under the plot, which says so plainly when nothing else was logged (the
-   *  plot would look merely empty). */
-  _noteOdd() {
-    const u = this.plot;
-    const phrases = this.odd.map((m) => (m.size ? oddPhrase(m) : ""));
-    const rows = u ? u.root.querySelectorAll(".u-legend .u-series") : [];
-    this.keys.forEach((_, k) => {
-      const row = rows[k + 1];
-      const label = row?.querySelector(".u-label");
-      if (!label) return;
-      if (label.dataset.name === undefined) label.dataset.name = label.textContent;
-      const text = phrases[k] ? `${label.dataset.name} \u00b7 ${phrases[k]}` : label.dataset.name;
-      if (label.textContent !== text) label.textContent = text;
-      if (phrases[k]) row.title = `${this.labels[k]}: ${phrases[k]} (not plotted; marked on the plot's edge)`;
-      else row.removeAttribute("title");
-    });
-    const odd = this.keys.flatMap((_, k) => (phrases[k] ? [`${this.labels[k]}: ${phrases[k]}`] : []));
-    let note = this.noteEl;
-    if (!odd.length) {
-      if (note) note.hidden = true;
-      return;
-    }
-    if (!note) {
-      note = el("p", { class: "small chart-odd", "data-chart-odd": "", role: "note" });
-      this.el.after(note);
-      this.noteEl = note;
-    }
-    const anyNumber = u && u.data.slice(1, this.keys.length + 1).some((col) => col.some((v) => v !== null));
-    const text = anyNumber
-      ? `Not numbers (marked on the plot's edge, no line through them): ${odd.join("; ")}.`
-      : `Nothing to draw: every value logged here is not a number. ${odd.join("; ")}.`;
-    note.classList.toggle("only-odd", !anyNumber);
-    note.hidden = false;
-    if (note.textContent !== text) note.textContent = text;
+    noteOdd(this);
   }
 
   /** The y axes: one titled with the chart's unit, or (split) one per side titled
-   *  with the keys it carries. */
+   *  with the keys it carries, or with ``yTitles`` (what each side counts). */
   _axes(axis, right) {
     const y = { ...axis, size: axisWidth, values: (u, splits) => tickLabels(splits) };
     // The step axis 40 px tall (uPlot's 50 left 20 px unused): the plot, and the room
@@ -193,12 +162,13 @@ export class MetricChart {
       this.titles = [[[this.xTitle], ""], [[this.yTitle], ""]];
       return [x, { ...y, scale: "y", label: this.yTitle, labelSize: 20 }];
     }
-    const on = (side) => this.labels.filter((_, k) => right[k] === side && this.present[k]);
-    this.titles = [[[this.xTitle], ""], [on(false), ""], [on(true), " (right axis)"]];
+    const on = (side) => (this.yTitles ? [this.yTitles[side ? 1 : 0]] : this.labels.filter((_, k) => right[k] === side && this.present[k]));
+    const suffix = this.yTitles ? "" : " (right axis)";
+    this.titles = [[[this.xTitle], ""], [on(false), ""], [on(true), suffix]];
     return [
       x,
       { ...y, scale: "y", label: axisTitle(on(false)), labelSize: 20 },
-      { ...y, scale: "y2", side: 1, label: axisTitle(on(true), " (right axis)"), labelSize: 20, grid: { show: false } },
+      { ...y, scale: "y2", side: 1, label: axisTitle(on(true), suffix), labelSize: 20, grid: { show: false } },
     ];
   }
 
@@ -254,49 +224,6 @@ export class MetricChart {
     });
   }
 
-  /** NaN and ±∞ as marks on the plot's top (NaN, +∞) or bottom (−∞) edge at their
-   *  step, in their series' colour, each with a tooltip ("train/grad_norm: NaN at
-   *  step 7"); neighbours closer than a mark's width merge into one. */
-  _placeOddMarks(u) {
-    for (const m of u.over.querySelectorAll(".u-odd")) m.remove();
-    const [lo, hi] = [u.scales.x.min, u.scales.x.max];
-    if (lo === null || hi === null || lo === undefined) return;
-    let lane = 0;
-    this.keys.forEach((_, k) => {
-      const odd = this.odd[k];
-      if (!odd.size) return;
-      const clusters = [];
-      const steps = [...odd.keys()].filter((s) => s >= lo && s <= hi).sort((a, b) => a - b);
-      for (const step of steps) {
-        const v = odd.get(step);
-        const side = Number.isNaN(v) || v > 0 ? "top" : "bottom";
-        const x = u.valToPos(step, "x");
-        const last = clusters.findLast((c) => c.side === side);
-        if (last && x - last.x1 < 26) {
-          last.x1 = x;
-          last.odd.set(step, v);
-        } else clusters.push({ side, x0: x, x1: x, odd: new Map([[step, v]]) });
-      }
-      for (const c of clusters) {
-        const kinds = new Set([...c.odd.values()].map(oddName));
-        const mark = el("span", {
-          class: `u-odd u-odd-${c.side}`,
-          "data-odd-key": this.keys[k],
-          "data-odd-steps": [...c.odd.keys()].join(","),
-          title: `${this.labels[k]}: ${oddPhrase(c.odd)}`,
-          text: kinds.size === 1 ? [...kinds][0] : [...kinds].join("/"),
-        });
-        mark.style.color = colour(k);
-        mark.style.left = `${(c.x0 + c.x1) / 2}px`;
-        mark.style.minWidth = `${Math.round(c.x1 - c.x0) + 22}px`;
-        if (c.side === "top") mark.style.top = `${1 + lane * 15}px`;
-        else mark.style.bottom = `${1 + lane * 15}px`;
-        u.over.append(mark);
-      }
-      if (clusters.length) lane += 1;
-    });
-  }
-
   _create(data, withBand, right) {
     const axis = { stroke: cssVar("--muted", "#666"), grid: { stroke: cssVar("--border", "#ddd"), width: 1 }, ticks: { stroke: cssVar("--border", "#ddd") } };
     const series = [{ label: "step" }];
@@ -341,12 +268,13 @@ export class MetricChart {
       scales: {
         // One step alone: a range around it, not a zero-width scale.
         x: { time: false, range: (u, min, max) => (min === max ? [min - 1, max + 1] : [min, max]) },
-        y: { range: (u, min, max) => yRange(min, max) },
-        y2: { range: (u, min, max) => yRange(min, max) },
+        // Room at the top (bottom) edge for the marks of NaN, +∞ (−∞): none covers a point.
+        y: { range: (u, min, max) => roomForMarks(self, u, yRange(min, max)) },
+        y2: { range: (u, min, max) => roomForMarks(self, u, yRange(min, max)) },
       },
       axes: this._axes(axis, right),
       hooks: {
-        draw: [(u) => self._drawAlerts(u), (u) => self._placeOddMarks(u), (u) => self._placeTitleTips(u)],
+        draw: [(u) => self._drawAlerts(u), (u) => placeOddMarks(self, u), (u) => self._placeTitleTips(u)],
         ready: [
           (u) => self._fitTitles(u),
           (u) => {

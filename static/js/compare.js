@@ -1,57 +1,61 @@
 // Compare: overlaid charts of any metric, one series per run. Each run's series comes
-// from its own metrics API call; the x axis is the union of their steps.
+// from its own metrics API call; the x axis is the union of their steps. Drawn by the
+// run page's MetricChart (one y axis: runs are compared on one scale), so a NaN or
+// +-inf a run logged breaks its line and is marked at its step as it is there (a NaN
+// was bridged by a straight line, a NaN at the last step silently dropped).
 
-import uPlot from "../vendor/uplot/uPlot.esm.js";
-import { colour, STEP_INCRS } from "./chart_axes.js";
-import { cssVar, el, getJSON, num, readJSONScript } from "./util.js";
+import { MetricChart } from "./chart.js";
+import { el, getJSON, readJSONScript } from "./util.js";
 
 const data = readJSONScript("compare-data");
 const holder = document.querySelector("[data-compare-charts]");
 const select = document.querySelector("[data-compare-key]");
-const plots = [];
-window.__compareCharts = plots; // for tests: each overlay's uPlot (scales, axis labels)
+const charts = [];
+// For tests: each overlay's uPlot (scales, axis labels) and its MetricChart.
+Object.defineProperty(window, "__compareCharts", { get: () => charts.map((c) => c.plot).filter(Boolean) });
+window.__compareMetricCharts = charts;
 
 async function overlay(key) {
   const section = el("section", { class: "panel chart", "data-compare-chart": key },
     el("h3", {}, el("span", { text: key }), el("button", { type: "button", class: "linklike small", text: "remove" })));
   const plotEl = el("div", { class: "plot" });
-  section.append(plotEl);
+  const readout = el("p", { class: "small chart-readout", "aria-live": "polite" });
+  section.append(plotEl, readout);
   holder.append(section);
+  let chart = null;
   section.querySelector("button").addEventListener("click", () => {
     section.remove();
-    const i = plots.findIndex((p) => p.root.parentElement === plotEl);
-    if (i >= 0) plots.splice(i, 1);
+    const i = charts.indexOf(chart);
+    if (i >= 0) charts.splice(i, 1);
   });
   const points = 800;
   const bodies = await Promise.all(
     data.runs.map((r) => getJSON(`${r.metrics_url}?keys=${encodeURIComponent(key)}&points=${points}`).catch(() => ({ series: {} }))),
   );
-  const perRun = bodies.map((b) => {
+  // One series per run, keyed by the run's id (names may repeat).
+  const series = {};
+  bodies.forEach((b, i) => {
     const s = (b.series || {})[key];
-    const m = new Map();
-    if (s) s.step.forEach((step, i) => {
-      const v = num(s.last[i]);
-      m.set(step, v !== null && Number.isFinite(v) ? v : null);
-    });
-    return m;
+    if (s && s.step.length) series[data.runs[i].id] = s;
   });
-  const steps = [...new Set(perRun.flatMap((m) => [...m.keys()]))].sort((a, b) => a - b);
-  if (!steps.length) {
+  if (!Object.keys(series).length) {
+    readout.remove();
     section.append(el("p", { class: "nodata", text: "No run has this metric." }));
     return;
   }
-  const cols = [steps, ...perRun.map((m) => steps.map((s) => (m.has(s) ? m.get(s) : null)))];
-  const axis = { stroke: cssVar("--muted", "#666"), grid: { stroke: cssVar("--border", "#ddd") }, ticks: { stroke: cssVar("--border", "#ddd") } };
-  const plot = new uPlot({
-    width: Math.max(260, plotEl.clientWidth || 500),
-    height: 220,
-    // A lone step gets a range around it; sparse points are drawn (a one-step run shows).
-    scales: { x: { time: false, range: (u, min, max) => (min === max ? [min - 1, max + 1] : [min, max]) } },
-    series: [{ label: "step" }, ...data.runs.map((r, i) => ({ label: r.name, stroke: colour(i), width: 1.5, spanGaps: true, points: { size: 6, fill: colour(i) } }))],
-    axes: [{ ...axis, incrs: STEP_INCRS, label: "training step", labelSize: 20 }, { ...axis, size: 52, label: key, labelSize: 20 }],
-  }, cols, plotEl);
-  plots.push(plot);
-  new ResizeObserver(() => plot.setSize({ width: Math.max(260, plotEl.clientWidth), height: 220 })).observe(plotEl);
+  chart = new MetricChart(plotEl, {
+    keys: data.runs.map((r) => r.id),
+    labels: data.runs.map((r) => r.name),
+    name: `${key} of each run`,
+    yTitle: key,
+    readout,
+    band: false,
+    right: false,
+  });
+  charts.push(chart);
+  chart.load(series);
+  // The chart draws on the next frame.
+  await new Promise((resolve) => requestAnimationFrame(() => resolve()));
   section.dataset.ready = "1";
 }
 

@@ -6,6 +6,8 @@
 import { MetricChart, fetchSeries } from "./chart.js";
 import { drawHistogram, histogram } from "./histogram.js";
 import { FINAL, RunStream } from "./live.js";
+import { RunClock, isEvent, since } from "./run_time.js";
+import { updateChartPlaceholders, warmText } from "./run_waiting.js";
 import { el, fmt, getJSON, num, readJSONScript } from "./util.js";
 
 const data = readJSONScript("page-data");
@@ -15,7 +17,6 @@ const alertSteps = [];
 const trajSteps = new Set(data.trajectory_steps || []);
 let histStep = data.latest_trajectory_step;
 const strip = { ...(data.stats || {}) }; // best_reward, best_step, last_step, duration_s
-const loadedAt = performance.now();
 const pointsWanted = () => Math.min(2000, Math.max(200, Math.round(window.innerWidth)));
 
 // A step without stored trajectories (the recording policy keeps every n-th step)
@@ -86,8 +87,7 @@ function addAlert(a) {
   alertSteps.push(a.step);
   if (String(a.detector).startsWith(SENT_PREFIX)) {
     if (a.message !== undefined) addSentAlert(a);
-    const stat = document.querySelector("[data-stat=alerts]");
-    if (stat) stat.textContent = String(alertKeys.size);
+    countAlerts();
     return true;
   }
   const list = document.querySelector("[data-alerts]");
@@ -118,9 +118,13 @@ function addAlert(a) {
       (a.message || "").replace(/^no learning signal:\s*/i, "");
     noSignal.hidden = false;
   }
-  const stat = document.querySelector("[data-stat=alerts]");
-  if (stat) stat.textContent = String(alertKeys.size);
+  countAlerts();
   return true;
+}
+function countAlerts() {
+  setStat("alerts", String(alertKeys.size));
+  const label = document.querySelector("[data-stat-label=alerts]");
+  if (label) label.textContent = alertKeys.size === 1 ? "alert" : "alerts";
 }
 for (const a of data.alerts) addAlert(a);
 
@@ -152,13 +156,31 @@ function setStat(name, text) {
   if (node && node.textContent !== text) node.textContent = text;
 }
 
+// The latest reward as the server's `latest` filter writes it: NaN/±∞ marked, with
+// the same tooltip (dashboard/pages/templatetags/pages_tags.py NOT_A_NUMBER).
+function setLatest(r) {
+  const node = document.querySelector("[data-stat=last_reward]");
+  if (!node) return;
+  const text = fmt(r);
+  if (Number.isFinite(r)) {
+    if (node.textContent !== text) node.textContent = text;
+    return;
+  }
+  const sign = Number.isNaN(r) ? "" : r > 0 ? " (+∞)" : " (−∞)";
+  node.replaceChildren(el("span", {
+    class: "not-a-number", title: `the last logged value is not a number${sign}`,
+    "data-not-a-number": "", text,
+  }));
+}
+
 /** Latest and best reward (with its step) from one more step of the stream. */
 function updateStrip(step, r) {
-  if (r === null || !Number.isFinite(r)) return;
+  if (r === null) return;
   if (strip.last_step === undefined || step >= strip.last_step) {
     strip.last_step = step;
-    setStat("last_reward", fmt(r));
+    setLatest(r);
   }
+  if (!Number.isFinite(r)) return; // the best counts numbers only, as the server's
   // Ties keep the earlier step, as the server's best does.
   const better = strip.best_reward === null || strip.best_reward === undefined || r > strip.best_reward ||
     (r === strip.best_reward && step < strip.best_step);
@@ -170,23 +192,23 @@ function updateStrip(step, r) {
   }
 }
 
-/** Wall time as the server's `duration` filter writes it. */
-function duration(seconds) {
-  if (seconds === null || seconds === undefined) return "—";
-  const s = Math.floor(seconds);
-  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
-  const pad = (x) => String(x).padStart(2, "0");
-  return h ? `${h}h ${pad(m)}m` : (m ? `${m}m ${pad(r)}s` : `${r}s`);
+// The wall time (dashboard.reads.runs.duration_s, kept current) and whether an
+// external run still sends (static/js/run_time.js): looked at every
+// data-quiet-check-ms, switching "live" and "not sending" both ways without a reload.
+const liveState = document.querySelector("[data-live-state]");
+const clock = new RunClock(data.clock || {}, data.status);
+let sending = !clock.notSending();
+function tickClock() {
+  setStat("duration", clock.wallText());
+  const age = clock.eventAge();
+  const last = document.querySelector("[data-last-event]");
+  if (last && age !== null && last.textContent !== since(age)) last.textContent = since(age);
+  if (sending === clock.notSending()) {
+    sending = !sending;
+    setLive(document.body.dataset.live || "live");
+  }
 }
-
-// The wall time keeps counting while the run is running (from the server's figure at
-// page load, so the browser's clock does not matter) and stops when it ends.
-let runningSince = data.status === "running" ? loadedAt - 1000 * (strip.duration_s || 0) : null;
-function tickDuration() {
-  if (runningSince === null) return;
-  setStat("duration", duration((performance.now() - runningSince) / 1000));
-}
-setInterval(tickDuration, 1000);
+setInterval(tickClock, Number(liveState?.dataset.quietCheckMs) || 1000);
 
 // --- status ------------------------------------------------------------------------------
 // Cancel asks first; the question says what cancelling does now, following the live
@@ -219,8 +241,7 @@ function setStatus(status, lastStep) {
     const menu = document.querySelector("[data-cancel-menu]");
     if (menu && FINAL.has(status)) { menu.open = false; menu.hidden = true; }
     updateCancelQuestion(status);
-    if (status === "running" && runningSince === null) runningSince = performance.now() - 1000 * (strip.duration_s || 0);
-    if (FINAL.has(status) && runningSince !== null) { tickDuration(); runningSince = null; }
+    clock.setStatus(status);
     const ended = FINAL.has(status) && !FINAL.has(data.status);
     const changed = status !== data.status;
     data.status = status;
@@ -260,13 +281,23 @@ function setLive(state) {
   const finished = FINAL.has(data.status);
   // Green only while the run trains and its updates arrive; a queued (or paused) run
   // is connected, not live.
+  // An external run whose client went quiet: "not sending", whatever the socket says.
+  const quiet = clock.notSending();
   const connected = finished ? "up to date" : data.status === "queued" ? "connected; not training yet" : "live";
-  dot?.classList.toggle("on", state === "live" && data.status === "running");
+  dot?.classList.toggle("on", state === "live" && data.status === "running" && !quiet);
   dot?.classList.toggle("retry", state === "retry");
   if (text) {
-    text.textContent = {
-      live: connected, connecting: "connecting…", retry: "reconnecting…", refused: "not allowed",
+    const said = {
+      live: quiet ? "not sending" : connected, connecting: quiet ? "not sending" : "connecting…",
+      retry: "reconnecting…", refused: "not allowed",
     }[state] || state;
+    if (text.textContent !== said) text.textContent = said;
+  }
+  if (liveState && data.clock?.external) {
+    liveState.dataset.sending = quiet ? "no" : "yes";
+    liveState.title = quiet
+      ? "no events for longer than the server's threshold; it shows as lost once silent for longer than its EXTERNAL_RUN_TIMEOUT"
+      : "live updates";
   }
   document.body.dataset.live = state;
 }
@@ -284,44 +315,12 @@ function showState(label, text) {
   if (label !== "Queued:") stateBox.querySelector("[data-run-ahead]")?.remove();
 }
 
-function warmText(warm) {
-  if (warm && warm.of) {
-    return `warm start: ${warm.done} of ${warm.of} steps (teaching the model the action format before RL; the charts start at step 1)`;
-  }
-  return data.warmstart_steps ? `warm start: starting (${data.warmstart_steps} steps before step 1)` : "";
-}
-
-// Empty charts say why while the run waits (queued, warming up) instead of "No data
-// yet." for minutes; a chart whose emptiness has its own reason (no KL term) keeps it.
-function waitingChartText(status, warm) {
-  if (status === "queued") {
-    return data.last_step
-      ? `Queued after step ${data.last_step}: nothing recorded here yet; the run goes on when it starts again.`
-      : "Queued: charts begin at step 1, once the run starts.";
-  }
-  if (status === "running" && !data.last_step) {
-    return warm && warm.of
-      ? `Warm start ${warm.done} of ${warm.of}: charts begin at step 1.`
-      : "Starting: charts begin at step 1.";
-  }
-  return null;
-}
-
-function updateChartPlaceholders(status, warm) {
-  const text = waitingChartText(status, warm);
-  for (const p of document.querySelectorAll("[data-chart] [data-nodata]")) {
-    if (p.dataset.initial === undefined) p.dataset.initial = p.textContent;
-    if (p.dataset.initial !== "No data yet.") continue;
-    p.textContent = text || p.dataset.initial;
-  }
-}
-
 function updateState(status, lastStep, warm) {
   if (warm) data.warmup = warm;
   if (typeof lastStep === "number") data.last_step = lastStep;
-  updateChartPlaceholders(status, data.warmup);
+  updateChartPlaceholders(status, data.warmup, data.last_step);
   if (status === "queued") return; // the poll below says where it stands
-  if (status === "running" && !data.last_step) showState("Before step 1:", warmText(data.warmup));
+  if (status === "running" && !data.last_step) showState("Before step 1:", warmText(data.warmup, data.warmstart_steps));
   else showState("", "");
 }
 
@@ -335,7 +334,7 @@ async function pollWaiting() {
   } catch { /* the next poll tries again */ }
   if (data.status === "queued") setTimeout(pollWaiting, 3000);
 }
-updateChartPlaceholders(data.status, data.warmup);
+updateChartPlaceholders(data.status, data.warmup, data.last_step);
 setTimeout(pollWaiting, 3000);
 // The run stopped between the cancel and this page (the redirect after it): the
 // request has happened, so "Cancel requested: the run stops at its next step." goes.
@@ -383,6 +382,7 @@ pick?.addEventListener("change", async () => {
 // --- frames ------------------------------------------------------------------------------
 let histTimer = null;
 function onFrame(frame) {
+  if (isEvent(frame)) { clock.heard(); tickClock(); } // an external run's client sends again
   const wasQueued = data.status === "queued";
   setStatus(frame.status, frame.last_step);
   updateState(frame.status, frame.last_step, frame.warmup);

@@ -26,7 +26,7 @@ document.body.dataset.heatMs = ms.toFixed(1);
 document.body.dataset.heatTokens = String(heat.tokenCount);
 showHeat(true);
 scaleText.textContent = `±${fmt(scale, 3)}`;
-status.textContent = `${heat.tokenCount} tokens` // the drawing time: body.dataset.heatMs
+status.textContent = `${heat.tokenCount} tokens in all (prompt, actions and tool answers)` // the drawing time: body.dataset.heatMs
   + (heat.idsOnly ? " · shown by token id (import with --tokenizer to read them as text)" : "");
 
 document.querySelector("[data-colour-by]")?.addEventListener("change", (e) => {

@@ -13,6 +13,15 @@ import { csrfToken, el, fmt, readJSONScript } from "./util.js";
 import { cloneHref, exampleLabel, shownText, summary } from "./whatif_text.js";
 
 const SERIES = ["sign_flips", "best_changes", "rank_changes", "token_flip_share"];
+// Three counts (trajectories, groups) on the left axis, a 0-1 share on the right: on
+// one axis the share was a flat line at 0 under counts of 24.
+const CHART = {
+  keys: SERIES,
+  labels: ["advantage sign changes", "best rollout changes", "ranking changes", "share of tokens changing sign"],
+  right: [false, false, false, true],
+  yTitles: ["trajectories / groups", "share of trained tokens"],
+  band: false,
+};
 
 async function postJSON(url, body) {
   const r = await fetch(url, {
@@ -140,7 +149,7 @@ function init(section) {
     moreBtn.hidden = !shown.more;
     moreBtn.dataset.examples = String(shown.all);
     moreBtn.textContent = shown.more;
-    if (!chart) chart = new MetricChart(section.querySelector("[data-whatif-plot]"), { keys: SERIES, band: false });
+    if (!chart) chart = window.__whatifChart = new MetricChart(section.querySelector("[data-whatif-plot]"), CHART); // tests read it
     chart.load(series(last.steps));
     cloneBtn.disabled = false;
   }

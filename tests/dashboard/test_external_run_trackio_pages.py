@@ -128,8 +128,8 @@ def test_a_trackio_run_that_stopped_sending_is_not_received_live_anywhere(
     assert b"Receiving now" not in home.content and b"Watch it live" not in home.content
     page = owner_client.get(f"/runs/{run.pk}/")
     html = page.content.decode()
-    assert "data-live-text" not in html and "data-quiet" in html
-    assert "last event 3\xa0minutes ago" in html
+    assert 'data-sending="no"' in html and "data-live-text>not sending<" in html
+    assert "last event <span data-last-event>3\xa0minutes</span> ago" in html
     # The wall time ends at its last event: 3 s, not the 3m 42s since it started.
     assert page.context["stats"].duration_s == pytest.approx(3, abs=0.01)
     assert not page.context["page_data"]["receiving"]
@@ -145,7 +145,86 @@ def test_a_trackio_run_sending_now_is_received_live(reported, owner_client):
     assert home.context["live"] == reported
     assert b"Receiving now: grpo-qwen-ext" in home.content
     html = owner_client.get(f"/runs/{reported.pk}/").content.decode()
-    assert "data-live-text" in html and "data-quiet" not in html
+    assert 'data-sending="yes"' in html and "not sending" not in html
+
+
+def test_the_run_page_gets_the_servers_threshold_to_notice_a_quiet_client_itself(
+    reported, owner_client, settings
+):
+    """The open page switches to "not sending" on its own timer: it gets the
+    seconds since the last event and the server's threshold (one constant, not a
+    second copy in the script), and its check interval as a data attribute."""
+    run = went_quiet(reported, sent_for_s=13, ago_s=30)
+    page = owner_client.get(f"/runs/{run.pk}/")
+    clock = page.context["page_data"]["clock"]
+    assert clock["external"] is True
+    assert clock["quiet_after_s"] == run_reads.quiet_window_s() == 120
+    assert clock["event_age_s"] == pytest.approx(30, abs=2)
+    assert clock["duration_s"] == pytest.approx(13, abs=0.01)
+    html = page.content.decode()
+    assert f'data-quiet-check-ms="{clock["quiet_check_ms"]}"' in html
+    assert 'data-sending="yes"' in html and 'data-stat="duration">13s<' in html
+    settings.EXTERNAL_RUN_TIMEOUT = 20  # a shorter timeout is the threshold then
+    page = owner_client.get(f"/runs/{run.pk}/")
+    assert page.context["page_data"]["clock"]["quiet_after_s"] == 20
+    assert 'data-sending="no"' in page.content.decode()
+
+
+def test_the_runs_list_and_home_say_not_sending_as_the_run_page_does(
+    reported, owner, owner_client
+):
+    ours = Run.objects.create(
+        owner=owner, name="ours", config={"steps": 5}, status="running"
+    )
+    run = went_quiet(reported, sent_for_s=20, ago_s=9 * 60)
+
+    def row(html, pk):
+        start = html.index(f'data-run-row="{pk}"')
+        return html[start : html.index("</tr>", start)]
+
+    listing = owner_client.get("/runs/").content.decode()
+    assert "data-not-sending" in row(listing, run.pk)
+    assert "not sending</div>" in row(listing, run.pk)
+    assert "no events for 9m 00s" in row(listing, run.pk)
+    assert "not sending" not in row(listing, ours.pk)
+    home = owner_client.get("/")
+    assert home.context["counts"]["running"] == 1  # ours, not the quiet one
+    assert home.context["counts"]["not sending"] == 1
+    html = home.content.decode()
+    counts = html[html.index("data-run-counts") :][:1200]
+    assert "data-not-sending" in counts and ">not sending</span> 1</span>" in counts
+    assert "not sending</div>" in row(html, run.pk)
+    # It sends again: running, and nothing says otherwise.
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
+    listing = owner_client.get("/runs/").content.decode()
+    assert "not sending" not in row(listing, run.pk)
+    assert owner_client.get("/").context["counts"]["running"] == 2
+
+
+def test_the_home_banner_says_when_to_ask_again_about_a_receiving_run(
+    reported, owner_client
+):
+    Run.objects.filter(pk=reported.pk).update(
+        heartbeat_at=timezone.now() - timedelta(seconds=100)
+    )
+    home = owner_client.get("/")
+    assert home.context["live_quiet_in_s"] == pytest.approx(20, abs=2)
+    html = home.content.decode()
+    banner = html[html.index("data-live-banner") :][:300]
+    assert 'data-quiet-in-s="' in banner and 'data-quiet-check-ms="1000"' in banner
+    assert "js/home_live.js" in html
+
+
+def test_the_wall_time_is_the_same_number_on_the_run_page_and_compare(
+    reported, owner, owner_client
+):
+    run = went_quiet(reported, sent_for_s=3.6, ago_s=50)
+    other = Run.objects.create(owner=owner, name="o", config={}, status="failed")
+    page = owner_client.get(f"/runs/{run.pk}/")
+    compare = owner_client.get(f"/compare/?runs={run.pk},{other.pk}")
+    assert 'data-stat="duration">3s<' in page.content.decode()
+    assert '<td class="num">3s</td>' in compare.content.decode()
+    assert page.context["page_data"]["clock"]["duration_s"] == pytest.approx(3.6)
 
 
 def test_a_lost_runs_wall_time_ends_at_its_last_event_too(reported):
@@ -155,6 +234,32 @@ def test_a_lost_runs_wall_time_ends_at_its_last_event_too(reported):
     assert run_reads.duration_s(run) == pytest.approx(10, abs=0.01)
 
 
+# --- what it sent, and how many alerts -------------------------------------------------
+def test_a_run_that_sent_no_trajectories_says_what_it_sent_not_a_recording_policy(
+    trackio, owner_client
+):
+    run_id = uuid.uuid4().hex
+    trackio(
+        "bulk_log",
+        {"logs": [entry(run_id, {"train/reward": 0.5, "train/loss": 1.0}, 0)]},
+    )
+    run = Run.objects.get(external_id=run_id)
+    html = owner_client.get(f"/runs/{run.pk}/").content.decode()
+    assert "Recorded:" not in html and "rollouts a step" not in html
+    assert "data-recording>Sent: 2 metrics, no trajectories.<" in html
+
+
+def test_the_alerts_stat_is_counted_in_words_that_agree_with_it(reported, owner_client):
+    html = owner_client.get(f"/runs/{reported.pk}/").content.decode()
+    assert 'data-stat="alerts">1<' in html
+    assert 'data-stat-label="alerts">alert<' in html and "1 alerts" not in html
+    Run.objects.filter(pk=reported.pk).update(
+        pruned={"at": "2026-01-02T00:00:00", "arrays_dropped": 1}
+    )
+    html = owner_client.get(f"/runs/{reported.pk}/").content.decode()
+    assert "per-token arrays of 1 trajectory dropped" in html
+
+
 # --- trajectories without token data --------------------------------------------------
 def test_text_only_trajectories_say_no_token_data_rather_than_length_0(
     reported, owner_client
@@ -162,7 +267,7 @@ def test_text_only_trajectories_say_no_token_data_rather_than_length_0(
     assert Trajectory.objects.filter(run=reported).count() == 3
     html = owner_client.get(f"/runs/{reported.pk}/trajectories/?step=19").content
     assert html.count(b"data-no-token-data") == 3
-    assert b"<dt>length</dt><dd>0</dd>" not in html
+    assert b'tokens the policy generated">generated</dt><dd>0</dd>' not in html
     detail = owner_client.get(f"/runs/{reported.pk}/trajectories/19/0/0/")
     assert detail.context["token_data"] is False
     assert b"data-no-token-data>no token data" in detail.content
@@ -176,10 +281,11 @@ def test_a_trajectory_with_a_counted_length_shows_it(reported, owner_client):
     Trajectory.objects.filter(run=reported, group=0, index=1).update(length=12)
     html = owner_client.get(f"/runs/{reported.pk}/trajectories/?step=19").content
     assert html.count(b"data-no-token-data") == 2
-    assert b"<dt>length</dt><dd>12</dd>" in html
+    assert b'tokens the policy generated">generated</dt><dd>12</dd>' in html
     detail = owner_client.get(f"/runs/{reported.pk}/trajectories/19/0/1/")
     assert detail.context["token_data"] is True
-    assert b"12 tokens" in detail.content
+    # the header counts what the policy generated, the token view everything
+    assert b"12 generated tokens" in detail.content
     run_page = owner_client.get(f"/runs/{reported.pk}/").content.decode()
     assert "token arrays on" in run_page
 
@@ -202,3 +308,12 @@ def test_an_alert_the_trainer_sent_shows_its_words_not_a_detectors_evidence(
     assert "data-no-alerts>" in html
     home = owner_client.get("/").content.decode()
     assert "data-sent-alert>reward plateau<" in home and "(sent by the trainer)" in home
+
+
+def test_a_rollouts_reward_reads_with_the_digits_of_its_components(
+    reported, owner_client
+):
+    """A card read "0.06667" above "format 0.0667": both to 3 significant digits."""
+    Trajectory.objects.filter(run=reported, group=0, index=1).update(reward=1 / 15)
+    html = owner_client.get(f"/runs/{reported.pk}/trajectories/?step=19").content
+    assert b'<div class="r">0.0667</div>' in html and b"0.06667" not in html

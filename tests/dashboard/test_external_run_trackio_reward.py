@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from dashboard.models import MetricPoint, Run
-from dashboard.reads import metrics
+from dashboard.reads import sparklines
 from dashboard.reads.reward_names import reward_key, reward_names
 from dashboard.site import tokens
 
@@ -87,6 +87,38 @@ def test_compare_summarises_and_overlays_the_reward_of_a_run_logging_train_rewar
     assert set(both["series"]) == {"reward", "train/loss"}
 
 
+def test_the_reward_chart_plots_the_reward_a_trackio_run_logged_as_train_reward(
+    owner, owner_client
+):
+    """Not a generic "train/" chart with loss, KL and entropy on one axis beside an
+    empty Reward chart: the Reward chart plots it (the live frames' ``train/reward``
+    reach it by the same key), its spread beside it."""
+    run = trackio_run(
+        owner,
+        lambda s: {
+            **trl_names(s),
+            "train/reward_std": 0.2,
+            "train/kl": 0.01,
+            "train/entropy": 1.0,
+        },
+    )
+    page = owner_client.get(f"/runs/{run.pk}/")
+    charts = {c["id"]: c for c in page.context["page_data"]["charts"]}
+    assert charts["reward"]["keys"] == ["train/reward", "train/reward_std"]
+    assert charts["reward"]["title"] == "Reward"
+    drawn = [k for c in charts.values() if c["id"] != "reward" for k in c["keys"]]
+    assert "train/reward" not in drawn and "train/reward_std" not in drawn
+    assert "train/loss" in drawn and "train/kl" in drawn
+    html = page.content.decode()
+    assert html.index('data-chart="reward"') < html.index('data-chart="extra-0"')
+    # Without a spread logged, the reward alone; and our own runs keep theirs.
+    alone = trackio_run(owner, lambda s: {"rewards/mean": 0.5}, name="generic")
+    page = owner_client.get(f"/runs/{alone.pk}/")
+    (chart,) = [c for c in page.context["page_data"]["charts"] if c["id"] == "reward"]
+    assert chart["keys"] == ["rewards/mean"]
+    assert all(c["id"] != "components" for c in page.context["page_data"]["charts"])
+
+
 def test_the_lists_sort_and_draw_an_external_runs_reward_by_its_trainers_name(
     owner, owner_client
 ):
@@ -96,7 +128,7 @@ def test_the_lists_sort_and_draw_an_external_runs_reward_by_its_trainers_name(
     rows = [r for r, _, _ in page.context["rows"]]
     assert [r.name for r in rows] == ["high", "low"]
     assert rows[0].last_reward == pytest.approx(19.2)
-    sparks = metrics.sparklines([low, high])
+    sparks = sparklines.sparklines([low, high])
     assert sparks[low.pk] and sparks[high.pk]
 
 

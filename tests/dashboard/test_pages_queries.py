@@ -8,23 +8,23 @@ import pytest
 
 from dashboard.pages import configdiff, gantt, trajview
 from dashboard.pages.schema import flatten
-from dashboard.reads import metrics, trajectories
+from dashboard.reads import sparklines, trajectories
 
 
 def test_sample_steps_is_evenly_spaced_and_keeps_the_last_step():
-    assert metrics.sample_steps(0) == []
-    assert metrics.sample_steps(5) == [1, 2, 3, 4, 5]
-    steps = metrics.sample_steps(100_000, 5)
+    assert sparklines.sample_steps(0) == []
+    assert sparklines.sample_steps(5) == [1, 2, 3, 4, 5]
+    steps = sparklines.sample_steps(100_000, 5)
     assert steps == [1, 25001, 50001, 75000, 100000]  # 1 + round(i * 99999 / 4)
 
 
 def test_spark_svg_fits_the_viewbox():
-    assert metrics.spark_svg([]) == ""
+    assert sparklines.spark_svg([]) == ""
     assert (
-        metrics.spark_svg([(1, 0.0), (3, 1.0), (5, 0.5)])
-        == "0.0,23.0 50.0,1.0 100.0,12.0"
+        sparklines.spark_svg([(1, 0.0), (3, 1.0), (5, 0.5)])
+        == "M0.0,23.0 50.0,1.0 100.0,12.0"
     )
-    assert metrics.spark_svg([(1, 2.0), (2, 2.0)]) == "0.0,23.0 100.0,23.0"  # flat
+    assert sparklines.spark_svg([(1, 2.0), (2, 2.0)]) == "M0.0,23.0 100.0,23.0"  # flat
 
 
 def test_nearest_prefers_the_closest_then_the_earlier_step():

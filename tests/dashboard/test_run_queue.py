@@ -61,6 +61,12 @@ def test_a_queued_run_names_its_place_and_the_run_it_waits_behind(
     assert second["position"] == 3
     page = client.get(f"/runs/{mine.pk}/").content.decode()
     assert "2nd in line, behind &#x27;swarm demo&#x27; (step 412 of 1500)" in page
+    # The one run ahead is named once (the sentence), with a link to it; several
+    # ahead are listed as links after it.
+    assert "· ahead:" not in page and page.count("swarm demo</a>") == 0
+    assert "open that run</a>" in page
+    later_page = client.get(f"/runs/{later.pk}/").content.decode()
+    assert "the 2 nearest ahead:" in later_page and "open that run" not in later_page
     listing = client.get("/runs/").content.decode()
     assert listing.count("in line, behind") == 2
     # A running run has no place in line.

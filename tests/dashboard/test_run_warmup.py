@@ -90,3 +90,45 @@ def test_a_running_run_before_its_first_report_says_the_warm_start_begins(
     )
     page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
     assert "warm start: starting (300 steps before step 1)" in page
+
+
+@pytest.mark.parametrize("status", [RunStatus.CANCELLED, RunStatus.FAILED])
+def test_a_run_that_ended_in_its_warm_start_says_where_on_its_empty_charts(
+    owner, tiny_config, status
+):
+    """Not "No data yet." (none will come): it stopped at warm start N of M. A chart
+    empty for a reason of its own keeps it."""
+    run = Run.objects.create(
+        owner=owner,
+        name="r",
+        config={**tiny_config, "model": {"warmstart_steps": 300}},
+        status=status,
+        warmup={"done": 120, "of": 300, "loss": 1.2},
+    )
+    page = client_for(owner).get(f"/runs/{run.pk}/")
+    html = page.content.decode()
+    stopped = (
+        f"Stopped at warm start 120 of 300 ({status}): no RL step ran, so nothing "
+        "was charted."
+    )
+    reward = html[html.index('data-chart="reward"') :]
+    assert reward[: reward.index("</section>")].count(stopped) == 1
+    assert "No data yet." not in html
+    assert "No KL penalty in this run" in html  # tiny_config has no KL term
+    # A run that ended after its first step, or before any warm start, is as before.
+    Run.objects.filter(pk=run.pk).update(last_step=1)
+    assert (
+        "Stopped at warm start"
+        not in client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    )
+
+
+def test_a_one_step_warm_start_is_one_step(owner, tiny_config):
+    run = Run.objects.create(
+        owner=owner,
+        name="r",
+        config={**tiny_config, "model": {"warmstart_steps": 1}},
+        status=RunStatus.RUNNING,
+    )
+    page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert "warm start: starting (1 step before step 1)" in page

@@ -172,4 +172,14 @@ def test_the_real_trainers_warm_start_streams_to_the_page(live, page, shots, ui)
         "document.querySelector('[data-run-status] .badge').textContent === 'cancelled'",
         timeout=120,
     )
+    # Its charts say where it stopped, not "No data yet." (none will come); a
+    # reload says the same.
+    stopped = re.compile(
+        r"Stopped at warm start \d+ of 10000 \(cancelled\): no RL step ran, so "
+        r"nothing was charted\."
+    )
+    assert stopped.fullmatch(_chart_placeholder(page, "reward"))
+    ui.shot(page, shots, "queue_warm_start_cancelled")
+    page.reload()
+    assert stopped.fullmatch(_chart_placeholder(page, "reward"))
     assert not page.guard.dialogs

@@ -36,6 +36,29 @@ def num(value: Any, digits: int = 4) -> str:
     return f"{v:.{int(digits)}g}"
 
 
+# Why a latest value reads "NaN" or "∞": the same words wherever one is shown (the run
+# page's strip, the runs list and home's tables, compare's summary).
+NOT_A_NUMBER = {
+    "NaN": "the last logged value is not a number",
+    "∞": "the last logged value is not a number (+∞)",
+    "−∞": "the last logged value is not a number (−∞)",
+}
+
+
+@register.filter
+def latest(value: Any) -> str:
+    """A series' latest value as :func:`num` writes it; one that is not a number
+    ("NaN", "∞") with a tooltip saying so, and marked ``data-not-a-number``."""
+    text = num(value)
+    if text not in NOT_A_NUMBER:
+        return text
+    return format_html(
+        '<span class="not-a-number" title="{}" data-not-a-number>{}</span>',
+        NOT_A_NUMBER[text],
+        text,
+    )
+
+
 @register.filter
 def signed(value: Any) -> str:
     """The CSS class of a signed number (advantages)."""
@@ -84,6 +107,22 @@ def pct(value: Any) -> str:
 def status_badge(status: str) -> str:
     return format_html(
         '<span class="badge st-{}" data-status>{}</span>', status, status
+    )
+
+
+@register.simple_tag
+def not_sending_badge() -> str:
+    """The badge of running external runs that sent nothing for the server's
+    threshold (:func:`dashboard.reads.runs.quiet_window_s`): "not sending", as the
+    run page says it."""
+    from dashboard.pages.run_state import NOT_SENDING
+    from dashboard.reads.runs import quiet_window_s
+
+    return format_html(
+        '<span class="badge st-not-sending" data-not-sending title="{}">{}</span>',
+        f"running, external: no event for over {duration(quiet_window_s())}; shown "
+        "as lost once silent for longer than the server's EXTERNAL_RUN_TIMEOUT",
+        NOT_SENDING,
     )
 
 
