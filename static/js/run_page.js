@@ -103,7 +103,9 @@ function addAlert(a) {
       refs.forEach((t, i) => {
         const href = `${data.trajectories_url}${a.step}/${Number(t.group)}/${Number(t.index)}/`;
         box.append(" ", el("a", { href, "data-evidence-link": "", title: t.why || "", text: `group ${t.group} #${t.index}` }));
-        if (t.why) box.append(" ", el("span", { class: "muted", text: `(${t.why})` }));
+        // A reason once, after the last of the neighbours sharing it (pages_tags.why_once).
+        const next = i + 1 < refs.length ? refs[i + 1].why || "" : null;
+        if (t.why && t.why !== next) box.append(" ", el("span", { class: "muted", text: `(${t.why})` }));
         if (i < refs.length - 1) box.append(",");
       });
       item.append(box);

@@ -215,3 +215,30 @@ def test_the_servers_evidence_reads_a_trajectorys_own_metrics_and_judges(api):
         "reward": 0.0,  # what no_learning_signal's evidence compares within a group
         "group_zero_std": 0.0,  # a group of one rollout: no verdict
     }
+
+
+def test_a_reason_shared_by_neighbouring_rollouts_is_written_once():
+    """A newcomer's shortcut alert repeated "(2 tokens (0.4x the early mean), not
+    solved)" after each of its 14 rollouts: once, after the last of those sharing it."""
+    from dashboard.pages.templatetags.pages_tags import why_once
+
+    same = "2 tokens (0.4x the early mean), not solved"
+    refs = [{"group": 0, "index": i, "why": same} for i in range(3)]
+    refs += [{"group": 1, "index": 0, "why": "other"}, {"group": 1, "index": 1}]
+    shown = [why for _, why in why_once(refs)]
+    assert shown == ["", "", same, "other", ""]
+    assert why_once(None) == []
+    html = render_evidence(refs)
+    assert html.count(same) == 4  # the three links' titles and the reason once
+    assert html.count(f"({same})") == 1 and "(other)" in html
+
+
+def render_evidence(refs):
+    from django.template import Context, Template
+
+    t = Template(
+        "{% load pages_tags %}{% for t, why in refs|why_once %}"
+        '<a title="{{ t.why }}">g{{ t.group }}</a>{% if why %} ({{ why }}){% endif %}'
+        "{% endfor %}"
+    )
+    return t.render(Context({"refs": refs}))

@@ -132,3 +132,22 @@ def test_a_one_step_warm_start_is_one_step(owner, tiny_config):
     )
     page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
     assert "warm start: starting (1 step before step 1)" in page
+
+
+@pytest.mark.parametrize("status", [RunStatus.QUEUED, RunStatus.CANCELLED])
+def test_the_runs_list_shows_the_warm_start_of_a_paused_or_stopped_run(
+    owner, tiny_config, status
+):
+    """A paused demo kept warm start 103 of 300, and the list said "0/1500"."""
+    Run.objects.create(
+        owner=owner,
+        name="demo",
+        config={**tiny_config, "steps": 1500},
+        status=status,
+        warmup={"done": 103, "of": 300, "loss": 1.2},
+    )
+    client = client_for(owner)
+    for page in ("/runs/", "/"):
+        html = client.get(page).content.decode()
+        assert "data-warmup>warm start 103/300</span>" in html, page
+        assert "0/1500" not in html
