@@ -34,7 +34,8 @@ from trainer.whatif import (
     stored_matrix,
 )
 
-_COUNTS = (
+# What a report counts of the advantages (None where they cannot be computed) ...
+_ADVANTAGE_COUNTS = (
     "trajectories",
     "sign_flips",
     # sign_flips split: + to - or - to + ("reversed"), to exactly 0 (its push goes)
@@ -44,6 +45,10 @@ _COUNTS = (
     "sign_from_zero",
     "tokens",
     "token_flips",
+)
+# ... and of the groups.
+_COUNTS = (
+    *_ADVANTAGE_COUNTS,
     "groups",
     "best_changes",
     "rank_changes",
@@ -239,17 +244,6 @@ def _example(
         "new_total": new.total,
         **extra,
     }
-
-
-_ADVANTAGE_COUNTS = (
-    "trajectories",
-    "sign_flips",
-    "sign_reversed",
-    "sign_to_zero",
-    "sign_from_zero",
-    "tokens",
-    "token_flips",
-)
 
 
 def _finish(s: dict[str, Any], advantages: bool) -> None:

@@ -418,6 +418,22 @@ def until(page, expression: str, timeout: float = 30.0, interval: float = 0.2):
     )
 
 
+@contextlib.contextmanager
+def signed_in(browser, live, width: int, height: int = 900):
+    """A signed-in page ``width`` px wide on ``live``, its console guarded (checked
+    when the block ends without an error); its context closed after."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    try:
+        page = context.new_page()
+        page.guard = Guard(page)
+        page.set_default_timeout(20_000)
+        login(page, live.url)
+        yield page
+        page.guard.check()
+    finally:
+        context.close()
+
+
 class UI:
     """The helpers above, as a fixture (test modules never import ``conftest``: with
     several conftest.py files on the path, the name is ambiguous)."""
@@ -425,6 +441,7 @@ class UI:
     login = staticmethod(login)
     shot = staticmethod(shot)
     until = staticmethod(until)
+    signed_in = staticmethod(signed_in)
     Guard = Guard
 
 

@@ -7,8 +7,6 @@ less as its box narrows."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -56,20 +54,6 @@ def runs(live):
     return live.script(SEED)
 
 
-@contextmanager
-def _open(browser, ui, live, width: int):
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    try:
-        page = context.new_page()
-        page.guard = ui.Guard(page)
-        page.set_default_timeout(20_000)
-        ui.login(page, live.url)
-        yield page
-        page.guard.check()
-    finally:
-        context.close()
-
-
 @pytest.mark.parametrize("width", [800, 1280])
 def test_the_top_bar_keeps_one_line(live, browser, runs, ui, out_dir, width):
     pages = {
@@ -80,7 +64,7 @@ def test_the_top_bar_keeps_one_line(live, browser, runs, ui, out_dir, width):
         "compare": f"/compare/?runs={','.join(runs)}",
         "datasets": "/datasets/",
     }
-    with _open(browser, ui, live, width) as page:
+    with ui.signed_in(browser, live, width) as page:
         for name, path in pages.items():
             page.goto(live.url + path)
             page.wait_for_selector(".topbar .user")
@@ -108,7 +92,7 @@ def test_the_top_bar_keeps_one_line(live, browser, runs, ui, out_dir, width):
 def test_the_compare_summary_shows_every_column_at_800(
     live, browser, runs, ui, out_dir
 ):
-    with _open(browser, ui, live, 800) as page:
+    with ui.signed_in(browser, live, 800) as page:
         page.goto(f"{live.url}/compare/?runs={','.join(runs)}")
         page.wait_for_selector("[data-summary] tbody tr")
         page.locator("[data-summary]").screenshot(

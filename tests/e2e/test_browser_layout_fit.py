@@ -9,8 +9,6 @@ and Age in an unmarked sideways scroll); chart cards side by side start level.""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -86,26 +84,11 @@ def runs(live):
     return live.script(SEED)
 
 
-@contextmanager
-def _open(browser, ui, live, width: int):
-    """A signed-in page ``width`` px wide, its console guarded; closed after."""
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    try:
-        page = context.new_page()
-        page.guard = ui.Guard(page)
-        page.set_default_timeout(20_000)
-        ui.login(page, live.url)
-        yield page
-        page.guard.check()
-    finally:
-        context.close()
-
-
 @pytest.mark.parametrize("width", [800, 1280, 1600])
 def test_trajectory_cards_show_every_value_whole(
     live, browser, runs, ui, out_dir, width
 ):
-    with _open(browser, ui, live, width) as page:
+    with ui.signed_in(browser, live, width) as page:
         page.goto(f"{live.url}/runs/{runs[0]}/trajectories/")
         page.wait_for_selector(".rollout dd")
         page.screenshot(
@@ -131,7 +114,7 @@ def test_trajectory_cards_show_every_value_whole(
 
 
 def test_trajectory_page_does_not_scroll_sideways(live, browser, runs, ui, out_dir):
-    with _open(browser, ui, live, 1280) as page:
+    with ui.signed_in(browser, live, 1280) as page:
         page.goto(f"{live.url}/runs/{runs[0]}/trajectories/")
         href = page.get_attribute(".rollout", "href")
         page.goto(live.url + href)
@@ -152,7 +135,7 @@ def test_trajectory_page_does_not_scroll_sideways(live, browser, runs, ui, out_d
 
 
 def test_compare_step_axis_ticks_are_whole_steps(live, browser, runs, ui, out_dir):
-    with _open(browser, ui, live, 1280) as page:
+    with ui.signed_in(browser, live, 1280) as page:
         page.goto(f"{live.url}/compare/?runs={runs[0]},{runs[1]}")
         page.wait_for_selector("[data-compare-chart][data-ready]")
         ui.until(
@@ -215,7 +198,7 @@ def test_tables_of_runs_fit_without_a_hidden_scroll(
     """At 800 px the runs list hid Env, Owner and Age off-screen in a sideways scroll
     with no sign of it ("GRPO (DeepSeekMath)" cut at the edge), and the home page's
     Recent table reached 9 px past its box: lower-value columns go first."""
-    with _open(browser, ui, live, width) as page:
+    with ui.signed_in(browser, live, width) as page:
         for path, name in (("/runs/", "runs_list"), ("/", "home")):
             page.goto(live.url + path)
             page.wait_for_selector("[data-run-row]")
@@ -243,7 +226,7 @@ def test_a_table_too_wide_for_its_box_shows_that_it_scrolls(
 ):
     """What still does not fit (a long name without a break) scrolls with a shadow
     on the side it hides."""
-    with _open(browser, ui, live, 800) as page:
+    with ui.signed_in(browser, live, 800) as page:
         page.goto(live.url + "/runs/")
         page.wait_for_selector("[data-run-row]")
         layers = page.evaluate(
@@ -266,7 +249,7 @@ def test_chart_cards_side_by_side_start_level(live, browser, runs, ui, out_dir):
         f"print(json.dumps(Trajectory.objects.filter(run_id={runs[0]!r})"
         ".values_list('task_id', flat=True).first()))"
     )
-    with _open(browser, ui, live, 1280) as page:
+    with ui.signed_in(browser, live, 1280) as page:
         page.goto(f"{live.url}/runs/{runs[0]}/")
         page.wait_for_selector("[data-chart] .uplot")
         page.screenshot(path=str(out_dir / "run_page_cards_1280.png"), full_page=True)
