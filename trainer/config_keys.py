@@ -198,6 +198,13 @@ MARKERS = {
     "verl": (_V + "rollout.n", "data.train_batch_size"),
 }
 
+# Our fields whose 0 means something else than none (their config descriptions):
+# the compare page writes it beside the 0.
+ZERO_MEANS = {
+    "optim.micro_batch_size": "the whole minibatch at once",
+    "optim.micro_batch_tokens": "no limit",
+}
+
 # Our algorithm fields whose None means "the preset's value".
 _PRESET_FIELDS = {"algorithm.clip_low": "clip_low", "algorithm.clip_high": "clip_high"}
 _PRESET_FIELDS["algorithm.agg"] = "agg"

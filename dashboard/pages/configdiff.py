@@ -23,7 +23,7 @@ from typing import Any
 
 from dashboard.pages.charts import env_name
 from dashboard.pages.schema import flatten
-from trainer.config_keys import SETTINGS, framework_of, lookup
+from trainer.config_keys import SETTINGS, ZERO_MEANS, framework_of, lookup
 
 MISSING = object()
 
@@ -184,12 +184,22 @@ def _matched(flats: list[dict[str, Any]], frameworks: list[str]) -> list[Matched
         rows.append(
             MatchedRow(
                 label,
-                tuple(display(v) for v in values),
+                tuple(
+                    _display(v, fw, p)
+                    for v, fw, (p, _) in zip(values, frameworks, found, strict=True)
+                ),
                 tuple(path for path, _ in found),
                 differ,
             )
         )
     return rows
+
+
+def _display(value: Any, framework: str, path: str) -> str:
+    """A matched setting's value; one of ours whose 0 means something says what
+    ("0 (no limit)")."""
+    meaning = ZERO_MEANS.get(path) if framework == "ours" else None
+    return f"0 ({meaning})" if meaning and value == 0 else display(value)
 
 
 def compare(configs: Sequence[dict[str, Any]]) -> Comparison:

@@ -63,6 +63,10 @@ def test_a_native_and_a_trl_run_line_up_their_settings(owner, owner_client):
     # Rollouts a forward and backward: our micro-batches, TRL's per-device batch.
     batch = by_label["per-device batch (completions)"]
     assert batch.paths == ("optim.micro_batch_size", "per_device_train_batch_size")
+    # Our 0 means something: the page says what (it read a bare "0").
+    assert batch.values[0] == "0 (the whole minibatch at once)"
+    budget = by_label["per-device token budget (dynamic batch size)"]
+    assert budget.values[0] == "0 (no limit)"
     assert by_label["seed"].values == ("0", "7") and by_label["seed"].differ
     assert not by_label["prompts per step"].differ  # TRL has no such setting
     # Nothing unmatched in the main table; the rest folded, counted.
