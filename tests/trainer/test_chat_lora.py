@@ -170,3 +170,45 @@ def test_three_grpo_steps_with_lora_on_a_tool_dataset_then_export(
     k = "model.layers.0.self_attn.k_proj.weight"  # not adapted: unchanged
     assert torch.equal(merged.state_dict()[k], base.state_dict()[k])
     assert AutoTokenizer.from_pretrained(tmp_path / "merged").chat_template
+
+
+def _lora_policy(model_dir, alpha: float) -> Policy:
+    """A LoRA policy (r = 4) whose adapters are set by hand: A drawn from a fixed
+    seed, B constant and small, so the adapters' effect is about linear in their
+    scaling; the same A and B whatever ``alpha``."""
+    policy = Policy.build(
+        ModelConfig(path=str(model_dir), lora={**LORA, "alpha": alpha}), []
+    )
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, p in sorted(policy.named_parameters()):
+            if "lora_A" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+            elif "lora_B" in name:
+                p.fill_(2e-3)
+    return policy.eval()
+
+
+def test_lora_alpha_sets_the_adapters_scaling_alpha_over_r(model_dir):
+    """Guards the wiring of ``model.lora.alpha`` into peft's ``LoraConfig``
+    (mutant M16: ``lora_alpha=lora.r``, every adapter then scaled by 1): each
+    adapted layer scales its update by alpha / r, so doubling alpha doubles what
+    the adapters add to the base model's log-probs."""
+    from peft.tuners.lora import LoraLayer
+
+    ids = torch.tensor([[5, 9, 17, 33, 40, 61, 70]])
+    attn = torch.ones_like(ids)
+    shift = {}
+    for alpha in (8.0, 16.0):
+        policy = _lora_policy(model_dir, alpha)
+        layers = [m for m in policy.modules() if isinstance(m, LoraLayer)]
+        assert len(layers) == 2 * 2  # q, v x 2 layers
+        assert {m.scaling["default"] for m in layers} == {alpha / LORA["r"]}
+        with torch.no_grad():
+            on = policy.token_stats(ids, attn).logprobs[0]
+            off = policy.adapters_off().token_stats(ids, attn).logprobs[0]
+        shift[alpha] = (on - off).double()
+    assert shift[8.0].abs().max() > 1e-4  # the adapters did act
+    # Linear up to the model's curvature: within 5% of double, as a whole.
+    twice = 2 * shift[8.0]
+    assert float((shift[16.0] - twice).norm()) < 0.05 * float(twice.norm())

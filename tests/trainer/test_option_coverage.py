@@ -18,11 +18,9 @@ from trainer.config import TrainConfig
 # where they live; each with its reason.
 EXEMPT: dict[str, str] = {
     "name": "a label",
-    "seed": "the source of randomness every test fixes",
     "env": "the environment's own parameters (its tasks): tests/trainer/test_env_*.py",
     "reward": "reward components and judges: tests/rewards/",
     "record": "what is stored of a step, not what is trained: test_recording.py",
-    "checkpoint": "when weights are written: test_checkpoint.py",
     "eval": "held-out evaluation after the update, never trained on: test_evaluate.py",
     "resources": "processes share the one-process math exactly: test_distributed.py, "
     "test_fsdp.py",
