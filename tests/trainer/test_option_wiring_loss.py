@@ -12,6 +12,7 @@ import pytest
 import torch
 from option_registry import covers
 from wiring import (
+    by_group,
     initial_policy,
     run,
     seq_mean,
@@ -24,13 +25,6 @@ from wiring import (
 )
 
 from trainer.algorithms import PRESETS, describe_preset
-
-
-def _by_group(trajs):
-    groups: dict[int, list] = {}
-    for t in sorted(trajs, key=lambda t: (t["group"], t["index"])):
-        groups.setdefault(t["group"], []).append(t)
-    return groups
 
 
 @covers(
@@ -47,7 +41,7 @@ def test_group_advantages_are_scaled_as_std_scaling_and_eps_say(scaling, tmp_pat
         rollout={"tasks_per_step": 3, "group_size": 2},
         algorithm={"std_scaling": scaling, "eps": eps},
     )
-    groups = _by_group(run(cfg, tmp_path).trajectories())
+    groups = by_group(run(cfg, tmp_path).trajectories())
     assert len(groups) == 3 and all(len(g) == 2 for g in groups.values())
     everyone = [t["reward"] for g in groups.values() for t in g]
     assert len(set(everyone)) > 1
@@ -180,7 +174,7 @@ def test_process_credit_gives_each_step_its_normalised_rewards_to_go(tmp_path):
     # rewards normalised within the group ((r - mean) / (std + eps), every step
     # reward of the group's rollouts).
     cfg = tiny(algorithm={"credit": "process"})
-    for g in _by_group(run(cfg, tmp_path).trajectories()).values():
+    for g in by_group(run(cfg, tmp_path).trajectories()).values():
         steps = [t["rewards"]["per_step"]["shape"] for t in g]
         flat = [r for s in steps for r in s]
         mean, std = math.fsum(flat) / len(flat), statistics.stdev(flat)

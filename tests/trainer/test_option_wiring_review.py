@@ -13,6 +13,7 @@ import pytest
 import torch
 from option_registry import covers
 from wiring import (
+    by_group,
     initial_policy,
     logprobs_of,
     run,
@@ -22,13 +23,6 @@ from wiring import (
     tokens,
     trained,
 )
-
-
-def _by_group(trajs):
-    groups: dict[int, list] = {}
-    for t in sorted(trajs, key=lambda t: (t["group"], t["index"])):
-        groups.setdefault(t["group"], []).append(t)
-    return groups
 
 
 # ----- the lower clip bound ------------------------------------------------------
@@ -154,7 +148,7 @@ def test_process_credit_scales_step_rewards_as_std_scaling_says(scaling, tmp_pat
     cfg = tiny(
         algorithm={"credit": "process", "std_scaling": scaling, "eps": eps},
     )
-    groups = _by_group(run(cfg, tmp_path).trajectories())
+    groups = by_group(run(cfg, tmp_path).trajectories())
     steps_of = {
         g: [t["rewards"]["per_step"]["shape"] for t in trajs]
         for g, trajs in groups.items()

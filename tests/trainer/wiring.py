@@ -181,6 +181,14 @@ def values_of(policy: Policy, traj: dict[str, Any]) -> list[float | None]:
     return [None, *st.values[0].tolist()]
 
 
+def by_group(trajs: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """A step's trajectory events by group, each group's in index order."""
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for t in sorted(trajs, key=lambda t: (t["group"], t["index"])):
+        groups.setdefault(t["group"], []).append(t)
+    return groups
+
+
 def seq_mean(rows: list[list[float]]) -> float:
     """GRPO's aggregation: mean per sequence, then over sequences with tokens."""
     means = [math.fsum(r) / len(r) for r in rows if r]
