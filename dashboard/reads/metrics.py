@@ -51,7 +51,8 @@ def finite(value: float | None) -> float | None:
 
 # Stored values that are numbers (not NaN, not infinite): what a "best" may be.
 # ``ExactFloatField`` finds NaN with ``=`` on both backends.
-FINITE = ~Q(value__in=[math.nan, math.inf, -math.inf])
+NOT_FINITE = [math.nan, math.inf, -math.inf]
+FINITE = ~Q(value__in=NOT_FINITE)
 
 
 def _bounds(run: Run, keys: list[str], since_step: int) -> tuple[int, int] | None:

@@ -13,9 +13,11 @@ from django.db.models import (
     F,
     FloatField,
     Func,
+    IntegerField,
     OuterRef,
     Q,
     QuerySet,
+    Value,
     When,
 )
 from django.db.models.functions import Cast
@@ -29,12 +31,13 @@ from dashboard.models import (
     ACTIVE_STATUSES,
     Alert,
     Checkpoint,
+    ExactFloatField,
     MetricPoint,
     Run,
     RunStatus,
     Trajectory,
 )
-from dashboard.reads.metrics import FINITE, _latest, finite
+from dashboard.reads.metrics import FINITE, NOT_FINITE, _latest, finite
 from dashboard.reads.reward_names import latest_reward, reward_key
 
 SORTS = {
@@ -43,7 +46,13 @@ SORTS = {
     "name": ("name", "-created_at"),
     "status": ("status", "-created_at"),
     "progress": (F("progress").desc(nulls_last=True), "-created_at"),
-    "reward": (F("last_reward").desc(nulls_last=True), "-created_at"),
+    # A latest reward that is not a number (NaN, which both databases order above
+    # every number, or an infinity) after the numbers, before no reward at all.
+    "reward": (
+        "reward_unranked",
+        F("last_reward").desc(nulls_last=True),
+        "-created_at",
+    ),
 }
 
 
@@ -109,7 +118,7 @@ def filter_runs(runs: QuerySet[Run], params: Any) -> QuerySet[Run]:
         last_reward=Case(
             When(external=False, then=_latest(OuterRef("pk"), "reward")),
             default=latest_reward(OuterRef("pk")),
-            output_field=FloatField(),
+            output_field=ExactFloatField(),  # NaN compared as stored (SQLite: 'NaN')
         ),
         # An external run's config is any JSON: only ours is known to hold an int.
         progress=Case(
@@ -123,6 +132,15 @@ def filter_runs(runs: QuerySet[Run], params: Any) -> QuerySet[Run]:
         ),
     )
     sort = params.get("sort") or "new"
+    if sort == "reward":
+        runs = runs.annotate(
+            reward_unranked=Case(
+                When(last_reward__isnull=True, then=Value(2)),
+                When(last_reward__in=NOT_FINITE, then=Value(1)),
+                default=Value(0),
+                output_field=IntegerField(),
+            )
+        )
     return runs.order_by(*SORTS.get(sort, SORTS["new"]))
 
 

@@ -151,3 +151,18 @@ def test_spark_pieces_and_lone_points():
     assert only_nan and only_nan.line == "" and only_nan.note == "NaN/−∞ at steps 1, 2"
     whole = sparklines.spark([(1, 0.0), (2, 1.0)])
     assert whole.odd == "" and whole.note == "" and str(whole) == whole.line
+
+
+def test_sorted_by_reward_a_nan_latest_comes_after_every_number(
+    nan_run, owner, owner_client
+):
+    """PostgreSQL orders NaN above every number (the run led "best reward first");
+    SQLite stored it as nothing (last): it is after the numbers on both, before the
+    runs that logged no reward at all."""
+    low = trackio_run(owner, lambda step: -5.0, name="low-reward")
+    high = trackio_run(owner, lambda step: 3.0, name="high-reward")
+    none = Run.objects.create(owner=owner, name="no-reward", config={}, external=True)
+    html = owner_client.get("/runs/?sort=reward").content.decode()
+    order = re.findall(r'data-run-row="([0-9a-f-]+)"', html)
+    ranks = [order.index(str(r.pk)) for r in (high, low, nan_run, none)]
+    assert ranks == sorted(ranks), (ranks, order)
