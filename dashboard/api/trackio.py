@@ -15,7 +15,8 @@ prints that error; an unknown call is a 404, as trackio's server answers it. Whi
 admission`), a 503 with ``Retry-After``: trackio's client counts a 5xx as transient,
 keeps the batch in its local buffer and sends it again, with the same log ids. The
 reads (``init``'s) take no slot: their bodies are small, and bounded to
-``READ_MAX_BODY_BYTES``. An adapter:
+``READ_MAX_BODY_BYTES``; nor does an alert batch that small (trackio's client never
+sends a refused alert batch again). An adapter:
 it parses and binds the arguments, the calls live in :mod:`dashboard.runs.trackio`.
 """
 
@@ -126,6 +127,21 @@ def bind(fn: Callable[..., Any], args: Any, kwargs: Any) -> dict[str, Any]:
     return bound
 
 
+def _small_alerts(request: HttpRequest, name: str) -> bool:
+    """An alert batch of at most ``READ_MAX_BODY_BYTES`` (its declared length): it
+    takes no slot. trackio's client keeps a refused log batch and sends it again, but
+    an alert batch it fails to send is gone (``_flush_local_buffer`` re-sends logs and
+    system logs only), so a busy server must not answer it 503."""
+    if name != "bulk_alert":
+        return False
+    try:
+        return (
+            0 <= int(request.headers.get("Content-Length", "")) <= READ_MAX_BODY_BYTES
+        )
+    except ValueError:
+        return False
+
+
 def _body(request: HttpRequest, limit: int) -> tuple[list[Any], dict[str, Any]]:
     try:
         raw = request.read(limit + 1)
@@ -178,7 +194,7 @@ def call(request: HttpRequest, name: str) -> HttpResponse:
             "/settings/tokens/ and put it in the server URL: ?write_token=arl_...)"
         )
     try:
-        if name not in WRITES:
+        if name not in WRITES or _small_alerts(request, name):
             args, kwargs = _body(request, READ_MAX_BODY_BYTES)
             return _answer(fn(user, **bind(fn, args, kwargs)))
         with admission.slot():

@@ -135,6 +135,41 @@ def test_a_trackio_write_beyond_the_cap_is_a_503_the_client_sends_again(owner):
     assert MetricPoint.objects.count() == 2
 
 
+def alert(step=1, text="loss 9.0"):
+    return {"project": "proj", "run": "r1", "run_id": "id-r1", "title": "loss spiked",
+            "text": text, "level": "error", "step": step,
+            "timestamp": "2026-01-01T00:00:00+00:00", "alert_id": uuid.uuid4().hex}  # fmt: skip
+
+
+def test_a_small_trackio_alert_batch_is_stored_while_the_slots_are_held(owner):
+    """trackio's client never sends a refused alert batch again (its local buffer
+    re-sends logs only): one that small is stored however busy the server is; a
+    large one waits for a slot like any write."""
+    from django.test import Client
+
+    from dashboard.models import Alert
+
+    token = tokens.do_create_token(owner, "trackio")[1]
+
+    def post(*alerts):
+        return Client().post(
+            "/trackio/api/bulk_alert",
+            json.dumps({"args": [], "kwargs": {"alerts": list(alerts)}}),
+            content_type="application/json",
+            headers={"X-Trackio-Write-Token": token},
+        )
+
+    with holding(2):
+        r = post(alert(1), alert(2))
+        assert r.status_code == 200 and r.json()["error"] is None, r.content
+        assert Alert.objects.count() == 2
+        big = post(*(alert(3 + i, text="x" * 1000) for i in range(80)))  # 80+ KB
+        assert big.status_code == 503, big.content
+    assert Alert.objects.count() == 2
+    assert post(*(alert(3 + i, text="x" * 1000) for i in range(80))).status_code == 200
+    assert Alert.objects.count() == 82
+
+
 def test_a_slot_is_given_back_when_parsing_fails(api, monkeypatch):
     run_id = new_run(api)
     seen = []
