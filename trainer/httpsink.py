@@ -56,6 +56,9 @@ FATAL = "fatal"
 DONE = "done"
 
 
+FRAMEWORK = "agentic-rl"  # what a run of this trainer says made it
+
+
 class HttpSink:
     def __init__(
         self,
@@ -64,7 +67,7 @@ class HttpSink:
         run_id: str | None = None,
         *,
         name: str | None = None,
-        framework: str = "agentic-rl",
+        framework: str = FRAMEWORK,
         config: dict[str, Any] | None = None,
         spool_dir: str | Path | None = None,
         batch_events: int = 1000,

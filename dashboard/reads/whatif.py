@@ -26,6 +26,7 @@ from dashboard.library import roots
 from dashboard.models import Run, Trajectory
 from dashboard.reads.whatif_added import raw_values
 from rewards import repair
+from trainer.httpsink import FRAMEWORK as OUR_FRAMEWORK
 
 MAX_STEPS = 100_000
 EXAMPLES = 5  # examples of each kind of change a report lists unless asked for more
@@ -270,7 +271,10 @@ def clone_overrides(rcfg: Any, weights: dict[str, float]) -> dict[str, Any]:
 def component_weights(run: Run) -> list[dict[str, Any]]:
     """The run's components with base weight and schedule kind, then those it could
     add (``added``: weight 0, not in the run), for the panel; empty when the run's
-    config is not a trainer config."""
+    config is not a trainer config, or is an external run's of another trainer
+    (its ``{}`` validates as our defaults: components it never had)."""
+    if run.external and run.framework != OUR_FRAMEWORK:
+        return []
     try:
         cfg, _, rcfg, _ = run_setup(run)
     except ServiceError:

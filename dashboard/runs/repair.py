@@ -91,9 +91,12 @@ def reweighted_config(
 
 
 def repair_name(source: Run, what: dict[str, Any]) -> str:
-    """A repair clone's default name: its parent's, and what it repairs."""
-    label = what.get("detector", "reweighted").replace("_", " ")
-    return f"{source.name} (repair: {label})"[:200]
+    """A repair clone's default name: its parent's, and what it repairs (a plain
+    what-if clone, with no alert: "reweighted")."""
+    detector = what.get("detector")
+    if not detector:
+        return f"{source.name} (reweighted)"[:200]
+    return f"{source.name} (repair: {detector.replace('_', ' ')})"[:200]
 
 
 def changed_weights(source: Run, config: dict[str, Any]) -> dict[str, float]:

@@ -93,7 +93,8 @@ function init(section) {
   const form = section.querySelector("[data-whatif-form]");
   const error = section.querySelector("[data-whatif-error]");
   const result = section.querySelector("[data-whatif-result]");
-  const cloneBtn = section.querySelector("[data-whatif-clone]");
+  const cloneBtn = section.querySelector("[data-whatif-clone]"); // none: an external run
+  const stale = section.querySelector("[data-whatif-stale]");
   const moreBtn = section.querySelector("[data-whatif-more]");
   const suggestions = readJSONScript("repair-suggestions") || {};
   let chart = null;
@@ -115,7 +116,7 @@ function init(section) {
     box.querySelector("[data-repair-step]").textContent = String(step);
     box.querySelector("[data-repair-why]").textContent = `${s.component} = ${s.weight}: ${s.why}`;
     box.hidden = false;
-    cloneBtn.disabled = true; // recompute first: see what the weight does
+    if (cloneBtn) cloneBtn.disabled = true; // recompute first: see what the weight does
     section.scrollIntoView({ block: "start" });
     form.requestSubmit();
     return true;
@@ -151,8 +152,19 @@ function init(section) {
     moreBtn.textContent = shown.more;
     if (!chart) chart = window.__whatifChart = new MetricChart(section.querySelector("[data-whatif-plot]"), CHART); // tests read it
     chart.load(series(last.steps));
-    cloneBtn.disabled = false;
+    last.weights = body.weights;
+    markStale();
   }
+
+  // The figures shown are for the weights last recomputed: a weight typed since then
+  // is not what they say, so the clone waits for a recompute (it would launch weights
+  // nobody has seen the effect of).
+  function markStale() {
+    const differs = !last || JSON.stringify(weights(form)) !== JSON.stringify(last.weights);
+    if (cloneBtn) cloneBtn.disabled = differs;
+    stale.hidden = !last || !differs;
+  }
+  form.addEventListener("input", markStale);
 
   form.addEventListener("submit", (e) => {
     e.preventDefault();
@@ -161,7 +173,7 @@ function init(section) {
   moreBtn.addEventListener("click", () => recompute(Number(moreBtn.dataset.examples)));
 
   // The clone form, filled with the changed weights: reviewed there, then launched.
-  cloneBtn.addEventListener("click", () => {
+  cloneBtn?.addEventListener("click", () => {
     if (!last) return;
     const weightsChanged = changed(form);
     if (!Object.keys(weightsChanged).length) {

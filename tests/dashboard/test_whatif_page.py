@@ -158,6 +158,28 @@ def test_the_panel_explains_tau_and_its_button_opens_the_clone_form(hacked, owne
     assert "data-whatif-shown" in panel and "data-whatif-more" in panel
 
 
+@pytest.mark.django_db
+def test_an_external_run_of_another_trainer_has_no_what_if(owner):
+    """Its config (``{}`` here) validates as our defaults: the panel offered
+    components it never had, and a clone the server then refused."""
+    run = Run.objects.create(
+        owner=owner, name="api run", config={}, external=True, framework="trl"
+    )
+    html = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="whatif"' not in html
+
+
+@pytest.mark.django_db
+def test_an_external_run_of_ours_recomputes_but_offers_no_clone(owner):
+    run = Run.objects.create(
+        owner=owner, name="ours", config={}, external=True, framework="agentic-rl"
+    )
+    html = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    panel = html[html.index('id="whatif"') :]
+    assert "data-whatif-run" in panel and "data-whatif-clone" not in panel
+    assert "trained elsewhere: it cannot be cloned here" in panel
+
+
 @needs_node
 @pytest.mark.django_db
 def test_the_clone_form_is_filled_with_the_weights_and_its_launch_records_the_repair(
@@ -234,7 +256,7 @@ def test_weights_without_an_alert_fill_the_form_and_launch_a_plain_clone(
     ).content.decode()
     assert "repair.detector" not in html
     assert "The reward weights below are the what-if's" in html
-    assert "(repair: reweighted)" in html
+    assert "(reweighted)" in html and "(repair:" not in html  # no alert involved
     assert (
         "r_parallel" in html[html.index("data-diff>") : html.index("data-diff-empty")]
     )

@@ -107,7 +107,16 @@ def test_reweight_a_swarm_run_and_launch_the_clone(live, page, shots, ui):
     href = link.get_attribute("href")
     assert re.fullmatch(rf"/runs/{run_id}/trajectories/\d+/\d+/\d+/", href)
 
-    panel.locator("[data-whatif-clone]").click()
+    # A weight typed after the recompute: the figures are not its, so the clone
+    # waits for a recompute of it.
+    clone = panel.locator("[data-whatif-clone]")
+    assert clone.is_enabled() and not panel.locator("[data-whatif-stale]").is_visible()
+    panel.locator("[data-weight=r_parallel]").fill("0.5")
+    assert clone.is_disabled() and panel.locator("[data-whatif-stale]").is_visible()
+    panel.locator("[data-weight=r_parallel]").fill("0")  # back to what was computed
+    assert clone.is_enabled() and not panel.locator("[data-whatif-stale]").is_visible()
+
+    clone.click()
     # The clone form, filled with the new weight: reviewed, then launched.
     page.wait_for_url(re.compile(rf"/runs/{run_id}/clone/\?weights="))
     assert page.locator("[data-whatif-notice]").is_visible()
