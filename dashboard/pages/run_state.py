@@ -33,7 +33,8 @@ def clock_data(run: Run, duration_s: float | None) -> dict[str, Any]:
     """The run page's figures for its clock (``static/js/run_time.js``): the wall
     time at render (``dashboard.reads.runs.duration_s``), and for an external run
     the seconds since its last event and the threshold after which it is not
-    sending (:func:`~dashboard.reads.runs.quiet_window_s`)."""
+    sending (:func:`~dashboard.reads.runs.quiet_window_s`); the run's age (its
+    "created ... ago", kept current)."""
     age = None
     if run.external and run.heartbeat_at:  # a lost one's too: it may come back
         age = max(0.0, (timezone.now() - run.heartbeat_at).total_seconds())
@@ -41,6 +42,7 @@ def clock_data(run: Run, duration_s: float | None) -> dict[str, Any]:
         "external": run.external,
         "duration_s": duration_s,
         "event_age_s": age,
+        "created_age_s": max(0.0, (timezone.now() - run.created_at).total_seconds()),
         "quiet_after_s": run_reads.quiet_window_s(),
         "quiet_check_ms": QUIET_CHECK_MS,
     }

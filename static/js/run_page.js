@@ -205,6 +205,8 @@ function tickClock() {
   const age = clock.eventAge();
   const last = document.querySelector("[data-last-event]");
   if (last && age !== null && last.textContent !== since(age)) last.textContent = since(age);
+  const created = document.querySelector("[data-created-ago]"), old = clock.createdAge();
+  if (created && old !== null && created.textContent !== since(old)) created.textContent = since(old);
   if (sending === clock.notSending()) {
     sending = !sending;
     setLive(document.body.dataset.live || "live");

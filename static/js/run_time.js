@@ -62,6 +62,8 @@ export class RunClock {
     const age = clock.event_age_s;
     this.eventAt0 = typeof age === "number" ? t0 - 1000 * age : null;
     this.eventAt = this.eventAt0;
+    const created = clock.created_age_s;
+    this.createdAt = typeof created === "number" ? t0 - 1000 * created : null;
     // Ours count to now until they end (a paused demo, queued again, too).
     const counting = !this.external && !FINAL.has(status) && (status === "running" || this.wall0 !== null);
     this.runningSince = counting ? t0 - 1000 * (this.wall0 || 0) : null;
@@ -79,6 +81,11 @@ export class RunClock {
 
   wallText() {
     return duration(this.wallSeconds());
+  }
+
+  /** Seconds since the run was created (null: not known). */
+  createdAge() {
+    return this.createdAt === null ? null : (this.now() - this.createdAt) / 1000;
   }
 
   /** Seconds since the external run's last event (null: none known). */

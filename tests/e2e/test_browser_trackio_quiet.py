@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 PROJECT = "browser-quiet"
 
 # The run's client sent for ``sent_for`` seconds and its last event is ``left``
-# seconds short of the threshold; every other external run is long quiet (no banner
+# seconds short of the threshold (the run's "created" set to it too); every other external run is long quiet (no banner
 # of theirs). Prints the threshold.
 GO_QUIET = """
 from datetime import timedelta
@@ -34,7 +34,7 @@ now = timezone.now()
 Run.objects.filter(external=True).update(heartbeat_at=now - timedelta(hours=1))
 last = now - timedelta(seconds=quiet_window_s() - {left})
 Run.objects.filter(pk={run_id!r}).update(
-    heartbeat_at=last, started_at=last - timedelta(seconds={sent_for})
+    heartbeat_at=last, started_at=last - timedelta(seconds={sent_for}), created_at=last
 )
 print(json.dumps(quiet_window_s()))
 """
@@ -102,6 +102,9 @@ def test_an_open_run_page_notices_its_client_stopped_and_sending_again(
     assert window == 120  # the server's threshold, read by the page from its data
 
     page.goto(f"{base}/runs/{run}/")
+    # Created with its last event (GO_QUIET): "1 minute" ago, turning 2 minutes on
+    # the tick that says "not sending".
+    assert page.inner_text("[data-created-ago]") == "1\xa0minute"
     ui.until(page, "document.body.dataset.live === 'live'", 30)
     state = page.locator("[data-live-state]")
     assert page.inner_text("[data-live-text]") == "live"
@@ -124,6 +127,7 @@ def test_an_open_run_page_notices_its_client_stopped_and_sending_again(
     assert state.get_attribute("data-sending") == "no"
     assert "on" not in (page.get_attribute("[data-live-dot]", "class") or "")
     assert page.inner_text("[data-last-event]") == "2\xa0minutes"
+    assert page.inner_text("[data-created-ago]") == "2\xa0minutes"  # not still 1
     page.wait_for_timeout(2 * check_ms + 200)
     assert page.inner_text("[data-stat=duration]") == "13s"  # not 2m 14s
     ui.shot(page, shots, "trackio_run_not_sending")
