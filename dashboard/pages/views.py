@@ -358,7 +358,9 @@ def compare(request: HttpRequest) -> HttpResponse:
     if problem:  # no stored task id holds one (PostgreSQL text cannot)
         error = f"task: {problem}"
         return render(request, "compare.html", {"error": error, "runs": []}, status=400)
-    runs = [services.get_run_for_user(request.user, i) for i in ids]
+    runs = run_state.with_quiet(
+        [services.get_run_for_user(request.user, i) for i in ids]
+    )
     rewards = reward_names.reward_keys(runs)
     best = metrics.best_rewards([r.pk for r in runs], rewards)
     alert_counts = run_reads.alert_counts([r.pk for r in runs])

@@ -201,6 +201,18 @@ def test_the_runs_list_and_home_say_not_sending_as_the_run_page_does(
     assert owner_client.get("/").context["counts"]["running"] == 2
 
 
+def test_compare_says_not_sending_as_the_runs_list_does(reported, owner, owner_client):
+    ours = Run.objects.create(
+        owner=owner, name="ours", config={"steps": 5}, status="running"
+    )
+    run = went_quiet(reported, sent_for_s=20, ago_s=9 * 60)
+    html = owner_client.get(f"/compare/?runs={run.pk},{ours.pk}").content.decode()
+    summary = html[html.index("data-summary") : html.index("</table>")]
+    quiet, own = (summary[summary.index(f"/runs/{r.pk}/") :] for r in (run, ours))
+    assert "data-not-sending" in quiet[: quiet.index("</tr>")]
+    assert "data-not-sending" not in own[: own.index("</tr>")]
+
+
 def test_the_home_banner_says_when_to_ask_again_about_a_receiving_run(
     reported, owner_client
 ):
