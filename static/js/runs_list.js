@@ -1,4 +1,11 @@
 // Runs list and home: tick runs to compare (2 to 8), then open /compare/?runs=a,b.
+//
+// While a row's run is queued, training or receiving events (the server marks that
+// row data-live-row), the page fetches itself again every data-live-every-ms (set on
+// .page-head) and shows the fresh counts, banner and rows in place: one request at a
+// time, none while the tab is hidden, slower after each failure, and no more once no
+// row is live. The new nodes are the server's own, parsed and imported, never HTML
+// assembled here; the compare boxes keep their ticks and the focused row its focus.
 
 const boxes = () => [...document.querySelectorAll("[data-compare-box]")];
 const button = document.querySelector("[data-compare-button]");
@@ -34,3 +41,118 @@ document.addEventListener("keydown", (e) => {
   }
 });
 update();
+
+// ---- Live rows ----
+
+const MAX_BACKOFF = 16; // after failures, wait up to 16 intervals between tries
+let inFlight = null;
+let failures = 0;
+let timer = 0;
+
+const rowIds = (root) => [...root.querySelectorAll("[data-run-row]")].map((r) => r.dataset.runRow);
+const rowIn = (root, id) => root.querySelector(`[data-run-row="${CSS.escape(id)}"]`);
+
+function bump(name) {
+  document.body.dataset[name] = String(Number(document.body.dataset[name] || 0) + 1);
+}
+
+/** Replace the node `selector` finds with the fresh page's, or remove it, or add the
+ * fresh one after .page-head (the banner of a run that started meanwhile). */
+export function swap(page, selector) {
+  const fresh = page.querySelector(selector);
+  const old = document.querySelector(selector);
+  if (old && fresh) {
+    if (!old.isEqualNode(fresh)) old.replaceWith(document.importNode(fresh, true));
+  } else if (old) old.remove();
+  else if (fresh) document.querySelector(".page-head")?.after(document.importNode(fresh, true));
+}
+
+/** The same rows in the same order: each row's changed cells replaced, its compare box
+ * (the reader's choice) left alone. */
+function patchRows(old, fresh) {
+  for (const row of fresh.querySelectorAll("[data-run-row]")) {
+    const mine = rowIn(old, row.dataset.runRow);
+    mine.toggleAttribute("data-live-row", row.hasAttribute("data-live-row"));
+    [...row.cells].forEach((cell, i) => {
+      const cur = mine.cells[i];
+      if (cell.classList.contains("col-cmp") || (cur && cur.isEqualNode(cell))) return;
+      if (cur) cur.replaceWith(document.importNode(cell, true));
+      else mine.append(document.importNode(cell, true));
+    });
+  }
+}
+
+/** Rows came, went or moved: the whole region anew, with the ticks, the j/k marker
+ * and the focus it had, found by run id. */
+function replaceRegion(old, fresh, ticked) {
+  const focused = document.activeElement;
+  const focusRow = old.contains(focused) ? focused.closest("[data-run-row]")?.dataset.runRow : null;
+  const current = old.querySelector("[data-run-row].current")?.dataset.runRow;
+  const region = document.importNode(fresh, true);
+  for (const box of region.querySelectorAll("[data-compare-box]")) box.checked = ticked.has(box.value);
+  if (current) rowIn(region, current)?.classList.add("current");
+  old.replaceWith(region);
+  if (focusRow) rowIn(region, focusRow)?.querySelector("[data-nav-link]")?.focus({ preventScroll: true });
+}
+
+function apply(page) {
+  const ticked = new Set(boxes().filter((b) => b.checked).map((b) => b.value));
+  swap(page, "[data-run-counts]");
+  swap(page, "[data-live-banner]");
+  for (const fresh of page.querySelectorAll("[data-rows-region]")) {
+    const key = CSS.escape(fresh.dataset.rowsRegion);
+    const old = document.querySelector(`[data-rows-region="${key}"]`);
+    if (!old) continue;
+    if (rowIds(old).join() === rowIds(fresh).join()) patchRows(old, fresh);
+    else replaceRegion(old, fresh, ticked);
+  }
+  update();
+}
+
+async function load() {
+  try {
+    const r = await fetch(location.pathname + location.search, { credentials: "same-origin" });
+    if (!r.ok || r.redirected) throw new Error(`HTTP ${r.status}`); // signed out: the login page
+    const page = new DOMParser().parseFromString(await r.text(), "text/html");
+    if (page.body?.dataset.page !== document.body.dataset.page) throw new Error("another page");
+    apply(page);
+    failures = 0;
+    bump("rowsPolls");
+    document.dispatchEvent(new CustomEvent("runs:refreshed"));
+    return true;
+  } catch {
+    failures += 1; // a reload shows it; the next try waits longer
+    return false;
+  }
+}
+
+/** Fetch the page and show it; a call while a fetch is under way shares that fetch.
+ * Resolves to whether the page was shown. */
+export function refresh() {
+  if (!inFlight) {
+    inFlight = load().finally(() => {
+      inFlight = null;
+      schedule();
+    });
+  }
+  return inFlight;
+}
+
+function every() {
+  const ms = Number(document.querySelector("[data-live-every-ms]")?.dataset.liveEveryMs);
+  return ms > 0 ? ms : 5000;
+}
+
+/** The next look, if any row is live; the tab hidden, the look waits for its return. */
+function schedule() {
+  clearTimeout(timer);
+  const live = Boolean(document.querySelector("[data-live-row]"));
+  document.body.dataset.rowsLive = live ? "on" : "off";
+  if (!live) return;
+  timer = setTimeout(() => {
+    if (document.hidden) document.addEventListener("visibilitychange", refresh, { once: true });
+    else refresh();
+  }, every() * Math.min(MAX_BACKOFF, 2 ** failures));
+}
+
+schedule();
