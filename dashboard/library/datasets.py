@@ -53,6 +53,19 @@ def datasets_of(user: Any) -> QuerySet[Dataset]:
     )
 
 
+def dataset_of_run(run: Any) -> Dataset | None:
+    """The uploaded dataset a run of the ``dataset`` environment reads (its owner's
+    upload whose file its config names), so pages can say its name (``数学.jsonl``)
+    rather than only the stored file's (``uploads/1/dataset-2c04af4c.jsonl``)."""
+    cfg = run.config if isinstance(run.config, dict) else {}
+    env = cfg.get("env") if isinstance(cfg.get("env"), dict) else {}
+    params = env.get("params") if isinstance(env.get("params"), dict) else {}
+    path = params.get("path")
+    if run.external or env.get("name") != "dataset" or not isinstance(path, str):
+        return None
+    return Dataset.objects.filter(owner_id=run.owner_id, path=path).first()
+
+
 def get_dataset_for_user(user: Any, dataset_id: Any) -> Dataset:
     """The user's own dataset, or Http404 (missing and another user's read alike)."""
     try:

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from dashboard import jsonsafe
 from dashboard.ingest import retention
-from dashboard.library import roots
+from dashboard.library import datasets, roots
 from dashboard.models import ACTIVE_STATUSES, Alert, Run, RunStatus
 from dashboard.pages import catalog, charts, configdiff, run_state
 from dashboard.pages.csp import csp
@@ -165,6 +165,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
     alerts = run_reads.alert_dicts(run, run_reads.alerts(run))
     repairs = repair.with_repairs(run, alerts)  # the repair loop (issue 25)
     components = whatif.component_weights(run)  # what-if panel (issue 12)
+    dataset = datasets.dataset_of_run(run)
     traj_steps = trajs.trajectory_steps(run)
     keys = metrics.metric_keys(run)
     page_data = {
@@ -229,6 +230,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             "attempts": attempts,
             "clones": list(services.visible_runs(request.user).filter(parent=run)[:20]),
             "kept": kept_model.kept_model(run),  # the model it keeps (issue 22)
+            "dataset": dataset,  # the upload it reads, by the name it was given
             # what-if panel (issue 12), opened from an alert with its fix (issue 25)
             "whatif_components": components,
             "whatif_addable": any(c["added"] for c in components),

@@ -115,3 +115,23 @@ def test_a_name_with_a_separator_a_control_character_or_no_letter_is_refused(
     assert r.status_code == 400 and message in r.content.decode()
     assert Dataset.objects.count() == 0
     assert not roots.uploads_dir(owner.pk).exists() or files(owner) == []
+
+
+def test_a_run_page_names_the_upload_it_reads(data_root, owner, staff):
+    """A newcomer's run of 数学.jsonl said only "env dataset" (its config the stored
+    file, uploads/1/dataset-2c04af4c.jsonl): the page names the upload, escaped, and
+    links its owner to it."""
+    from dashboard.models import Run
+
+    client = client_for(owner)
+    assert upload(client, "数学 <i>.jsonl").status_code == 302
+    ds = Dataset.objects.get(owner=owner)
+    config = {"env": {"name": "dataset", "params": {"path": ds.path}}}
+    run = Run.objects.create(owner=owner, name="r", config=config)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    link = f'<a href="/datasets/{ds.pk}/" data-run-dataset>数学 &lt;i&gt;.jsonl</a>'
+    assert f"env dataset: {link}" in page
+    seen = client_for(staff).get(f"/runs/{run.pk}/").content.decode()
+    assert "<span data-run-dataset>数学 &lt;i&gt;.jsonl</span>" in seen  # no link
+    other = Run.objects.create(owner=owner, name="o", config={"env": {"name": "calc"}})
+    assert "data-run-dataset" not in client.get(f"/runs/{other.pk}/").content.decode()
