@@ -240,6 +240,7 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "shortcut.max_ratio": 0.67,
     "shortcut.max_outcome_rise": 0.02,
     "shortcut.min_separation": 2.0,
+    "shortcut.min_proxy_share": 0.9,
     "repetition.max_repetition": 0.25,
     "repetition.min_rise": 0.2,
     "repetition.min_proxy_rise": 0.1,

@@ -144,49 +144,6 @@ def component_means(metrics: Mapping[str, Any]) -> dict[str, float]:
     }  # fmt: skip
 
 
-# What a run looked like at its start, for detectors that compare with it rather than
-# with their window (an environment's own level: the swarm demo's spawns repeat 8% of
-# their word pairs at its start, the search demo's queries 14%): the mean of each of
-# START_KEYS over its first START_STEPS values in the run, carried in every later
-# summary as ``start/<key>`` (:func:`with_start`; the monitor and the server's
-# detection both add it, each from the values it has seen up to that step).
-START_KEYS = ("repetition", "proxy_reward")
-START_STEPS = 5
-
-
-def note_start(first: dict[str, list[float]], summary: Summary) -> None:
-    """Keep ``summary``'s values of :data:`START_KEYS` in ``first`` while a key has
-    fewer than :data:`START_STEPS` of them (the monitor, one summary a step)."""
-    for key in START_KEYS:
-        xs = first.setdefault(key, [])
-        if key in summary and len(xs) < START_STEPS:
-            xs.append(float(summary[key]))
-
-
-def with_start(
-    summary: Summary, first: Mapping[str, Sequence[float]]
-) -> dict[str, float]:
-    """``summary`` plus ``start/<key>``: the mean of ``first[key]`` (the key's first
-    :data:`START_STEPS` values in the run, as many as there are yet) for each of
-    :data:`START_KEYS` that has any.
-
-    >>> with_start({"step": 3.0}, {"repetition": [0.1, 0.3], "proxy_reward": []})
-    {'step': 3.0, 'start/repetition': 0.2}
-    """
-    out = dict(summary)
-    for key in START_KEYS:
-        xs = list(first.get(key, ()))[:START_STEPS]
-        if xs:
-            out[f"start/{key}"] = sum(xs) / len(xs)
-    return out
-
-
-def start_level(window: Sequence[Summary], key: str) -> float | None:
-    """The run's start level of ``key`` carried by the window's newest summary."""
-    v = window[-1].get(f"start/{key}") if window else None
-    return float(v) if isinstance(v, int | float) else None
-
-
 def series(window: Sequence[Summary], key: str) -> list[float]:
     return [s[key] for s in window if key in s]
 

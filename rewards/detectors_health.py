@@ -23,7 +23,13 @@ imports this module), judged over the same window of step summaries. Thresholds
   rose no more than that (a policy that stopped working the task: answering at once,
   exiting early), and the fall at least ``min_separation`` standard errors of the
   halves' difference (Welch's: step-to-step noise, which on a small run can make one
-  long first step halve the "early" mean, is not a shortcut).
+  long first step halve the "early" mean, is not a shortcut). Also judged against the
+  run's start (``start/length``, ``start/success``, the means of its first 5 values,
+  the start's standard error counted in the separation): a shortcut learned more
+  slowly than the window falls less than ``max_ratio`` in every window. From the
+  start only while the proxy terms pay at least ``.min_proxy_share`` (0.9) of the
+  reward (``proxy_reward`` / ``reward``, late half): a weak policy drifting shorter
+  under a task reward looks the same by length and success alone.
 * ``repetition.max_repetition`` 0.25, ``.min_rise`` 0.2, ``.min_proxy_rise`` 0.1:
   the mean share of an episode's word bigrams that repeat an earlier one, at or
   above it in the late half and risen by ``min_rise`` above the run's start
@@ -46,10 +52,10 @@ from rewards.detectors import (
     register,
     risen,
     series,
-    start_level,
     tail,
     trend,
 )
+from rewards.start_levels import start_level
 
 
 @register("entropy_collapse", "warning")
@@ -202,26 +208,88 @@ def separation(xs: Sequence[float]) -> float:
     return (m0 - m1) / se
 
 
+def below(xs: Sequence[float], level: float, level_se: float = 0.0) -> float:
+    """How far ``xs``'s mean is below ``level``, in standard errors of their
+    difference (the late half of a window against the run's start level, known
+    to ``level_se``). No spread at all: inf when below.
+
+    >>> round(below([3.6, 3.5, 3.4, 3.5], 7.8), 1)
+    105.3
+    >>> round(below([3.6, 3.5, 3.4, 3.5], 7.8, level_se=1.5), 1)
+    2.9
+    """
+    if len(xs) < 2:
+        return 0.0
+    m = sum(xs) / len(xs)
+    var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs)
+    se = (var + level_se**2) ** 0.5
+    if se == 0:
+        return math.inf if m < level else 0.0
+    return (level - m) / se
+
+
 @register("shortcut", "warning")
 def shortcut(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
     """Episodes got much shorter while success did not rise: the policy stopped
     working the task (answering at once, exiting early) for a reward that does not
-    need the work."""
+    need the work. Judged across the window (its late half against its early half)
+    and against the run's start (``start/length``, ``start/success``): a shortcut
+    learned more slowly than the window, whose every window falls by less than
+    ``max_ratio``, is still a fall to that share of where the run began."""
     length, succ = series(window, "length"), series(window, "success")
     if not enough(cfg, length, succ):
         return None
     (l0, l1), (s0, s1) = halves(length), halves(succ)
-    ratio = cfg.threshold("shortcut.max_ratio")
-    if (
-        l0 <= 0
-        or l1 / l0 > ratio
-        or s1 - s0 > cfg.threshold("shortcut.max_outcome_rise")
-        or separation(length) < cfg.threshold("shortcut.min_separation")
-    ):
-        return None
+    at = ""
+    if not _shrunk(l1, l0, s1 - s0, separation(length), cfg):
+        start = _start_fall(window, length, l1, s1, cfg)
+        if start is None:
+            return None
+        (l0, s0), at = start, " (from the run's start)"
     return Finding(
         f"shortcut: episodes {l0:.1f} -> {l1:.1f} tokens while success "
-        f"{s0:.2f} -> {s1:.2f}",
+        f"{s0:.2f} -> {s1:.2f}{at}",
         {"length_early": l0, "length_late": l1, "success_early": s0,
-         "success_late": s1, "length": tail(length), "success": tail(succ)},
+         "success_late": s1, "since": "at the run's start" if at else "earlier",
+         "length": tail(length), "success": tail(succ)},
     )  # fmt: skip
+
+
+def _start_fall(
+    window: Sequence[Summary],
+    length: Sequence[float],
+    late: float,
+    late_succ: float,
+    cfg: DetectorConfig,
+) -> tuple[float, float] | None:
+    """The run's start (length, success) when the window's late half fell from it
+    as :func:`_shrunk` asks (the start's standard error counted in the fall)."""
+    start, succ = start_level(window, "length"), start_level(window, "success")
+    proxy, reward = series(window, "proxy_reward"), series(window, "reward")
+    if start is None or succ is None or not proxy or not reward:
+        return None
+    # What the run is paid comes from the proxy terms: a weak policy drifting
+    # shorter under a task reward (the format-only hack's healthy twin: episodes
+    # 7.1 -> 3.5 tokens over 30 steps, success flat at 0.05, the proxy paying 60%
+    # of the reward) is not paid for the fall; the hack (99%) is.
+    late_reward = halves(reward)[1]
+    share = cfg.threshold("shortcut.min_proxy_share")
+    if late_reward <= 0 or halves(proxy)[1] < share * late_reward:
+        return None
+    start_se = start_level(window, "length", "/se") or 0.0
+    t = below(length[len(length) // 2 :], start, start_se)
+    return (start, succ) if _shrunk(late, start, late_succ - succ, t, cfg) else None
+
+
+def _shrunk(
+    late: float, before: float, succ_rise: float, t: float, cfg: DetectorConfig
+) -> bool:
+    """Episodes of mean length ``late`` are at most ``max_ratio`` of ``before``,
+    success rose no more than ``max_outcome_rise``, and the fall is ``t`` >=
+    ``min_separation`` standard errors."""
+    return (
+        before > 0
+        and late / before <= cfg.threshold("shortcut.max_ratio")
+        and succ_rise <= cfg.threshold("shortcut.max_outcome_rise")
+        and t >= cfg.threshold("shortcut.min_separation")
+    )

@@ -149,7 +149,8 @@ def _unearned(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | Non
 
 @_predicate("shortcut")
 def _short(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
-    # Failed, and at most ``max_ratio`` of the early mean length: the short cut.
+    # Failed, and at most ``max_ratio`` of the early mean length (or the run's start
+    # length, where the alert measured from it): the short cut.
     length, early = _num(row, "length"), ev.get("length_early")
     if length is None or not isinstance(early, int | float) or early <= 0:
         return None
@@ -157,7 +158,10 @@ def _short(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | None:
         "shortcut.max_ratio"
     ):
         return None
-    return f"{length:.0f} tokens ({length / early:.1f}x the early mean), not solved"
+    of = "the early mean"
+    if ev.get("since") == "at the run's start":
+        of = "the run's start"
+    return f"{length:.0f} tokens ({length / early:.1f}x {of}), not solved"
 
 
 @_predicate("repetition")

@@ -19,11 +19,10 @@ from rewards.detectors import (
     DETECTORS,
     DetectorSpec,
     Summary,
-    note_start,
     summarize,
-    with_start,
 )
 from rewards.evidence import pick
+from rewards.start_levels import note_start, with_start
 from rewards.types import (
     Alert,
     Episode,

@@ -112,11 +112,11 @@ def with_run_start(
     run: Run, by_step: dict[int, dict[str, float]], events: list[dict[str, Any]]
 ) -> dict[int, dict[str, float]]:
     """``by_step`` with the run's start levels in each summary (``start/<key>``,
-    :func:`rewards.detectors.with_start`): each key's first ``START_STEPS`` values in
+    :func:`rewards.start_levels.with_start`): each key's first ``START_STEPS`` values in
     the run, stored or arriving, those up to each step, as the trainer's monitor
     sees them. Read by index seeks (the first few steps of each metric name that
     feeds the key), never by a scan of the run's points."""
-    from rewards.detectors import START_KEYS, START_STEPS, with_start
+    from rewards.start_levels import START_KEYS, START_STEPS, with_start
 
     names = _summary_keys()
     found: dict[str, dict[int, float]] = {key: {} for key in START_KEYS}

@@ -220,3 +220,69 @@ def test_shortcut_evidence_is_the_short_failed_rollouts():
     picked, matched = pick("shortcut", rows, {"length_early": 7.0}, CFG)
     assert [i for i, _ in picked] == [0] and matched == 1
     assert picked[0][1] == "3 tokens (0.4x the early mean), not solved"
+
+
+def _shortcut_alerts(lengths, successes, proxy_share=0.99):
+    """The shortcut alerts a monitor (window 20) raises over a run's step summaries,
+    with the run's start levels it keeps itself; the proxy terms paying
+    ``proxy_share`` of a reward of 1."""
+    from rewards.monitor import RewardMonitor
+
+    monitor = RewardMonitor(DetectorConfig(window=20, enabled=["shortcut"]), "calc")
+    fired = []
+    for i, (n, s) in enumerate(zip(lengths, successes, strict=True)):
+        summary = {"step": float(i + 1), "length": n, "success": s}
+        if proxy_share is not None:
+            summary.update(reward=1.0, proxy_reward=proxy_share)
+        for alert in monitor.observe(summary):
+            fired.append((i + 1, alert.message))
+    return fired
+
+
+def test_a_shortcut_slower_than_the_window_is_caught_against_the_runs_start():
+    """The format-only hack as a later recording of it learned it: episodes 7.8 ->
+    3.5 tokens over 26 steps, so the late half of every 20-step window is 0.73-0.76
+    of its early half (never the 0.67 the window asks), success flat at 0.1. Against
+    the run's start (7.8) the fall is plain."""
+    import random
+
+    rng = random.Random(0)
+    lengths = [7.8 + rng.uniform(-0.2, 0.2) for _ in range(8)]
+    lengths += [7.8 - 4.3 * k / 26 + rng.uniform(-0.2, 0.2) for k in range(1, 27)]
+    lengths += [3.5 + rng.uniform(-0.2, 0.2) for _ in range(10)]
+    flat = [0.1] * len(lengths)
+    from rewards.detectors_health import halves
+
+    for end in range(20, len(lengths) + 1):  # no window falls to 0.67 of itself
+        early, late = halves(lengths[end - 20 : end])
+        assert late / early > 0.67
+    fired = _shortcut_alerts(lengths, flat)
+    assert len(fired) == 1, fired
+    step, message = fired[0]
+    assert 20 <= step <= 34  # while the fall goes on, not after it
+    assert message.startswith("shortcut: episodes 7.8 -> ")
+    assert message.endswith("while success 0.10 -> 0.10 (from the run's start)")
+    # the same fall while success rose since the start: learning to be concise
+    rising = [min(0.1 + 0.02 * i, 0.9) for i in range(len(lengths))]
+    assert _shortcut_alerts(lengths, rising) == []
+    # ... or while the task terms pay 40% of the reward: the format-only hack's
+    # healthy twin drifted the same way (its proxy terms paid 57-74%), unpaid for it
+    assert _shortcut_alerts(lengths, flat, proxy_share=0.6) == []
+    # a trainer that reports no proxy terms is judged by its windows alone
+    assert _shortcut_alerts(lengths, flat, proxy_share=None) == []
+
+
+def test_a_noisy_start_is_no_start_level_to_fall_from():
+    """The newcomer's 4 x 4 run whose first step was 10 tokens: its first five steps
+    average 5.05 and the later ones 3.4 (0.67 of it), but that start is known only
+    to +-1.3 tokens: not a fall of 2 standard errors."""
+    noisy = [10, 4.625, 2.938, 5.062, 2.625, 4.125, 4.875, 2.0]
+    noisy += [2.625, 4.125, 4.875, 2.0, 3.1, 3.9, 2.4, 4.2]
+    assert _shortcut_alerts(noisy, [0.0] * len(noisy)) == []
+
+
+def test_shortcut_evidence_from_the_start_says_so():
+    rows = [{"length": 3.0, "success": 0.0}]
+    ev = {"length_early": 7.5, "since": "at the run's start"}
+    picked, _ = pick("shortcut", rows, ev, CFG)
+    assert picked[0][1] == "3 tokens (0.4x the run's start), not solved"
