@@ -98,12 +98,18 @@ def _empty(value: Any) -> bool:
 
 
 def _summary(value: Any, limit: int = 160) -> str:
-    """A whole sub-tree in one cell: ``weight=0.3, schedule.kind=linear, ...``."""
+    """A whole sub-tree in one cell: ``weight=0.3, schedule.kind=linear, ...``; the
+    fields left unset (None: their default) are not listed ("id_key=default" said
+    nothing), and a sub-tree of nothing else is "default"."""
     if not isinstance(value, dict):
         return display(value)
     text = ", ".join(
-        f"{k}={display(v)}" for k, v in flatten(value).items() if k != "name"
+        f"{k}={display(v)}"
+        for k, v in flatten(value).items()
+        if k != "name" and v is not None
     )
+    if not text:
+        return display(None)
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 

@@ -161,3 +161,13 @@ def test_config_diff_sees_no_difference_between_no_judges_and_empty_judges():
     b = _reward(("outcome", 1.0))
     c = _reward(("outcome", 1.0), judges=[])
     assert configdiff.diff([a, b, c]) == []
+
+
+def test_config_diff_of_whole_parameters_lists_what_is_set_not_the_defaults():
+    """A newcomer's compare of a dataset run and a calc run showed
+    ``env.params`` as "path=..., id_key=default, ...": an unset key said nothing."""
+    a = {"env": {"name": "dataset", "params": {"path": "d.jsonl", "id_key": None}}}
+    b = {"env": {"name": "calc", "params": {"max_operand": 9}}}
+    c = {"env": {"name": "calc", "params": {"ops": None}}}
+    rows = {r.path: r.values for r in configdiff.diff([a, b, c])}
+    assert rows["env.params"] == ("path=d.jsonl", "max_operand=9", "default")
