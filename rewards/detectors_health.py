@@ -265,16 +265,25 @@ def _start_fall(
     """The run's start (length, success) when the window's late half fell from it
     as :func:`_shrunk` asks (the start's standard error counted in the fall)."""
     start, succ = start_level(window, "length"), start_level(window, "success")
-    proxy, reward = series(window, "proxy_reward"), series(window, "reward")
-    if start is None or succ is None or not proxy or not reward:
+    if start is None or succ is None:
         return None
     # What the run is paid comes from the proxy terms: a weak policy drifting
     # shorter under a task reward (the format-only hack's healthy twin: episodes
     # 7.1 -> 3.5 tokens over 30 steps, success flat at 0.05, the proxy paying 60%
-    # of the reward) is not paid for the fall; the hack (99%) is.
-    late_reward = halves(reward)[1]
+    # of the reward) is not paid for the fall; the hack (99%) is. Read from the
+    # late half's steps that report both (never one's steps against the other's).
+    paid = [
+        (s["proxy_reward"], s["reward"])
+        for s in window[len(window) // 2 :]
+        if "proxy_reward" in s and "reward" in s
+    ]
+    late_reward = sum(r for _, r in paid)
     share = cfg.threshold("shortcut.min_proxy_share")
-    if late_reward <= 0 or halves(proxy)[1] < share * late_reward:
+    if (
+        len(paid) < max(2, cfg.min_steps // 2)
+        or late_reward <= 0
+        or sum(p for p, _ in paid) < share * late_reward
+    ):
         return None
     start_se = start_level(window, "length", "/se") or 0.0
     t = below(length[len(length) // 2 :], start, start_se)

@@ -286,3 +286,19 @@ def test_shortcut_evidence_from_the_start_says_so():
     ev = {"length_early": 7.5, "since": "at the run's start"}
     picked, _ = pick("shortcut", rows, ev, CFG)
     assert picked[0][1] == "3 tokens (0.4x the run's start), not solved"
+
+
+def test_the_proxy_share_is_read_from_the_late_steps_that_report_it():
+    """A trainer that reported its proxy terms for the first 12 steps only: their
+    share then (0.95) is not the late half's, which nobody reported."""
+    from rewards.monitor import RewardMonitor
+
+    monitor = RewardMonitor(DetectorConfig(window=20, enabled=["shortcut"]), "calc")
+    lengths = [7.8] * 8 + [7.8 - 4.3 * k / 26 for k in range(1, 27)] + [3.5] * 10
+    fired = []
+    for i, n in enumerate(lengths, start=1):
+        summary = {"step": float(i), "length": n, "success": 0.1, "reward": 1.0}
+        if i <= 12:
+            summary["proxy_reward"] = 0.95
+        fired += monitor.observe(summary)
+    assert fired == []
