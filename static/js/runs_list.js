@@ -50,6 +50,9 @@ let failures = 0;
 let timer = 0;
 
 const rowIds = (root) => [...root.querySelectorAll("[data-run-row]")].map((r) => r.dataset.runRow);
+// What a region holds besides its rows' cells: which rows, in which order, and its
+// pages line ("page 1 of 3"); when it changes, the region is shown anew.
+const shape = (root) => `${rowIds(root).join()}|${root.querySelector("[data-pages]")?.textContent || ""}`;
 const rowIn = (root, id) => root.querySelector(`[data-run-row="${CSS.escape(id)}"]`);
 
 function bump(name) {
@@ -79,6 +82,7 @@ function patchRows(old, fresh) {
       if (cur) cur.replaceWith(document.importNode(cell, true));
       else mine.append(document.importNode(cell, true));
     });
+    while (mine.cells.length > row.cells.length) mine.lastElementChild.remove();
   }
 }
 
@@ -103,7 +107,7 @@ function apply(page) {
     const key = CSS.escape(fresh.dataset.rowsRegion);
     const old = document.querySelector(`[data-rows-region="${key}"]`);
     if (!old) continue;
-    if (rowIds(old).join() === rowIds(fresh).join()) patchRows(old, fresh);
+    if (shape(old) === shape(fresh)) patchRows(old, fresh);
     else replaceRegion(old, fresh, ticked);
   }
   update();

@@ -156,3 +156,40 @@ def test_open_pages_follow_a_training_run_and_stop_when_it_stops(
     for p in (page, runs_tab):
         assert p.evaluate("window.__noReload") is True
         p.guard.check()
+
+
+def test_a_filtered_list_that_empties_says_so_and_stops_asking(
+    scripted_live, send, page, ui
+):
+    """/runs/?status=running with one live run that then ends: the run leaves the
+    filter, so the fresh page has no rows; the list said nothing of it and kept its
+    stale row, asking the server every interval for good (review)."""
+    base = scripted_live.url
+    run = send("rows-filtered", 0)
+    scripted_live.script(QUIET_OTHERS.format(keep=run))
+    url = base + "/runs/?status=running&q=rows-filtered"
+
+    def handle(route):
+        resp = route.fetch()
+        body = resp.text().replace(
+            'data-live-every-ms="5000"', 'data-live-every-ms="0500"'
+        )
+        route.fulfill(response=resp, body=body)
+
+    page.context.route(url, handle)
+    page.goto(url)
+    page.evaluate("window.__noReload = true")
+    assert page.locator(f"[data-run-row='{run}'][data-live-row]").count() == 1
+    scripted_live.script(
+        "from dashboard.models import Run\n"
+        f"Run.objects.filter(pk={run!r}).update(status='succeeded')\n"
+        "print(json.dumps('ok'))\n"
+    )
+    ui.until(page, "document.body.dataset.rowsLive === 'off'", 10)
+    assert page.locator("[data-run-row]").count() == 0
+    assert "No runs match these filters" in page.inner_text("[data-rows-region]")
+    polls = page.evaluate(POLLS)
+    page.wait_for_timeout(1500)
+    assert page.evaluate(POLLS) == polls
+    assert page.evaluate("window.__noReload") is True
+    page.guard.check()
