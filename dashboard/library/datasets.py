@@ -63,7 +63,16 @@ def dataset_of_run(run: Any) -> Dataset | None:
     path = params.get("path")
     if run.external or env.get("name") != "dataset" or not isinstance(path, str):
         return None
-    return Dataset.objects.filter(owner_id=run.owner_id, path=path).first()
+    # The run's config holds the resolved path (roots.check_paths), the upload the
+    # one under its data root as configured, which may go through a symlink; an
+    # upload made after the run (its file name reused) is not the one it read.
+    real = os.path.realpath(path)
+    candidates = Dataset.objects.filter(
+        owner_id=run.owner_id,
+        path__endswith=os.sep + os.path.basename(path),
+        created_at__lte=run.created_at,
+    ).order_by("-created_at")
+    return next((d for d in candidates if os.path.realpath(d.path) == real), None)
 
 
 def get_dataset_for_user(user: Any, dataset_id: Any) -> Dataset:

@@ -287,8 +287,9 @@ function setLive(state) {
   // is connected, not live.
   // An external run whose client went quiet: "not sending", whatever the socket says.
   const quiet = clock.notSending();
-  // A queued run that has trained (a paused demo) waits to go on, not to start.
-  const waiting = data.last_step ? `connected; paused after step ${data.last_step}` : "connected; not training yet";
+  // A queued run that has trained (a paused demo, a retry after a lost worker) waits
+  // to go on, not to start.
+  const waiting = data.last_step ? `connected; queued again after step ${data.last_step}` : "connected; not training yet";
   const connected = finished ? "up to date" : data.status === "queued" ? waiting : "live";
   dot?.classList.toggle("on", state === "live" && data.status === "running" && !quiet);
   dot?.classList.toggle("retry", state === "retry");

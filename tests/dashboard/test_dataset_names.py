@@ -135,3 +135,29 @@ def test_a_run_page_names_the_upload_it_reads(data_root, owner, staff):
     assert "<span data-run-dataset>数学 &lt;i&gt;.jsonl</span>" in seen  # no link
     other = Run.objects.create(owner=owner, name="o", config={"env": {"name": "calc"}})
     assert "data-run-dataset" not in client.get(f"/runs/{other.pk}/").content.decode()
+
+
+def test_the_upload_is_found_through_a_symlinked_data_root(tmp_path, settings, owner):
+    """The run's config holds the resolved path (the form's check resolves it), the
+    upload the path under the data root as configured: through a symlink (macOS's
+    /tmp, a Docker volume) they differ, and the run page named nothing."""
+    import os
+
+    from dashboard.library.datasets import dataset_of_run
+    from dashboard.models import Run
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "data").symlink_to(real)
+    settings.DATA_ROOTS, settings.MODEL_ROOTS = [tmp_path / "data"], [tmp_path]
+    assert upload(client_for(owner), "数学.jsonl").status_code == 302
+    ds = Dataset.objects.get(owner=owner)
+    resolved = os.path.realpath(ds.path)
+    assert resolved != ds.path
+    config = {"env": {"name": "dataset", "params": {"path": resolved}}}
+    run = Run.objects.create(owner=owner, name="r", config=config)
+    assert dataset_of_run(run) == ds
+    # an upload made after an earlier run, its file name reused, is not that run's
+    Run.objects.filter(pk=run.pk).update(created_at=ds.created_at.replace(year=2000))
+    run.refresh_from_db()
+    assert dataset_of_run(run) is None
