@@ -15,8 +15,9 @@ prints that error; an unknown call is a 404, as trackio's server answers it. Whi
 admission`), a 503 with ``Retry-After``: trackio's client counts a 5xx as transient,
 keeps the batch in its local buffer and sends it again, with the same log ids. The
 reads (``init``'s) take no slot: their bodies are small, and bounded to
-``READ_MAX_BODY_BYTES``; nor does an alert batch that small (trackio's client never
-sends a refused alert batch again). An adapter:
+``READ_MAX_BODY_BYTES``. An alert batch that small takes a slot of a pool of its own
+(trackio's client never sends a refused alert batch again), so it does not wait
+behind the big bodies. An adapter:
 it parses and binds the arguments, the calls live in :mod:`dashboard.runs.trackio`.
 """
 
@@ -128,10 +129,11 @@ def bind(fn: Callable[..., Any], args: Any, kwargs: Any) -> dict[str, Any]:
 
 
 def _small_alerts(request: HttpRequest, name: str) -> bool:
-    """An alert batch of at most ``READ_MAX_BODY_BYTES`` (its declared length): it
-    takes no slot. trackio's client keeps a refused log batch and sends it again, but
-    an alert batch it fails to send is gone (``_flush_local_buffer`` re-sends logs and
-    system logs only), so a busy server must not answer it 503."""
+    """An alert batch of at most ``READ_MAX_BODY_BYTES`` (its declared length; what
+    is read is held to it too): it takes a slot of its own pool, not one the big
+    bodies hold. trackio's client keeps a refused log batch and sends it again, but
+    an alert batch it fails to send is gone (``_flush_local_buffer`` re-sends logs
+    and system logs only), so it must not wait behind them for a 503."""
     if name != "bulk_alert":
         return False
     try:
@@ -194,9 +196,13 @@ def call(request: HttpRequest, name: str) -> HttpResponse:
             "/settings/tokens/ and put it in the server URL: ?write_token=arl_...)"
         )
     try:
-        if name not in WRITES or _small_alerts(request, name):
+        if name not in WRITES:
             args, kwargs = _body(request, READ_MAX_BODY_BYTES)
             return _answer(fn(user, **bind(fn, args, kwargs)))
+        if _small_alerts(request, name):  # their own slots: never behind big bodies
+            with admission.slot(pool="small"):
+                args, kwargs = _body(request, READ_MAX_BODY_BYTES)
+                return _answer(fn(user, **bind(fn, args, kwargs)))
         with admission.slot():
             args, kwargs = _body(request, settings.TRACKIO_MAX_BODY_BYTES)
             return _answer(fn(user, **bind(fn, args, kwargs)))

@@ -15,7 +15,10 @@ the body through storing what it held, and give it back whatever happens::
         ...decode, parse, store...
 
 The limit is read at each wait, so a changed setting (``override_settings``) takes
-effect at once.
+effect at once. ``slot(pool="small")``: a second set of as many slots, for bodies
+the view has held to a small size (trackio's alert batches of at most 64 KiB, which
+its client never sends again once refused): they do not wait behind the big ones,
+and are bounded all the same.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from django.conf import settings
 from dashboard.errors import ServiceError
 
 _cond = threading.Condition()
-_held = 0
+_held: dict[str, int] = {}
 
 
 class Busy(ServiceError):
@@ -55,41 +58,41 @@ def limit() -> int:
     return max(1, int(settings.INGEST_MAX_CONCURRENT))
 
 
-def held() -> int:
-    """The slots taken now."""
+def held(pool: str = "bodies") -> int:
+    """The slots of ``pool`` taken now."""
     with _cond:
-        return _held
+        return _held.get(pool, 0)
 
 
-def acquire(timeout: float) -> bool:
-    """Takes a slot, waiting at most ``timeout`` seconds; False if none freed."""
-    global _held
+def acquire(timeout: float, pool: str = "bodies") -> bool:
+    """Takes a slot of ``pool``, waiting at most ``timeout`` seconds; False if none
+    freed."""
     deadline = time.monotonic() + max(0.0, timeout)
     with _cond:
-        while _held >= limit():
+        while _held.get(pool, 0) >= limit():
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
             _cond.wait(left)
-        _held += 1
+        _held[pool] = _held.get(pool, 0) + 1
         return True
 
 
-def release() -> None:
-    global _held
+def release(pool: str = "bodies") -> None:
     with _cond:
-        _held = max(0, _held - 1)
-        _cond.notify()
+        _held[pool] = max(0, _held.get(pool, 0) - 1)
+        _cond.notify_all()
 
 
 @contextlib.contextmanager
-def slot(wait: float | None = None) -> Iterator[None]:
-    """A slot for the block, waiting up to ``wait`` (``INGEST_QUEUE_WAIT_S``) for
-    it; :class:`Busy` past that. Given back however the block ends."""
+def slot(wait: float | None = None, pool: str = "bodies") -> Iterator[None]:
+    """A slot of ``pool`` for the block, waiting up to ``wait``
+    (``INGEST_QUEUE_WAIT_S``) for it; :class:`Busy` past that. Given back however
+    the block ends."""
     waited = float(settings.INGEST_QUEUE_WAIT_S if wait is None else wait)
-    if not acquire(waited):
+    if not acquire(waited, pool):
         raise Busy(limit(), waited)
     try:
         yield
     finally:
-        release()
+        release(pool)

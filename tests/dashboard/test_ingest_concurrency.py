@@ -34,9 +34,9 @@ pytestmark = pytest.mark.django_db
 def no_waiting(settings):
     settings.INGEST_MAX_CONCURRENT = 2
     settings.INGEST_QUEUE_WAIT_S = 0
-    assert admission.held() == 0
+    assert admission.held() == 0 == admission.held("small")
     yield
-    assert admission.held() == 0  # every slot given back
+    assert admission.held() == 0 == admission.held("small")  # every slot given back
 
 
 @pytest.fixture
@@ -44,11 +44,11 @@ def api(owner):
     return TokenClient(tokens.do_create_token(owner, "x")[1])
 
 
-def holding(n: int) -> ExitStack:
-    """``n`` slots taken, as ``n`` requests in progress would hold them."""
+def holding(n: int, pool: str = "bodies") -> ExitStack:
+    """``n`` slots of ``pool`` taken, as ``n`` requests in progress would hold them."""
     stack = ExitStack()
     for _ in range(n):
-        stack.enter_context(admission.slot(wait=0))
+        stack.enter_context(admission.slot(wait=0, pool=pool))
     return stack
 
 
@@ -143,8 +143,9 @@ def alert(step=1, text="loss 9.0"):
 
 def test_a_small_trackio_alert_batch_is_stored_while_the_slots_are_held(owner):
     """trackio's client never sends a refused alert batch again (its local buffer
-    re-sends logs only): one that small is stored however busy the server is; a
-    large one waits for a slot like any write."""
+    re-sends logs only): one that small takes a slot of its own pool, so it is
+    stored while the big bodies hold theirs; a large one waits for a slot like any
+    write; the small ones are bounded too (their pool full: 503)."""
     from django.test import Client
 
     from dashboard.models import Alert
@@ -166,6 +167,9 @@ def test_a_small_trackio_alert_batch_is_stored_while_the_slots_are_held(owner):
         big = post(*(alert(3 + i, text="x" * 1000) for i in range(80)))  # 80+ KB
         assert big.status_code == 503, big.content
     assert Alert.objects.count() == 2
+    with holding(2, pool="small"):
+        crowded = post(alert(90))
+        assert crowded.status_code == 503, crowded.content
     assert post(*(alert(3 + i, text="x" * 1000) for i in range(80))).status_code == 200
     assert Alert.objects.count() == 82
 
