@@ -34,13 +34,20 @@ MAX_EXAMPLES = 100
 
 
 def run_setup(run: Run) -> tuple[Any, Any, Any, int]:
-    """(TrainConfig, resolved algorithm, reward config, group size) of ``run``."""
+    """(TrainConfig, resolved algorithm, reward config, group size) of ``run``; an
+    external run of another trainer has none (its ``{}`` validates as our defaults:
+    components it never had)."""
     from pydantic import ValidationError
 
     from trainer.algorithms import resolve_algorithm
     from trainer.config import TrainConfig
     from trainer.runner import reward_config_for
 
+    if run.external and run.framework != OUR_FRAMEWORK:
+        raise ServiceError(
+            f"run: trained by {run.framework or 'another trainer'}, whose reward "
+            "weights and algorithm this server does not know"
+        )
     try:
         cfg = TrainConfig.model_validate(run.config)
         rcfg = reward_config_for(cfg)
@@ -271,10 +278,7 @@ def clone_overrides(rcfg: Any, weights: dict[str, float]) -> dict[str, Any]:
 def component_weights(run: Run) -> list[dict[str, Any]]:
     """The run's components with base weight and schedule kind, then those it could
     add (``added``: weight 0, not in the run), for the panel; empty when the run's
-    config is not a trainer config, or is an external run's of another trainer
-    (its ``{}`` validates as our defaults: components it never had)."""
-    if run.external and run.framework != OUR_FRAMEWORK:
-        return []
+    config is not a trainer config (:func:`run_setup`)."""
     try:
         cfg, _, rcfg, _ = run_setup(run)
     except ServiceError:

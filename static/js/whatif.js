@@ -124,17 +124,25 @@ function init(section) {
 
   // Recompute under the form's weights; ``examples``: how many of each kind of change
   // to list (null: the server's default, the largest few).
+  // Only the newest request's answer is shown (an older one may come back later).
+  let asked = 0;
   async function recompute(examples) {
     error.hidden = true;
     const body = { weights: weights(form), steps: null };
     if (examples) body.examples = examples;
+    const mine = ++asked;
+    let answer;
     try {
-      last = await postJSON(section.dataset.whatifUrl, body);
+      answer = await postJSON(section.dataset.whatifUrl, body);
     } catch (err) {
+      if (mine !== asked) return;
       error.textContent = String(err.message || err);
       error.hidden = false;
+      markStale();
       return;
     }
+    if (mine !== asked) return;
+    last = answer;
     result.hidden = false;
     section.querySelector("[data-whatif-summary]").textContent = summary(last.total);
     section.querySelector("[data-whatif-notes]").textContent = notes(last);

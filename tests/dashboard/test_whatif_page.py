@@ -165,8 +165,16 @@ def test_an_external_run_of_another_trainer_has_no_what_if(owner):
     run = Run.objects.create(
         owner=owner, name="api run", config={}, external=True, framework="trl"
     )
-    html = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    client = client_for(owner)
+    html = client.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="whatif"' not in html
+    answer = client.post(  # nor does the API make up weights for it
+        f"/api/runs/{run.pk}/whatif",
+        data=json.dumps({"weights": {"outcome": 0.5}}),
+        content_type="application/json",
+    )
+    assert answer.status_code == 400, answer.content
+    assert "trained by trl" in answer.content.decode()
 
 
 @pytest.mark.django_db
