@@ -190,7 +190,8 @@ def run_charts(
     """The run page's charts. With ``metric_keys`` (an external run, whose config
     says nothing we can read), the components come from the logged
     ``rewards/<name>/mean`` keys, a standard chart is drawn only when one of its
-    metrics was logged, with those alone (none will come for the others), and every other logged
+    metrics was logged (none will come for the others; the legend lists a key once
+    it has a point, static/js/chart.js), and every other logged
     metric gets a chart too, grouped by its prefix (``critic/``, ``actor/``...).
     ``logged`` (any run's stored metric names, ``metric_keys`` by default) decides
     the family charts. ``reward``: the stored name of the run's reward
@@ -211,12 +212,7 @@ def run_charts(
         charts += families
     else:
         logged_set = set(metric_keys)
-        # Only what it logged, in the legend too (none will come for the rest).
-        charts = [
-            {**c, "keys": [k for k in c["keys"] if k in logged_set]}
-            for c in charts
-            if logged_set.intersection(c["keys"])
-        ]
+        charts = [c for c in charts if logged_set.intersection(c["keys"])]
         charts += families
         components = [
             k

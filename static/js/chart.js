@@ -243,7 +243,10 @@ export class MetricChart {
       const px = [...this.odd[k].keys()].map((step) => u.valToPos(step, "x", true));
       return nullGaps.filter(([a, b]) => px.some((p) => p >= a - 0.5 && p <= b + 0.5));
     };
+    // A key with nothing logged yet has no legend entry (an external trainer may
+    // never send it); the plot is made again when it first comes (render's shape).
     this.keys.forEach((key, k) => series.push({
+      ...(this.present?.[k] === false ? { class: "u-absent-series" } : {}),
       label: right && right[k] ? `${this.labels[k]} (right axis)` : this.labels[k],
       scale: scaleOf(k), stroke: colour(k), width: 1.5, spanGaps: false, gaps: gaps(k), points: { size: 6, fill: colour(k) },
       value: value(k),

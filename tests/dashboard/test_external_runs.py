@@ -472,21 +472,6 @@ def test_a_run_without_those_metrics_has_no_such_charts(api, owner_client):
     assert not {"staleness", "mismatch"} & {c["id"] for c in charts}
 
 
-def test_an_external_runs_charts_list_only_what_it_logged(api, owner_client):
-    """A run that sent reward and loss: its Reward chart's legend had reward_std and
-    its Loss chart's policy_loss and grad_norm, none of which will ever come."""
-    run_id = new_run(api)
-    metrics = {"reward": 1.0, "loss": 0.5}
-    api.post_events(run_id, [{"type": "step", "step": 1, "metrics": metrics}])
-    charts = owner_client.get(f"/runs/{run_id}/").context["page_data"]["charts"]
-    by_id = {c["id"]: c["keys"] for c in charts}
-    assert by_id["reward"] == ["reward"] and by_id["loss"] == ["loss"]
-    from dashboard.pages.charts import run_charts
-
-    native = {c["id"]: c["keys"] for c in run_charts({})}
-    assert native["loss"] == ["loss", "policy_loss", "grad_norm"]  # ours: all come
-
-
 def test_a_native_run_charts_the_families_it_logged_and_no_others():
     from dashboard.pages.charts import run_charts
 
