@@ -434,6 +434,55 @@ def signed_in(browser, live, width: int, height: int = 900):
         context.close()
 
 
+def new_token(page, base: str, name: str = "") -> str:
+    """Signs ``page`` in on ``base`` and makes an API token on the tokens page, as a
+    user does; returns it (``arl_...``)."""
+    import uuid as _uuid
+
+    login(page, base)
+    page.goto(base + "/settings/tokens/")
+    page.fill("input[name=name]", name or f"token-{_uuid.uuid4().hex[:6]}")
+    page.click("button[type=submit].primary")
+    return page.inner_text("[data-new-token]").strip()
+
+
+def trackio_sender(page, base: str, project: str):
+    """Signs ``page`` in and makes a token; returns ``send(name, step, reward=None)``,
+    which sends one ``bulk_log`` of run ``name`` of ``project`` as trackio's client
+    does (``train/reward``: ``reward``, else 0.1 x step; NaN sent as NaN) and returns
+    the run's id."""
+    import uuid as _uuid
+
+    import httpx
+
+    token = new_token(page, base)
+    client = httpx.Client(
+        base_url=base + "/trackio/",
+        headers={"x-trackio-write-token": token},
+        timeout=30,
+    )
+    api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"})
+    ids: dict[str, str] = {}
+
+    def send(name: str, step: int, reward: float | None = None) -> str:
+        run_id = ids.setdefault(name, _uuid.uuid4().hex)
+        reward = 0.1 * step if reward is None else reward
+        entry = {
+            "project": project, "run": name, "run_id": run_id, "step": step,
+            "log_id": _uuid.uuid4().hex, "config": {"lr": 1e-5} if step == 0 else None,
+            "metrics": {"train/reward": reward, "train/loss": 1 / (step + 1)},
+        }  # fmt: skip
+        body = json.dumps({"args": [], "kwargs": {"logs": [entry]}})
+        r = client.post(
+            "api/bulk_log", content=body, headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 200 and r.json()["error"] is None, r.text
+        runs = api.get(f"/api/runs?group={project}").json()["runs"]
+        return next(r["id"] for r in runs if r["name"] == name)
+
+    return send
+
+
 class UI:
     """The helpers above, as a fixture (test modules never import ``conftest``: with
     several conftest.py files on the path, the name is ambiguous)."""
@@ -442,6 +491,8 @@ class UI:
     shot = staticmethod(shot)
     until = staticmethod(until)
     signed_in = staticmethod(signed_in)
+    new_token = staticmethod(new_token)
+    trackio_sender = staticmethod(trackio_sender)
     Guard = Guard
 
 

@@ -66,7 +66,9 @@ def test_the_cancel_question_follows_the_live_status(live, page, shots, ui):
     ui.until(page, f"{BADGE}.includes('queued')")
     # It has run: cancelling now means it will not go on, not that it will not start.
     ui.until(page, f"{QUESTION} === {PAUSED!r}", 5)
-    assert page.text_content("[data-live-text]") == "connected; queued again after step 5"
+    assert (
+        page.text_content("[data-live-text]") == "connected; queued again after step 5"
+    )
     ui.shot(page, shots, "cancel_question_paused", full=False)
     page.reload()  # the server says the same
     page.click("[data-cancel]")

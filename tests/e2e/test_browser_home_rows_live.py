@@ -8,10 +8,6 @@ rewriting the served HTML, so the test reads the template's attribute as it is."
 
 from __future__ import annotations
 
-import json
-import uuid
-
-import httpx
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -54,36 +50,7 @@ def faster(page, base: str) -> None:
 def send(scripted_live, page, ui):
     """Logged in as alice; ``send(name, step)`` logs one step of external run ``name``
     through trackio's API and returns the run's id."""
-    base = scripted_live.url
-    ui.login(page, base)
-    page.goto(base + "/settings/tokens/")
-    page.fill("input[name=name]", f"rows-{uuid.uuid4().hex[:6]}")
-    page.click("button[type=submit].primary")
-    token = page.inner_text("[data-new-token]").strip()
-    client = httpx.Client(
-        base_url=base + "/trackio/",
-        headers={"x-trackio-write-token": token},
-        timeout=30,
-    )
-    api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"})
-    ids: dict[str, str] = {}
-
-    def log(name: str, step: int) -> str:
-        run_id = ids.setdefault(name, uuid.uuid4().hex)
-        entry = {
-            "project": PROJECT, "run": name, "run_id": run_id, "step": step,
-            "log_id": uuid.uuid4().hex, "config": {"lr": 1e-5} if step == 0 else None,
-            "metrics": {"train/reward": 0.1 * step, "train/loss": 1 / (step + 1)},
-        }  # fmt: skip
-        body = json.dumps({"args": [], "kwargs": {"logs": [entry]}})
-        r = client.post(
-            "api/bulk_log", content=body, headers={"content-type": "application/json"}
-        )
-        assert r.status_code == 200 and r.json()["error"] is None, r.text
-        runs = api.get(f"/api/runs?group={PROJECT}").json()["runs"]
-        return next(r["id"] for r in runs if r["name"] == name)
-
-    return log
+    return ui.trackio_sender(page, scripted_live.url, PROJECT)
 
 
 def cell(run: str, col: str) -> str:

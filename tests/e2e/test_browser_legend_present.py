@@ -6,7 +6,6 @@ later (``grad_norm`` from step 2) joins the legend live, without a reload."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import httpx
 import pytest
@@ -22,11 +21,7 @@ LEGEND = (
 
 def test_the_legend_lists_the_keys_that_have_points(scripted_live, page, ui):
     base = scripted_live.url
-    ui.login(page, base)
-    page.goto(base + "/settings/tokens/")
-    page.fill("input[name=name]", f"legend-{uuid.uuid4().hex[:6]}")
-    page.click("button[type=submit].primary")
-    token = page.inner_text("[data-new-token]").strip()
+    token = ui.new_token(page, base)
     api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"})
     made = api.post("/api/runs/external", json={"name": "legend", "framework": "trl"})
     assert made.status_code == 201, made.text

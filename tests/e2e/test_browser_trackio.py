@@ -37,11 +37,7 @@ def entries(step: int) -> list[dict]:
 
 def test_a_trackio_streamed_run_is_live_and_browsable(scripted_live, page, shots, ui):
     base = scripted_live.url
-    ui.login(page, base)
-    page.goto(base + "/settings/tokens/")
-    page.fill("input[name=name]", "trackio")
-    page.click("button[type=submit].primary")
-    token = page.inner_text("[data-new-token]").strip()
+    token = ui.new_token(page, base)
     trackio = httpx.Client(
         base_url=base + "/trackio/",
         headers={"x-trackio-write-token": token},

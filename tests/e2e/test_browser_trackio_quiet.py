@@ -11,11 +11,8 @@ timer (its interval is the page's ``data-quiet-check-ms``)."""
 
 from __future__ import annotations
 
-import json
 import re
-import uuid
 
-import httpx
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -58,37 +55,7 @@ def not_sending(page) -> int:
 def trackio(scripted_live, page, ui):
     """Logged in as alice; ``trackio(name, step)`` sends one ``bulk_log`` of run
     ``name`` as trackio's client does and returns the run's id."""
-    base = scripted_live.url
-    ui.login(page, base)
-    page.goto(base + "/settings/tokens/")
-    page.fill("input[name=name]", f"quiet-{uuid.uuid4().hex[:6]}")
-    page.click("button[type=submit].primary")
-    token = page.inner_text("[data-new-token]").strip()
-    client = httpx.Client(
-        base_url=base + "/trackio/",
-        headers={"x-trackio-write-token": token},
-        timeout=30,
-    )
-    api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"})
-    ids: dict[str, str] = {}
-
-    def send(name: str, step: int, reward: float | None = None) -> str:
-        run_id = ids.setdefault(name, uuid.uuid4().hex)
-        reward = 0.1 * step if reward is None else reward
-        entry = {
-            "project": PROJECT, "run": name, "run_id": run_id, "step": step,
-            "log_id": uuid.uuid4().hex, "config": {"lr": 1e-5} if step == 0 else None,
-            "metrics": {"train/reward": reward, "train/loss": 1 / (step + 1)},
-        }  # fmt: skip
-        body = json.dumps({"args": [], "kwargs": {"logs": [entry]}})  # NaN as NaN
-        r = client.post(
-            "api/bulk_log", content=body, headers={"content-type": "application/json"}
-        )
-        assert r.status_code == 200 and r.json()["error"] is None, r.text
-        runs = api.get(f"/api/runs?group={PROJECT}").json()["runs"]
-        return next(r["id"] for r in runs if r["name"] == name)
-
-    return send
+    return ui.trackio_sender(page, scripted_live.url, PROJECT)
 
 
 def test_an_open_run_page_notices_its_client_stopped_and_sending_again(
