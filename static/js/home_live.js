@@ -18,7 +18,7 @@ export function watchBanner() {
   if (!banner) return;
   const due = performance.now() + 1000 * Number(banner.dataset.quietInS);
   timer = setInterval(async () => {
-    if (performance.now() < due) return;
+    if (performance.now() < due || document.hidden) return; // a hidden tab asks later
     clearInterval(timer);
     // Shown: the fresh banner is watched anew (below). Failed: the live rows' next
     // fetch, which the banner's own row keeps going, shows it instead.
