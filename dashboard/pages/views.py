@@ -94,9 +94,15 @@ def home(request: HttpRequest) -> HttpResponse:
         .order_by("-id")[:10]
     )
     counts = run_state.status_counts(services.visible_runs(request.user))
-    # What to watch now: a run that is training (an external one: sending events
-    # now, not a client that stopped), else the next one to start.
-    live = next((r for r in active if run_reads.receiving(r)), None)
+    # What to watch now: the run heard from last of those training (an external
+    # one: sending events now, not a client that stopped; ours beat every few
+    # seconds), not the newest (a client that sent one batch a minute ago), else
+    # the next one to start.
+    live = max(
+        (r for r in active if run_reads.receiving(r)),
+        key=lambda r: r.heartbeat_at or r.created_at,
+        default=None,
+    )
     queued = [r for r in active if r.status == RunStatus.QUEUED]
     upcoming = (  # queued runs start oldest first
         None if live or not queued else min(queued, key=lambda r: r.created_at)

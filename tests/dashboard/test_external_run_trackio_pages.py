@@ -329,3 +329,23 @@ def test_a_rollouts_reward_reads_with_the_digits_of_its_components(
     Trajectory.objects.filter(run=reported, group=0, index=1).update(reward=1 / 15)
     html = owner_client.get(f"/runs/{reported.pk}/trajectories/?step=19").content
     assert b'<div class="r">0.0667</div>' in html and b"0.06667" not in html
+
+
+def test_home_watches_the_run_heard_from_last_not_the_newest(
+    reported, owner, owner_client
+):
+    """A newcomer's home said "Receiving now" of an external run that had sent one
+    batch a minute earlier (newest, and within the quiet threshold) while the demo
+    trained: the banner is the run heard from last."""
+    ours = Run.objects.create(
+        owner=owner, name="demo", config={"steps": 200}, status="running",
+        heartbeat_at=timezone.now(),
+    )  # fmt: skip
+    went_quiet(reported, sent_for_s=1, ago_s=60)
+    Run.objects.filter(pk=reported.pk).update(created_at=timezone.now())  # newest
+    assert owner_client.get("/").context["live"] == ours
+    Run.objects.filter(pk=reported.pk).update(heartbeat_at=timezone.now())
+    Run.objects.filter(pk=ours.pk).update(
+        heartbeat_at=timezone.now() - timedelta(seconds=5)
+    )
+    assert owner_client.get("/").context["live"].pk == reported.pk  # it sends now
