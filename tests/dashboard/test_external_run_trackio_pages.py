@@ -349,3 +349,11 @@ def test_home_watches_the_run_heard_from_last_not_the_newest(
         heartbeat_at=timezone.now() - timedelta(seconds=5)
     )
     assert owner_client.get("/").context["live"].pk == reported.pk  # it sends now
+
+
+def test_a_run_with_no_known_total_has_no_progress_bar(reported, owner_client):
+    """A trackio run's steps have no total: its header said "step 19" beside a full
+    progress bar, which reads as finished."""
+    html = owner_client.get(f"/runs/{reported.pk}/").content.decode()
+    head = html[: html.index("data-live-state")]
+    assert "data-progress" not in head and "step <strong data-last-step>19" in head

@@ -134,9 +134,7 @@ def test_the_run_page_carries_what_its_scripts_need(owner, swarm):
         "throughput",
     ):
         assert f'data-chart="{chart}"' in html
-    assert (
-        "Critical path" in html and "Clone and edit" in html and "data-cancel" in html
-    )
+    assert "Critical path" in html and "Clone and edit" in html
 
 
 def test_cancel_goes_through_the_service(owner, swarm):
