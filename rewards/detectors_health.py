@@ -55,7 +55,7 @@ from rewards.detectors import (
     tail,
     trend,
 )
-from rewards.start_levels import start_level
+from rewards.start_levels import mean_se, start_level
 
 
 @register("entropy_collapse", "warning")
@@ -196,16 +196,10 @@ def separation(xs: Sequence[float]) -> float:
     1.4
     """
     mid = len(xs) // 2
-    early, late = list(xs[:mid]), list(xs[mid:])
-    if len(early) < 2 or len(late) < 2:
+    if mid < 2:
         return 0.0
-    m0, m1 = sum(early) / len(early), sum(late) / len(late)
-    v0 = sum((x - m0) ** 2 for x in early) / (len(early) - 1)
-    v1 = sum((x - m1) ** 2 for x in late) / (len(late) - 1)
-    se = (v0 / len(early) + v1 / len(late)) ** 0.5
-    if se == 0:
-        return math.inf if m0 > m1 else 0.0
-    return (m0 - m1) / se
+    m0, se0 = mean_se(xs[:mid])
+    return below(xs[mid:], m0, se0 or 0.0)
 
 
 def below(xs: Sequence[float], level: float, level_se: float = 0.0) -> float:
@@ -220,9 +214,8 @@ def below(xs: Sequence[float], level: float, level_se: float = 0.0) -> float:
     """
     if len(xs) < 2:
         return 0.0
-    m = sum(xs) / len(xs)
-    var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs)
-    se = (var + level_se**2) ** 0.5
+    m, se_m = mean_se(xs)
+    se = ((se_m or 0.0) ** 2 + level_se**2) ** 0.5
     if se == 0:
         return math.inf if m < level else 0.0
     return (level - m) / se

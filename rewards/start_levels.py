@@ -42,12 +42,24 @@ def with_start(
     for key in START_KEYS:
         xs = list(first.get(key, ()))[:START_STEPS]
         if xs:
-            m = sum(xs) / len(xs)
+            m, se = mean_se(xs)
             out[f"start/{key}"] = m
-        if len(xs) > 1:
-            var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
-            out[f"start/{key}/se"] = round((var / len(xs)) ** 0.5, 12)
+            if se is not None:
+                out[f"start/{key}/se"] = round(se, 12)
     return out
+
+
+def mean_se(xs: Sequence[float]) -> tuple[float, float | None]:
+    """``xs``'s mean and that mean's standard error (None for fewer than 2 values).
+
+    >>> mean_se([1.0, 3.0])
+    (2.0, 1.0)
+    """
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, None
+    var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+    return m, (var / len(xs)) ** 0.5
 
 
 def start_level(window: Sequence[Summary], key: str, what: str = "") -> float | None:
