@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from rewards.config import DetectorConfig
@@ -58,6 +58,14 @@ class Watched:
     side: Side
     label: str
     per: str | None = None
+    # A threshold past which, on the far side, the statistic leaves the hack's zone
+    # again (serial collapse: under 0.5 sub-agents a stage a policy spawns none), and
+    # its value under a run's configuration (see :func:`thresholds`).
+    floor: str | None = None
+    floor_value: float | None = None
+    # The evidence key an alert carries when it fired on this statistic (a detector
+    # that fires on either of two): None, it always judges it.
+    path: str | None = None
 
     def value(self, metrics: Mapping[str, float]) -> float | None:
         """This statistic from one step's metrics; None when it cannot be read."""
@@ -70,7 +78,13 @@ class Watched:
         return x / d if d else None
 
     def hacked(self, value: float, threshold: float) -> bool:
-        return value >= threshold if self.side == "above" else value <= threshold
+        if self.side == "above":
+            return value >= threshold and (
+                self.floor_value is None or value <= self.floor_value
+            )
+        return value <= threshold and (
+            self.floor_value is None or value >= self.floor_value
+        )
 
 
 FIXES: dict[str, Fix] = {
@@ -113,12 +127,23 @@ FIXES: dict[str, Fix] = {
 }
 
 WATCHED: dict[str, tuple[Watched, ...]] = {
+    # Either statistic fires it (see rewards.detectors.serial_collapse): a clone is
+    # judged by the one its parent's alert named.
     "serial_collapse": (
+        Watched(
+            "serial/mean",
+            "serial_collapse.min_serial_share",
+            "above",
+            "share of episodes that did their work one subtask at a time",
+            path="serial_late",
+        ),
         Watched(
             "parallelism/mean",
             "serial_collapse.max_parallelism",
             "below",
             "sub-agents per stage",
+            floor="serial_collapse.min_parallelism",
+            path="parallelism_late",
         ),
     ),
     "spurious_parallelism": (
@@ -250,9 +275,30 @@ def suggest(
     return Suggestion(detector, key, round(weight, 6), current, fix.why)
 
 
-def thresholds(detector: str, cfg: DetectorConfig) -> list[tuple[Watched, float]]:
-    """The statistics ``detector`` watches, each with its threshold under ``cfg``."""
-    return [(w, cfg.threshold(w.threshold)) for w in WATCHED.get(detector, ())]
+def thresholds(
+    detector: str, cfg: DetectorConfig, evidence: Mapping[str, Any] | None = None
+) -> list[tuple[Watched, float]]:
+    """The statistics ``detector`` watches, each with its threshold under ``cfg``.
+    Of a detector that fires on either of two statistics, the one the alert's
+    ``evidence`` names (without it, or naming neither: the first).
+
+    >>> [w.metric for w, _ in thresholds("serial_collapse", DetectorConfig(),
+    ...                                  {"parallelism_late": 0.9})]
+    ['parallelism/mean']
+    >>> [w.metric for w, _ in thresholds("serial_collapse", DetectorConfig())]
+    ['serial/mean']
+    """
+    watched = WATCHED.get(detector, ())
+    if any(w.path for w in watched):
+        named = [w for w in watched if w.path is None or w.path in (evidence or {})]
+        watched = tuple(named) if any(w.path for w in named) else watched[:1]
+    return [
+        (
+            replace(w, floor_value=cfg.threshold(w.floor)) if w.floor else w,
+            cfg.threshold(w.threshold),
+        )
+        for w in watched
+    ]
 
 
 # Generic components that read only an episode's facts (env-specific ones always do):

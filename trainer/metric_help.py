@@ -32,7 +32,10 @@ HELP: dict[str, str] = {
     "num_turns": "mean agent turns per rollout",
     "critical_steps/mean": "orchestrator steps plus the slowest sub-agent per stage",
     "total_steps/mean": "all agent steps of a rollout, sub-agents included",
-    "parallelism/mean": "total steps over critical steps: work done in parallel",
+    "parallelism/mean": (
+        "sub-agents launched per fan-out stage (0 for an episode that launched none): "
+        "1 is one at a time"
+    ),
     "proxy_reward/mean": (
         "what the terms that do not verify the task paid (format, judge, bonuses): "
         "rising while success does not is reward hacking"
@@ -97,8 +100,8 @@ CHART_HELP: dict[str, tuple[str, str]] = {
         "tokens / turns",
     ),
     "critical": (
-        "Critical steps (the latency path) against all steps: parallelism is "
-        "their ratio.",
+        "Critical steps (the latency path: orchestrator steps plus each stage's "
+        "slowest sub-agent) against all steps; parallelism: sub-agents per stage.",
         "steps",
     ),
     "dropped": (

@@ -69,8 +69,19 @@ def comparison(run: Run) -> dict[str, Any] | None:
     parent = run.parent
     cfg = detector_config(parent)
     runs = {"parent": parent, "clone": run}
+    # The statistics of the alert the clone repairs (its step's, else the first's).
+    fired = list(
+        Alert.objects.filter(run=parent, detector=detector)
+        .order_by("step")
+        .values_list("step", "evidence")[:50]
+    )
+    evidence = next(
+        (e for s, e in fired if s == repair.get("alert_step")),
+        fired[0][1] if fired else None,
+    )
     stats, hacked_at = [], {role: None for role in runs}
-    for watched, threshold in thresholds(detector, cfg):
+    evidence = evidence if isinstance(evidence, dict) else None
+    for watched, threshold in thresholds(detector, cfg, evidence):
         entry = {
             "metric": watched.metric,
             "per": watched.per,
@@ -78,6 +89,8 @@ def comparison(run: Run) -> dict[str, Any] | None:
             "threshold": threshold,
             "threshold_name": watched.threshold,
             "side": watched.side,
+            "floor": watched.floor_value,
+            "floor_name": watched.floor,
         }
         for role, r in runs.items():
             series = _series(r, watched)

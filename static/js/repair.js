@@ -18,8 +18,13 @@ function verdictText(data) {
   return `${v.text}${was}`;
 }
 
-function sideText(stat) {
-  return stat.side === "above" ? "at or above" : "at or below";
+// Where the hack lives: one side of the threshold, or between a floor and it.
+function zoneText(stat) {
+  if (stat.floor != null) {
+    const [lo, hi] = [stat.floor, stat.threshold].sort((a, b) => a - b);
+    return `from ${fmt(lo, 3)} to ${fmt(hi, 3)}`;
+  }
+  return `${stat.side === "above" ? "at or above" : "at or below"} ${fmt(stat.threshold, 3)}`;
 }
 
 function runLine(role, v, window) {
@@ -40,7 +45,7 @@ function statCard(stat, data) {
       el("div", { class: "plot", "data-plot": "" }),
       el("ul", { class: "small repair-lines", "data-stat-lines": "" }));
     section.querySelector("[data-repair-stats]").append(card);
-    const labels = ["parent", "clone (this run)", `threshold (hack ${sideText(stat)} ${fmt(stat.threshold, 3)})`];
+    const labels = ["parent", "clone (this run)", `threshold (hack ${zoneText(stat)})`];
     charts.set(key, new MetricChart(card.querySelector("[data-plot]"), {
       keys: ["parent", "clone", "threshold"],
       labels,
@@ -51,7 +56,7 @@ function statCard(stat, data) {
   }
   const metric = stat.per ? `${stat.metric} ÷ ${stat.per}` : stat.metric;
   card.querySelector("[data-stat-help]").textContent =
-    `${metric}; ${data.detector} needs it ${sideText(stat)} ${fmt(stat.threshold, 3)} (${stat.threshold_name}).`;
+    `${metric}; ${data.detector} needs it ${zoneText(stat)} (${[stat.floor_name, stat.threshold_name].filter(Boolean).join(", ")}).`;
   card.querySelector("[data-stat-lines]").replaceChildren(
     runLine("parent", stat.parent, data.window),
     runLine("clone", stat.clone, data.window));

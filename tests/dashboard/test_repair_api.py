@@ -189,3 +189,55 @@ def test_the_whatif_adds_r_finish_from_the_stored_episodes(hacked, owner_client)
     )
     assert bad.status_code == 400
     assert bad.json()["errors"][0].startswith("weights.trajectory_recall: unknown")
+
+
+def _serial_clone(parent, evidence):
+    """A serial-collapse repair clone of ``parent`` whose alert (step 5) carries
+    ``evidence``: the parent 60% serial at 0.3 sub-agents a stage (it mostly spawns
+    none), the clone 20% serial at 2 a stage."""
+    from dashboard.models import Alert, MetricPoint
+
+    Alert.objects.create(run=parent, step=5, detector="serial_collapse",
+                         message="serial collapse", evidence=evidence)  # fmt: skip
+    clone = Run.objects.create(
+        owner=parent.owner, name="repair", config=parent.config, parent=parent,
+        repair={"detector": "serial_collapse", "alert_step": 5,
+                "weights": {"r_parallel": 2.0}},
+    )  # fmt: skip
+    MetricPoint.objects.filter(
+        run=parent, key__in=["serial/mean", "parallelism/mean"]
+    ).delete()
+    for run, serial, par in ((parent, 0.6, 0.3), (clone, 0.2, 2.0)):
+        MetricPoint.objects.bulk_create(
+            MetricPoint(run=run, step=s, key=k, value=v)
+            for s in range(1, 11)
+            for k, v in (("serial/mean", serial), ("parallelism/mean", par))
+        )
+    return clone
+
+
+def test_a_serial_collapse_clone_is_judged_by_the_statistic_its_alert_named(
+    hacked, owner_client
+):
+    clone = _serial_clone(hacked, {"serial_late": 0.6, "threshold": 0.5})
+    data = owner_client.get(f"/api/runs/{clone.pk}/repair").json()
+    assert [(s["metric"], s["side"], s["threshold"]) for s in data["stats"]] == [
+        ("serial/mean", "above", 0.5)
+    ]
+    (share,) = data["stats"]
+    assert share["parent"]["late_hacked"] and not share["clone"]["late_hacked"]
+    assert data["zone"]["parent"]["steps"] == 10 and data["zone"]["clone"]["steps"] == 0
+
+
+def test_fewer_than_half_a_sub_agent_a_stage_is_no_serial_collapse(
+    hacked, owner_client
+):
+    # The alert fired on sub-agents per stage; the parent's 0.3 spawns none: below
+    # the detector's floor (min_parallelism 0.5), not in the hack's zone.
+    clone = _serial_clone(hacked, {"parallelism_late": 0.9, "threshold": 1.2})
+    data = owner_client.get(f"/api/runs/{clone.pk}/repair").json()
+    assert [(s["metric"], s["floor"]) for s in data["stats"]] == [
+        ("parallelism/mean", 0.5)
+    ]
+    (par,) = data["stats"]
+    assert par["parent"]["steps_hacked"] == 0 and not par["parent"]["late_hacked"]

@@ -74,8 +74,10 @@ def test_no_suggestion_where_no_weight_fixes_it_or_the_env_lacks_the_component()
 @pytest.mark.parametrize("kind", sorted(WATCHED))
 def test_every_watched_statistic_names_a_real_detector_and_threshold(kind):
     assert kind in DETECTORS.in_order()
+    for w in WATCHED[kind]:
+        for name in filter(None, (w.threshold, w.floor)):
+            assert name.startswith(kind + ".") and name in DEFAULT_THRESHOLDS
     for w, value in thresholds(kind, DetectorConfig()):
-        assert w.threshold.startswith(kind + ".")
         assert value == DEFAULT_THRESHOLDS[w.threshold]
 
 
@@ -100,3 +102,16 @@ def test_thresholds_follow_the_runs_overrides_and_the_hack_side():
     share = thresholds("one_at_a_time_pruning", cfg)[0][0]
     assert share.value({"single_doc_prunes/mean": 1.8, "prunes/mean": 2.0}) == 0.9
     assert share.value({"single_doc_prunes/mean": 1.0, "prunes/mean": 0.0}) is None
+
+
+def test_serial_collapse_lives_between_the_floor_and_the_limit():
+    ((par, limit),) = thresholds(
+        "serial_collapse", DetectorConfig(), {"parallelism_late": 1}
+    )
+    assert (par.metric, limit, par.floor_value) == ("parallelism/mean", 1.2, 0.5)
+    assert par.hacked(1.0, limit) and par.hacked(0.5, limit)
+    assert not par.hacked(0.3, limit) and not par.hacked(1.5, limit)
+    ((share, at),) = thresholds(
+        "serial_collapse", DetectorConfig(), {"serial_late": 0.7}
+    )
+    assert (share.metric, at) == ("serial/mean", 0.5) and share.hacked(0.5, at)
