@@ -35,12 +35,18 @@ async function postJSON(url, body) {
   return data;
 }
 
-// Every component's weight; one the run does not have only when it is not 0.
+// A field's weight; null when it is blank (the server then names the field: a blank
+// is no weight, not 0).
+function weightOf(input) {
+  return input.value.trim() === "" ? null : Number(input.value);
+}
+
+// Every component's weight; one the run does not have only when it is set, not 0.
 function weights(form) {
   const out = {};
   for (const input of form.querySelectorAll("[data-weight]")) {
-    const w = Number(input.value);
-    if (input.hasAttribute("data-added") && w === 0) continue;
+    const w = weightOf(input);
+    if (input.hasAttribute("data-added") && !w) continue;
     out[input.dataset.weight] = w;
   }
   return out;
@@ -50,7 +56,7 @@ function weights(form) {
 function changed(form) {
   const out = {};
   for (const input of form.querySelectorAll("[data-weight]")) {
-    const w = Number(input.value);
+    const w = weightOf(input);
     if (w !== Number(input.dataset.original)) out[input.dataset.weight] = w;
   }
   return out;
@@ -144,7 +150,7 @@ function init(section) {
     if (mine !== asked) return;
     last = answer;
     result.hidden = false;
-    section.querySelector("[data-whatif-summary]").textContent = summary(last.total);
+    section.querySelector("[data-whatif-summary]").textContent = summary(last.total, Object.keys(changed(form)).length > 0);
     section.querySelector("[data-whatif-notes]").textContent = notes(last);
     const rows = exampleRows(last);
     const table = section.querySelector("[data-whatif-examples]");

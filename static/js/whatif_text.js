@@ -56,9 +56,16 @@ export function tauText(t) {
   return `mean Kendall τ ${fmt(t.tau_mean, 3)}${over}`;
 }
 
-/** The one-line summary of a report's ``total``. */
-export function summary(t) {
+/** The one-line summary of a report's ``total``; when the weights differ from the
+ * run's (``reweighted``) but change no advantage's sign, no best rollout and no
+ * group's order, it begins by saying so (they change how hard each rollout is
+ * pushed, not which way). */
+export function summary(t, reweighted = true) {
   const parts = [];
+  const same = t.sign_flips === 0 && !t.best_changes && (t.tau_mean === 1 || t.tau_mean === null);
+  if (reweighted && same && t.trajectories) {
+    parts.push("No direction changes: every advantage keeps its sign and every group its order, so these weights change how hard each rollout is pushed, not which way");
+  }
   if (t.sign_flips !== null) {
     parts.push(advantageChanges(t));
     parts.push(`${fmt(100 * t.token_flip_share, 3)}% of trained tokens' advantages change sign the same way`);

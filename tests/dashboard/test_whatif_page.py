@@ -81,6 +81,21 @@ def test_a_change_to_or_from_zero_is_said_as_such_not_as_a_sign_flip():
 
 
 @needs_node
+def test_weights_that_change_no_direction_say_so_first():
+    same = {**TOTAL, "sign_flips": 0, "sign_reversed": 0, "sign_to_zero": 0,
+            "sign_from_zero": 0, "best_changes": 0, "tau_mean": 1}  # fmt: skip
+    out = js(
+        f"return [{json.dumps(same)}, {json.dumps({**same, 'tau_mean': 0.9})},"
+        f" {json.dumps(TOTAL)}].map((x) => t.summary(x))"
+        f".concat([t.summary({json.dumps(same)}, false)]);"
+    )
+    assert out[0].startswith("No direction changes: every advantage keeps its sign")
+    assert "how hard each rollout is pushed, not which way · 0 of 72" in out[0]
+    # Not with tau below 1, nor for the run's own weights (nothing changes at all).
+    assert not any("No direction changes" in s for s in out[1:])
+
+
+@needs_node
 def test_tau_says_what_it_is_over_and_why_it_is_a_dash():
     none = {**TOTAL, "tau_mean": None, "tau_groups": 0}
     some = {**TOTAL, "tau_mean": 0.25, "tau_groups": 12}

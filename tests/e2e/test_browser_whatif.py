@@ -71,6 +71,18 @@ def test_reweight_a_swarm_run_and_launch_the_clone(live, page, shots, ui):
     assert panel.locator("[data-whatif-examples] tbody tr").count() == 0
     assert panel.locator("[data-whatif-none]").is_visible()  # said, not an empty table
     assert not panel.locator("[data-whatif-examples]").is_visible()
+    # The run's own weights change nothing: no "direction" sentence about them.
+    assert "No direction changes" not in page.text_content(
+        "#whatif [data-whatif-summary]"
+    )
+
+    # A blank weight is no weight (not 0): the server's error names the field.
+    panel.locator("[data-weight=r_parallel]").fill("")
+    panel.locator("[data-whatif-run]").click()
+    error = panel.locator("[data-whatif-error]")
+    error.wait_for(state="visible")
+    assert "weights.r_parallel: must be a number" in error.text_content()
+    assert panel.locator("[data-whatif-clone]").is_disabled()
 
     panel.locator("[data-weight=r_parallel]").fill("0")
     panel.locator("[data-whatif-run]").click()
