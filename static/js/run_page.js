@@ -6,6 +6,7 @@
 import { MetricChart, fetchSeries } from "./chart.js";
 import { drawHistogram, histogram } from "./histogram.js";
 import { FINAL, RunStream } from "./live.js";
+import { MODEL_PARTS, SENT_PARTS, STATUS_PARTS, aheadChanged, partsPending, refreshParts } from "./run_parts.js";
 import { RunClock, isEvent, since } from "./run_time.js";
 import { updateChartPlaceholders, warmText } from "./run_waiting.js";
 import { el, fmt, getJSON, num, readJSONScript } from "./util.js";
@@ -249,11 +250,15 @@ function setStatus(status, lastStep) {
     const ended = FINAL.has(status) && !FINAL.has(data.status);
     const changed = status !== data.status;
     data.status = status;
-    if (changed) setLive(document.body.dataset.live || "live"); // "up to date", not "live"
+    if (changed) {
+      setLive(document.body.dataset.live || "live"); // "up to date", not "live"
+      // What a reload would show for the new status: the runs ahead of a run queued
+      // again, its note (paused, retried), the model it kept at the stop or the end.
+      refreshParts(STATUS_PARTS);
+    }
     if (ended) {
       // "Cancel requested: the run stops at its next step." has happened.
       document.querySelectorAll(".messages .cancel-pending").forEach((li) => { li.hidden = true; });
-      refreshModel();
     }
   }
   if (typeof lastStep === "number") {
@@ -262,21 +267,6 @@ function setStatus(status, lastStep) {
     const prog = document.querySelector("[data-progress]");
     if (prog) prog.value = lastStep;
   }
-}
-
-// The run has ended: its last checkpoint is kept now, so the Model box is fetched
-// again (the page's own, server-rendered) instead of saying "no checkpoint yet"
-// until a reload.
-async function refreshModel() {
-  const box = document.querySelector("[data-model]");
-  if (!box || !box.querySelector("[data-model-none]")) return;
-  try {
-    const r = await fetch(location.pathname, { credentials: "same-origin" });
-    if (!r.ok) return;
-    const page = new DOMParser().parseFromString(await r.text(), "text/html");
-    const fresh = page.querySelector("[data-model]");
-    if (fresh) box.replaceWith(document.importNode(fresh, true));
-  } catch { /* a reload shows it */ }
 }
 
 function setLive(state) {
@@ -335,8 +325,11 @@ async function pollWaiting() {
   if (data.status !== "queued") return;
   try {
     const run = await getJSON(data.run_api);
-    if (run.status === "queued" && run.waiting) showState("Queued:", run.waiting.text);
-    else setStatus(run.status, run.last_step);
+    if (run.status === "queued" && run.waiting) {
+      showState("Queued:", run.waiting.text);
+      // The runs ahead moved on: the links to them are the server's again.
+      if (!partsPending() && aheadChanged(run.waiting.ahead)) refreshParts(["[data-run-state]"]);
+    } else setStatus(run.status, run.last_step);
     updateState(run.status, run.last_step, run.warmup);
   } catch { /* the next poll tries again */ }
   if (data.status === "queued") setTimeout(pollWaiting, 3000);
@@ -399,13 +392,20 @@ function onFrame(frame) {
     updateStrip(s.step, num(s.metrics[data.reward_key || "reward"])); // train/reward...
     const known = pick && new Set([...pick.options].map((o) => o.value));
     for (const key of Object.keys(s.metrics)) {
-      if (known && !known.has(key)) { pick.append(el("option", { value: key, text: key })); known.add(key); }
+      if (known && !known.has(key)) {
+        pick.append(el("option", { value: key, text: key }));
+        known.add(key);
+        if (data.clock?.external) refreshParts(SENT_PARTS); // "Sent: N metrics"
+      }
     }
   }
+  if (frame.checkpoints?.length) refreshParts(MODEL_PARTS); // the Model button and box
   let newAlert = false;
   for (const a of frame.alerts || []) newAlert = addAlert(a) || newAlert;
   if (newAlert) for (const c of charts) c.setAlerts(alertSteps);
   let latest = null;
+  // An external run's first trajectories: its line says no longer "no trajectories".
+  if (data.clock?.external && !trajSteps.size && frame.trajectories?.length) refreshParts(SENT_PARTS);
   for (const t of frame.trajectories || []) {
     trajSteps.add(t.step);
     latest = Math.max(latest ?? t.step, t.step);

@@ -80,7 +80,11 @@ export class RunClock {
   }
 
   wallText() {
-    return duration(this.wallSeconds());
+    const s = this.wallSeconds();
+    // All of an external run's events in one batch: no time to show, not "0s" (the
+    // server's `wall_time` filter renders the same "—", with a tooltip saying why).
+    if (this.external && s !== null && s < 1) return "—";
+    return duration(s);
   }
 
   /** Seconds since the run was created (null: not known). */

@@ -94,6 +94,28 @@ def duration(seconds: Any) -> str:
     return f"{h}h {m:02d}m" if h else (f"{m}m {s:02d}s" if m else f"{s}s")
 
 
+# An external run's wall time is the time from its first event to its last as they
+# arrived: under a second when all of them came in one batch (an import, a run sent
+# at its end), which is no measure of how long it trained. The run page's clock
+# (static/js/run_time.js) writes the same "—".
+ONE_BATCH = (
+    "its events arrived together (within a second, one batch): the time from its "
+    "first event to its last, which this measures, says nothing of how long it "
+    "trained"
+)
+
+
+@register.filter
+def wall_time(seconds: Any, external: Any = False) -> str:
+    """A run's wall time as :func:`duration` writes it; an external run's under a
+    second "—", with a tooltip saying why (not "0s")."""
+    if external and seconds is not None and float(seconds) < 1:
+        return format_html(
+            '<span class="muted" title="{}" data-one-batch>—</span>', ONE_BATCH
+        )
+    return duration(seconds)
+
+
 @register.filter
 def dotbreak(path: Any) -> str:
     """A dotted config path that may wrap after a dot, never inside a name."""
