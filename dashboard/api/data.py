@@ -165,6 +165,9 @@ def whatif(request: HttpRequest, run_id: str, payload: WhatIfIn):
 
 @router.get("/runs/{run_id}/checkpoints", tags=["data"])
 def checkpoints(request: HttpRequest, run_id: str):
+    """Every checkpoint the run recorded, oldest first; ``kept``: still on disk (the
+    trainer keeps the newest ``checkpoint.keep``; the model download is the newest
+    kept one)."""
     run = services.get_run_for_user(request.user, run_id)
     return {
         "checkpoints": [

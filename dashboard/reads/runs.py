@@ -191,12 +191,14 @@ def run_stats(run: Run, reward: str | None = None) -> RunStats:
 
 
 def duration_s(run: Run) -> float | None:
-    """Wall time: to the end, else to now; an external run's to its last event (no
-    client of ours is running it, and trackio's has no finish call: a run whose
-    client stopped would otherwise grow by the hour)."""
+    """Wall time: to the end, else to now; an external run's to its last event,
+    finished or not (no client of ours is running it, and trackio's has no finish
+    call: a run whose client stopped would otherwise grow by the hour; a finish
+    call made later is not training time)."""
     if run.started_at is None:
         return None
-    end = run.finished_at or (run.external and run.heartbeat_at) or timezone.now()
+    last_event = run.external and run.heartbeat_at
+    end = last_event or run.finished_at or timezone.now()
     return max(0.0, (end - run.started_at).total_seconds())
 
 
@@ -339,8 +341,16 @@ def alert_dicts(run: Run, alerts: list[Alert]) -> list[dict[str, Any]]:
 
 
 def checkpoint_dict(c: Checkpoint) -> dict[str, Any]:
+    """A recorded checkpoint, and whether it is still ``kept`` on disk: the trainer
+    keeps the newest ``checkpoint.keep`` and deletes older ones, whose rows stay (a
+    checkpoint was written at that step). Found under the run's own directory, as
+    the model download finds it, never by the row's path."""
+    from dashboard.runs.execution import checkpoint_dir
+
+    held = checkpoint_dir(c.run_id) / f"step-{int(c.step):06d}" / "policy.safetensors"
     return {
         "step": c.step,
         "attempt": c.attempt,
         "created_at": c.created_at.isoformat(),
+        "kept": held.is_file(),
     }

@@ -514,3 +514,22 @@ def test_gae_advantage_without_gae_credit_is_a_400_naming_both_fields(
     assert any(e.startswith("config.algorithm.advantage:") for e in errors), errors
     assert any(e.startswith("config.algorithm.credit:") for e in errors), errors
     assert enqueued == [] and Run.objects.count() == 0
+
+
+def test_checkpoints_say_which_are_still_kept_on_disk(
+    owner_client, run, settings, tmp_path
+):
+    # keep: 2 deleted step 2's directory; its row stays (it was written), not kept.
+    from dashboard.models import Checkpoint
+    from dashboard.runs.execution import checkpoint_dir
+
+    settings.RUNS_DIR = tmp_path / "runs"
+
+    for step in (2, 4):
+        Checkpoint.objects.create(run=run, step=step, path=f"/elsewhere/step-{step}")
+    for step in (4, 6):
+        held = checkpoint_dir(run.pk) / f"step-{step:06d}"
+        held.mkdir(parents=True)
+        (held / "policy.safetensors").write_bytes(b"x")
+    got = owner_client.get(f"/api/runs/{run.id}/checkpoints").json()["checkpoints"]
+    assert [(c["step"], c["kept"]) for c in got] == [(2, False), (4, True), (6, True)]

@@ -77,3 +77,14 @@ def test_a_run_that_sent_again_later_has_its_wall_time_back(one_batch, owner_cli
     )
     html = owner_client.get(f"/runs/{one_batch.pk}/").content.decode()
     assert 'data-stat="duration">42s<' in html and "data-one-batch" not in html
+
+
+def test_a_finish_call_made_later_is_not_wall_time(one_batch, owner_client):
+    # Its last event 42 s after the first; the finish call 11 minutes later.
+    Run.objects.filter(pk=one_batch.pk).update(
+        heartbeat_at=one_batch.started_at + timedelta(seconds=42),
+        status="succeeded",
+        finished_at=one_batch.started_at + timedelta(minutes=11),
+    )
+    html = owner_client.get(f"/runs/{one_batch.pk}/").content.decode()
+    assert 'data-stat="duration">42s<' in html
