@@ -8,7 +8,7 @@ import { drawHistogram, histogram } from "./histogram.js";
 import { FINAL, RunStream } from "./live.js";
 import { MODEL_PARTS, SENT_PARTS, STATUS_PARTS, aheadChanged, partsPending, refreshParts } from "./run_parts.js";
 import { RunClock, isEvent, since } from "./run_time.js";
-import { updateChartPlaceholders, warmText } from "./run_waiting.js";
+import { chartLoading, updateChartPlaceholders, warmText } from "./run_waiting.js";
 import { el, fmt, getJSON, num, readJSONScript } from "./util.js";
 
 const data = readJSONScript("page-data");
@@ -142,11 +142,17 @@ async function loadCharts(list = charts) {
   const t0 = performance.now();
   const queue = [...list];
   const points = pointsWanted();
+  const first = list.filter((c) => !c.size && c.section);
+  if (data.last_step) for (const c of first) chartLoading(c.section, true); // steps to read
   const worker = async () => {
     while (queue.length) {
       const chart = queue.shift();
-      const { series, bucketWidth } = await fetchSeries(data.metrics_url, chart.keys, points);
-      chart.load(series, bucketWidth);
+      try {
+        const { series, bucketWidth } = await fetchSeries(data.metrics_url, chart.keys, points);
+        chart.load(series, bucketWidth);
+      } finally {
+        if (chart.section) chartLoading(chart.section, false);
+      }
     }
   };
   await Promise.all([worker(), worker()]);

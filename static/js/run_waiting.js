@@ -41,6 +41,22 @@ export function updateChartPlaceholders(status, warm, lastStep) {
   for (const p of document.querySelectorAll("[data-chart] [data-nodata]")) {
     if (p.dataset.initial === undefined) p.dataset.initial = p.textContent;
     if (p.dataset.initial !== "No data yet.") continue;
-    p.textContent = text || p.dataset.initial;
+    p.dataset.waiting = text || "";
+    if (p.dataset.loading === undefined) p.textContent = text || p.dataset.initial;
+  }
+}
+
+// While a chart's first series is on its way it says so: "No data yet." there read
+// as a run that had logged nothing (a finished run's charts said it for a second).
+export function chartLoading(section, loading) {
+  const p = section.querySelector("[data-nodata]");
+  if (!p) return;
+  if (p.dataset.initial === undefined) p.dataset.initial = p.textContent;
+  if (loading) {
+    p.dataset.loading = "";
+    p.textContent = "Loading…";
+  } else if (p.dataset.loading !== undefined) {
+    delete p.dataset.loading;
+    p.textContent = p.dataset.waiting || p.dataset.initial;
   }
 }
