@@ -71,10 +71,20 @@ class Gantt:
         ]
 
     def ticks(self) -> list[dict[str, Any]]:
+        """About ten step marks, the span's end always among them; a label sits
+        right of its mark at 0, left of it at the end (inside the chart: a label
+        starting at the right edge was drawn outside it), else centred."""
         scale = self.WIDTH / max(1, self.span)
         every = max(1, math.ceil(self.span / 10))
+        marks = list(range(0, self.span + 1, every))
+        if marks[-1] != self.span:
+            if self.span - marks[-1] < every / 2:
+                marks.pop()  # too close to the end's label
+            marks.append(self.span)
+        anchor = {0: "start", self.span: "end"} if self.span else {0: "start"}
         return [
-            {"x": round(t * scale, 2), "t": t} for t in range(0, self.span + 1, every)
+            {"x": round(t * scale, 2), "t": t, "anchor": anchor.get(t, "middle")}
+            for t in marks
         ]
 
     @property

@@ -283,6 +283,12 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
             "step_error": step_error,
             "step_subagents": sum(1 for cp in paths if _subagents(cp)),
             "parallel_step": parallel_step if parallel_step != step else None,
+            # Opened without a step at an earlier one than the run's last: say why.
+            "picked_parallel": asked is None
+            and step is not None
+            and step == parallel_step
+            and step != steps[-1],
+            "last_path_step": steps[-1] if steps else None,
             "order": charts.component_names(run.config),
             "prev_step": steps[pos - 1] if pos > 0 else None,
             "next_step": steps[pos + 1] if 0 <= pos < len(steps) - 1 else None,

@@ -208,6 +208,30 @@ def test_the_critical_path_page_links_gantt_and_reward(owner, swarm):
     assert len(r.context["rows"]) == 8
 
 
+def test_the_critical_path_page_says_why_it_opened_at_an_earlier_step(owner, swarm):
+    from django.db.models import F
+
+    from dashboard.models import CriticalPath
+
+    last = CriticalPath.objects.filter(run=swarm).order_by("-step").first().step
+    # Sub-agents ran side by side at step 3 only.
+    CriticalPath.objects.filter(run=swarm).exclude(step=3).update(
+        total_steps=F("critical_steps")
+    )
+    CriticalPath.objects.filter(run=swarm, step=3).update(
+        total_steps=F("critical_steps") + 5
+    )
+    r = login(owner).get(f"/runs/{swarm.pk}/critical-path/")
+    assert r.context["step"] == 3 and last > 3
+    html = r.content.decode()
+    assert (
+        "Step 3: the latest step where a rollout's sub-agents ran in parallel" in html
+    )
+    assert f'<a href="?step={last}">see step {last}</a>' in html
+    asked = login(owner).get(f"/runs/{swarm.pk}/critical-path/?step=3").content
+    assert b"data-picked-parallel" not in asked  # asked for: nothing to explain
+
+
 def test_a_stored_critical_path_of_any_shape_draws_a_bounded_page(owner, swarm):
     """Rows stored before the schema checked stages: text where a count goes was a
     500, 900,000 sub-agents a 101 MB page (both pages draw the timeline)."""
@@ -295,3 +319,14 @@ def test_an_empty_parsed_answer_says_so(owner, calc):
     url = f"/runs/{calc.pk}/trajectories/{t.step}/{t.group}/{t.index}/"
     html = login(owner).get(url).content.decode()
     assert "empty: the final answer held no text" in html
+
+
+@pytest.mark.parametrize("span", [1, 9, 13, 14, 21, 100])
+def test_the_gantt_axis_ends_at_the_last_step_inside_the_chart(span):
+    from dashboard.pages.gantt import Gantt
+
+    ticks = Gantt([], 1, span, span, span, [0]).ticks()
+    assert ticks[0] == {"x": 0, "t": 0, "anchor": "start"}
+    assert ticks[-1] == {"x": 1000, "t": span, "anchor": "end"}  # 14 drawn at 13's end
+    assert all(t["anchor"] == "middle" for t in ticks[1:-1])
+    assert 2 <= len(ticks) <= 12
