@@ -23,6 +23,7 @@ from dashboard.reads import stream
 from dashboard.reads import trajectories as trajs
 from dashboard.reads.runs import alert_dicts, checkpoint_dict
 from dashboard.runs import services
+from dashboard.runs.execution import checkpoint_kept
 
 router = Router()
 
@@ -171,7 +172,7 @@ def checkpoints(request: HttpRequest, run_id: str):
     run = services.get_run_for_user(request.user, run_id)
     return {
         "checkpoints": [
-            checkpoint_dict(c)
+            checkpoint_dict(c, checkpoint_kept(run.pk, c.step))
             for c in Checkpoint.objects.filter(run=run).order_by("step")
         ]
     }

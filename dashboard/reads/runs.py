@@ -340,17 +340,13 @@ def alert_dicts(run: Run, alerts: list[Alert]) -> list[dict[str, Any]]:
     return out
 
 
-def checkpoint_dict(c: Checkpoint) -> dict[str, Any]:
+def checkpoint_dict(c: Checkpoint, kept: bool) -> dict[str, Any]:
     """A recorded checkpoint, and whether it is still ``kept`` on disk: the trainer
     keeps the newest ``checkpoint.keep`` and deletes older ones, whose rows stay (a
-    checkpoint was written at that step). Found under the run's own directory, as
-    the model download finds it, never by the row's path."""
-    from dashboard.runs.execution import checkpoint_dir
-
-    held = checkpoint_dir(c.run_id) / f"step-{int(c.step):06d}" / "policy.safetensors"
+    checkpoint was written at that step)."""
     return {
         "step": c.step,
         "attempt": c.attempt,
         "created_at": c.created_at.isoformat(),
-        "kept": held.is_file(),
+        "kept": kept,
     }

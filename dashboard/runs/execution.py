@@ -61,6 +61,14 @@ def checkpoint_dir(run_id: Any) -> Path:
     return Path(settings.RUNS_DIR) / str(run_id) / "checkpoints"
 
 
+def checkpoint_kept(run_id: Any, step: int) -> bool:
+    """Whether the checkpoint of ``step`` is still on disk (the trainer deletes all
+    but the newest ``checkpoint.keep``), found under the run's own directory as the
+    model download finds it, never by a row's path."""
+    path = checkpoint_dir(run_id) / f"step-{int(step):06d}" / "policy.safetensors"
+    return path.is_file()
+
+
 def newest_checkpoint(run_id: Any) -> Path | None:
     """The newest checkpoint of a run that the database recorded and that is still
     on disk. Found by step under the run's own directory: the paths in checkpoint
@@ -72,9 +80,8 @@ def newest_checkpoint(run_id: Any) -> Path | None:
         .values_list("step", flat=True)
     )
     for step in steps[:100]:
-        path = root / f"step-{int(step):06d}"
-        if (path / "policy.safetensors").is_file():
-            return path
+        if checkpoint_kept(run_id, step):
+            return root / f"step-{int(step):06d}"
     return None
 
 
