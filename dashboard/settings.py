@@ -90,13 +90,13 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "dashboard.pages.csp.CSPMiddleware",  # CSP; outside QueryTextMiddleware's 400 page
     "dashboard.site.middleware.QueryTextMiddleware",  # ?x=%00: a 400 naming x
     "dashboard.site.middleware.LoginRequiredMiddleware",
     "dashboard.site.middleware.ApiMethodNotAllowedMiddleware",  # the API's 405 as JSON
     "dashboard.api.query.UnknownQueryParameterMiddleware",  # ?typo= on the API: a 400
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "dashboard.pages.csp.CSPMiddleware",  # Content-Security-Policy, no inline scripts
 ]
 
 ROOT_URLCONF = "dashboard.urls"

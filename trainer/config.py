@@ -16,9 +16,12 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationError,
     create_model,
+    field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from rewards.config import RewardConfig
 from trainer.config_algorithm import (  # noqa: F401  (re-exported)
@@ -300,6 +303,26 @@ class TrainConfig(_Strict):
         default_factory=ResourcesConfig,
         description="Processes (devices) that train the run together.",
     )
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_is_known(cls, value: Any) -> Any:
+        """An environment this server does not have, refused as ``env.name`` with
+        the names it has (pydantic's own message names the tag function)."""
+        if not isinstance(value, dict):
+            return value
+        name = value.get("name", "calc")
+        if isinstance(name, str) and name in ENV_NAMES:
+            return value
+        shown = repr(name) if len(repr(name)) <= 64 else repr(name)[:60] + "...'"
+        error = PydanticCustomError(
+            "env_name",
+            "{given} is not an environment of this server; choose one of: {names}",
+            {"given": shown, "names": ", ".join(ENV_NAMES)},
+        )
+        raise ValidationError.from_exception_data(
+            "env", [{"type": error, "loc": ("name",), "input": name}]
+        )
 
     @model_validator(mode="after")
     def _algorithm_resolves(self) -> TrainConfig:

@@ -132,6 +132,9 @@ class Rewards(_Event):
         dict[Key, Annotated[list[OptNum], Field(max_length=MAX_ITEMS)]],
         Field(max_length=MAX_METRICS),
     ] = {}
+    # Another trainer's raw scores (TRL's reward functions) and what each weighs in
+    # the total: the total is their weighted sum (trainer.events).
+    weights: Annotated[dict[Key, OptNum], Field(max_length=MAX_METRICS)] = {}
 
 
 class TrajectoryEvent(_Event):

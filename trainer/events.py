@@ -26,7 +26,10 @@ Event shapes (``type`` is always present; every ``step`` is the 1-based training
   NaN or inf; consumers must store them safely.
 * ``{"type": "trajectory", "step", "group", "index", "task_id", "dropped": bool,
   "reward": float, "advantage": float, "rewards": {"total", "components": {name: v},
-  "per_step": {name: [v per agent step]}}, "num_turns": int, "length": int,
+  "per_step": {name: [v per agent step]}, "weights": {name: w} (optional: the
+  components are another trainer's raw scores, TRL's reward functions, and the total
+  is their sum weighted by these; without it the components add up to the total)},
+  "num_turns": int, "length": int,
   "truncated": bool, "facts": {...}, "metrics": {name: float} (optional: this
   trajectory's numbers, e.g. ``parallelism``, ``judge/score``, that the server's
   detectors read to name an alert's evidence), "segments": [segment, ...]}`` where a

@@ -18,11 +18,32 @@ from dashboard.library import previews
 from dashboard.pages.csp import csp
 from dashboard.runs.services import ServiceError
 
+# The upload form's fields whose label is not their parameter's name: an error
+# names the field as the form labels it ("Prompt field: line 2 has no 'q' field"),
+# not as ``prompt_key`` (``file:`` and ``name:`` are their labels already).
+LABELS = {"prompt_key": "Prompt field", "answer_key": "Answer field"}
+FIELDS = ("file", "name", "prompt_key", "answer_key")
+
+
+def labelled(errors: list[str]) -> tuple[list[str], set[str]]:
+    """(``errors`` with each field named as the form labels it, the fields named:
+    their inputs are marked invalid)."""
+    out, fields = [], set()
+    for error in errors:
+        field, sep, message = error.partition(": ")
+        if sep and field in FIELDS:
+            fields.add(field)
+            error = f"{LABELS.get(field, field)}: {message}"
+        out.append(error)
+    return out, fields
+
 
 def _list(request: HttpRequest, errors: list[str], form: dict[str, str], status=200):
+    shown, invalid = labelled(errors)
     context: dict[str, Any] = {
         "datasets": ds.datasets_of(request.user),
-        "errors": errors,
+        "errors": shown,
+        "invalid": invalid,
         "form": form,
         "accept": ",".join(sorted(ds.formats())),
         "limit": ds.size_text(settings.DATASET_MAX_UPLOAD_BYTES),

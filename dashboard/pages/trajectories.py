@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from dashboard.ingest import arrays
 from dashboard.models import CriticalPath, Trajectory
-from dashboard.pages import charts, gantt, trajview
+from dashboard.pages import charts, gantt, reward_weights, trajview
 from dashboard.pages import groups as groups_mod
 from dashboard.pages.csp import csp
 from dashboard.reads import trajectories as trajs
@@ -60,8 +60,9 @@ def _filter_errors(params: Any) -> dict[str, str]:
         raw = params.get(name)
         if raw is None or raw.strip() == "" or trajs.number_param(params, name):
             continue
-        errors[name] = (
-            f"\u201c{raw[:40]}\u201d is not a number; the {label} filter is off."
+        errors[name] = (  # named as the link has it, and as the form labels it
+            f"{name}: \u201c{raw[:40]}\u201d is not a number; the {label} filter "
+            "is off."
         )
     return errors
 
@@ -73,7 +74,11 @@ def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
     asked = _int(request.GET.get("step"))
     step = trajs.nearest(steps, asked)
     step_error = _step_error(request.GET.get("step"), asked, step)
-    groups = trajs.step_groups(run, step, request.GET) if step is not None else []
+    groups, hidden, hidden_groups = (
+        trajs.filtered_groups(run, step, request.GET)
+        if step is not None
+        else ([], 0, 0)
+    )
     if step is not None:  # group browser (issue 12): signal, divergence, sort
         groups_mod.annotate(run, step, groups, request.GET.get("sort", ""))
     pos = steps.index(step) if step is not None else -1
@@ -97,7 +102,8 @@ def trajectories(request: HttpRequest, run_id: Any) -> HttpResponse:
             "filter_errors": filter_errors,
             "filtered": any(filters.values()),
             "shown": sum(len(g.rollouts) for g in groups),
-            "hidden": sum(g.hidden for g in groups),
+            "hidden": hidden,  # of every group, those hidden whole too
+            "hidden_groups": hidden_groups,
             "is_swarm": charts.env_name(run.config) == "swarm",
             "order": charts.component_names(run.config),
         },
@@ -170,7 +176,8 @@ def trajectory(
         t, offset, settings.TRAJECTORY_PAGE_TOKENS, settings.TRAJECTORY_PAGE_CHARS
     )
     judgements = trajs.judgements_for(run, step, group, index)
-    view = trajview.build(t, judgements, order, page)
+    run_weights = reward_weights.config_weights(run.config)
+    view = trajview.build(t, judgements, order, page, run_weights=run_weights)
     cp = trajs.critical_path_for(run, step, group, index)
     siblings = list(
         Trajectory.objects.filter(run=run, step=step)

@@ -17,6 +17,7 @@ from typing import Any
 from dashboard import jsonsafe
 from dashboard.ingest import prompts
 from dashboard.models import Judgement, Trajectory
+from dashboard.pages import reward_weights
 from dashboard.reads.trajectories import SegmentPage
 from rewards.matching import last_number
 
@@ -58,6 +59,14 @@ class StepBlock:
     rewards: list[tuple[str, float]] = field(default_factory=list)
     total: float = 0.0
     judgements: list[Judgement] = field(default_factory=list)
+    # Beside each of ``rewards``: "1 × 0.2" where it is a score times its weight.
+    weighed: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> list[tuple[str, float, str]]:
+        """(component, its part of this step's reward, "score × weight" or "")."""
+        notes = self.weighed + [""] * (len(self.rewards) - len(self.weighed))
+        return [(n, v, note) for (n, v), note in zip(self.rewards, notes, strict=True)]
 
     @property
     def tool(self) -> str:
@@ -76,6 +85,10 @@ class ComponentCheck:
     step_sum: float
     ok: bool
     attributed: bool = True  # False: no per-step value, and no step to pay it on
+    # A score weighted into the total (TRL's reward_weights): ``total`` and
+    # ``step_sum`` are its part, score x weight.
+    score: float | None = None
+    weight: float | None = None
 
 
 @dataclass
@@ -88,6 +101,15 @@ class TrajectoryView:
     component_sum: float
     total_ok: bool
     episode_judgements: list[Judgement]
+    # The components are scores weighted into the total by these (a name each).
+    weights: dict[str, float] = field(default_factory=dict)
+    # The run's reward_weights, when this rollout was stored without which weight is
+    # whose and its scores add up to the total only weighted by them.
+    unassigned_weights: list[float] = field(default_factory=list)
+
+    @property
+    def weighted(self) -> bool:
+        return any(w != 1.0 for w in self.weights.values())
 
     @property
     def all_ok(self) -> bool:
@@ -185,10 +207,14 @@ def build(
     judgements: list[Judgement],
     order: list[str] | None = None,
     page: SegmentPage | None = None,
+    run_weights: list[float] | None = None,
 ) -> TrajectoryView:
     """``order``: the run's component names in config order (stored dicts lose it).
     ``page``: the segments shown in full (:func:`dashboard.reads.trajectories.
-    segment_page`); the others show a preview of their text."""
+    segment_page`); the others show a preview of their text. Components stored with
+    weights (``rewards["weights"]``: TRL's scores) count as score x weight, in each
+    step and in the sums; ``run_weights`` (the run's ``reward_weights``) explain a
+    rollout stored without them whose scores add up only weighted."""
     segments = _segments(t, page)
     _forks(segments, t.facts)
     rewards = t.rewards if isinstance(t.rewards, dict) else {}
@@ -219,23 +245,25 @@ def build(
         else:
             steps[seg.turn].segments.append(seg)
     per_step = {name: _per_step(per_step, comps, name, n_steps) for name in names}
+    weights = reward_weights.stored(rewards)
     for name in names:
-        values = per_step[name]
+        values, w = per_step[name], weights.get(name, 1.0)
         for i, block in enumerate(steps):
             v = _f(values[i]) if i < len(values) else 0.0
-            block.rewards.append((name, v))
-            block.total += v
-    checks = []
-    for name in names:
-        values = per_step[name]
-        step_sum = _fsum([_f(v) for v in values])
-        total = _f(comps.get(name, step_sum))
-        if not values:  # a total alone: nothing to check it against
-            checks.append(ComponentCheck(name, total, math.nan, True, False))
-            continue
-        checks.append(ComponentCheck(name, total, step_sum, _close(total, step_sum)))
+            block.rewards.append((name, v * w))
+            block.weighed.append(f"{_g(v)} × {_g(w)}" if w != 1.0 and v else "")
+            block.total += v * w
+    checks = [_check(name, per_step[name], comps, weights) for name in names]
     total = _f(rewards.get("total", t.reward))
     component_sum = _fsum([c.total for c in checks])
+    total_ok = _close(total, component_sum)
+    unassigned: list[float] = []
+    if not total_ok and not weights and run_weights:
+        scores = [_f(comps[n]) for n in names if n in comps]
+        if len(scores) == len(names) and reward_weights.fits_some_order(
+            scores, run_weights, total
+        ):
+            total_ok, unassigned = True, list(run_weights)
     episode = []
     for j in judgements:
         if isinstance(j.target_step, int) and 0 <= j.target_step < n_steps:
@@ -249,9 +277,32 @@ def build(
         checks=checks,
         total=total,
         component_sum=component_sum,
-        total_ok=_close(total, component_sum),
+        total_ok=total_ok,
         episode_judgements=episode,
+        weights={n: w for n, w in weights.items() if n in names},
+        unassigned_weights=unassigned,
     )
+
+
+def _g(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _check(
+    name: str, values: list[Any], comps: dict[str, Any], weights: dict[str, float]
+) -> ComponentCheck:
+    """A component's total against the sum of its per-step values, each its part of
+    the reward (score x weight, for a weighted score)."""
+    w = weights.get(name)
+    raw_sum = _fsum([_f(v) for v in values])
+    score = _f(comps.get(name, raw_sum))
+    scale = 1.0 if w is None else w
+    step_sum = _fsum([_f(v) * scale for v in values])
+    total = score * scale
+    noted = {"score": score, "weight": w} if w is not None and w != 1.0 else {}
+    if not values:  # a total alone: nothing to check it against
+        return ComponentCheck(name, total, math.nan, True, False, **noted)
+    return ComponentCheck(name, total, step_sum, _close(score, raw_sum), **noted)
 
 
 # --- answers ------------------------------------------------------------------------------

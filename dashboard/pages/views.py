@@ -21,7 +21,7 @@ from dashboard import jsonsafe
 from dashboard.ingest import retention
 from dashboard.library import datasets, roots
 from dashboard.models import ACTIVE_STATUSES, Alert, Run, RunStatus
-from dashboard.pages import catalog, charts, configdiff, run_state
+from dashboard.pages import catalog, charts, configdiff, reward_weights, run_state
 from dashboard.pages.csp import csp
 from dashboard.pages.forms import normalise
 from dashboard.reads import metrics, repair, reward_names, sparklines, whatif
@@ -181,13 +181,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
         "frame_seq": run.frame_seq,
         "steps": run_info(run)["steps"],
         "charts": run_state.with_stopped_text(
-            charts.run_charts(
-                run.config,
-                keys if run.external else None,
-                logged=keys,
-                reward=reward_key,
-            ),
-            run,
+            reward_weights.run_charts(run, keys, reward_key), run
         ),
         "metrics_url": f"/api/runs/{run.pk}/metrics",
         "backfill_url": f"/api/runs/{run.pk}/backfill",

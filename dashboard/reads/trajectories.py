@@ -272,6 +272,12 @@ def has_token_data(run: Run) -> bool | None:
 def step_groups(run: Run, step: int, params: Any) -> list[Group]:
     """The step's groups, each with its rollouts that pass the filters (each with
     ``token_data``: see :data:`TOKEN_DATA`)."""
+    return filtered_groups(run, step, params)[0]
+
+
+def filtered_groups(run: Run, step: int, params: Any) -> tuple[list[Group], int, int]:
+    """(:func:`step_groups`, rollouts the filters hid, groups they hid whole): a
+    group none of whose rollouts passes is not listed, its rollouts are counted."""
     rows = (
         Trajectory.objects.filter(run=run, step=step)
         .defer("segments", "arrays", "facts", "agent_steps")
@@ -290,7 +296,9 @@ def step_groups(run: Run, step: int, params: Any) -> list[Group]:
             g.rollouts.append(t)
         else:
             g.hidden += 1
-    return [g for g in groups.values() if g.rollouts]
+    shown = [g for g in groups.values() if g.rollouts]
+    hidden = sum(g.hidden for g in groups.values())
+    return shown, hidden, len(groups) - len(shown)
 
 
 def _keep(t: Trajectory, lo, hi, len_lo, len_hi, sign: str, dropped: str) -> bool:

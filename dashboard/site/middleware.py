@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from django.contrib.auth.middleware import LoginRequiredMiddleware as _Base
 from django.http import HttpRequest, HttpResponse
-from django.utils.html import escape
+from django.shortcuts import render
 
 
 class LoginRequiredMiddleware(_Base):
@@ -54,7 +54,8 @@ class QueryTextMiddleware:
     text can hold one (PostgreSQL refuses it mid-query, which was a 500 wherever a
     view filtered by the parameter), so no view needs to guard each of its own. JSON
     under ``/api/``, trackio's ``{"data": null, "error"}`` (answered 200, which its
-    client reads) under ``/trackio/``, a short page elsewhere."""
+    client reads) under ``/trackio/``, the site's styled 400 page elsewhere (its
+    Content-Security-Policy from ``CSPMiddleware``, which runs outside this one)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -79,9 +80,6 @@ class QueryTextMiddleware:
             return HttpResponse(
                 json.dumps(body), status=400, content_type="application/json"
             )
-        page = "".join(f"<li>{escape(e)}</li>" for e in errors)
-        return HttpResponse(
-            f"<!doctype html><title>Bad request</title><h1>Bad request</h1><ul>{page}</ul>",
-            status=400,
-            content_type="text/html; charset=utf-8",
-        )
+        # The site's own 400 page, as a view's bad query renders it (the runs
+        # list's ?status=nope): the layout, the parameter named, escaped.
+        return render(request, "400.html", {"errors": errors}, status=400)

@@ -88,9 +88,9 @@ def test_a_malformed_upload_reports_its_first_bad_line_and_stores_nothing(
     assert "file: line 4 is not valid JSON" in r.content.decode()
     r = upload(client, "noanswer.jsonl", GOOD + '{"prompt": "no answer"}\n')
     assert r.status_code == 400
-    assert "answer_key: line 4 has no &#x27;answer&#x27; field" in r.content.decode()
+    assert "Answer field: line 4 has no &#x27;answer&#x27; field" in r.content.decode()
     r = upload(client, "rows.csv", "question,answer\n1 + 1 ?,2\n", prompt_key="q")
-    assert r.status_code == 400 and "prompt_key: line 2 has no" in r.content.decode()
+    assert r.status_code == 400 and "Prompt field: line 2 has no" in r.content.decode()
     r = upload(client, "notes.txt", GOOD)
     assert r.status_code == 400 and "file: must be one of" in r.content.decode()
     # Accepted before, and its page a 500 from then on; a number Python won't read.
@@ -160,7 +160,7 @@ def test_a_parquet_upload_is_read_stored_and_previewed(data_root, owner):
     )
     r = upload(client, "short.parquet", _parquet([{"question": "1 + 1 ?"}]))
     assert r.status_code == 400
-    assert "prompt_key: row 1 has no &#x27;prompt&#x27; field" in r.content.decode()
+    assert "Prompt field: row 1 has no &#x27;prompt&#x27; field" in r.content.decode()
     assert stored(owner) == ["arith.parquet"]
 
 

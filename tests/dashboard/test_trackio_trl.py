@@ -97,3 +97,47 @@ def test_a_grpo_trainer_reporting_to_trackio_lands_here(
     # Siblings share the prompt; their advantages are TRL's, centred per group.
     assert step1[0].task_id == step1[1].task_id != step1[2].task_id
     assert abs(step1[0].advantage + step1[1].advantage) < 1e-5
+
+
+def test_a_weighted_grpo_run_adds_up_on_its_trajectory_page(
+    trl_python, live_server, owner, tmp_path, monkeypatch
+):
+    # reward_weights=[1.0, 0.2]: the page said "reward 1.2" beside "step reward 2"
+    # and a red cross; now each score counts as score x weight wherever summed.
+    from dashtest import client_for
+
+    token = tokens.do_create_token(owner, "trl-w")[1]
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    url = f"{live_server.url}/trackio/?write_token={token}"
+    code = (
+        GRPO.replace("says_answer", "accuracy_reward")
+        .replace("is_short", "format_reward")
+        .replace("len(c.split()) < 4", "len(c.split()) < 40")  # pays most rollouts
+        .replace("seed=0, report_to", "seed=0, reward_weights=[1.0, 0.2], report_to")
+    )
+    out, _ = run_client(url, code, tmp_path, timeout=600)
+    assert out["steps"] == 3
+
+    run = Run.objects.get(owner=owner, group="trl-tiny")
+    assert run.config["reward_weights"] == [1.0, 0.2]
+    paid = [
+        t
+        for t in Trajectory.objects.filter(run=run)
+        if t.rewards["components"].get("format_reward")
+    ]
+    assert paid  # rollouts the 0.2-weighted function paid
+    c = client_for(owner)
+    for t in paid[:4]:
+        parts = t.rewards["components"]
+        assert t.rewards["weights"] == {"accuracy_reward": 1.0, "format_reward": 0.2}
+        assert t.reward == pytest.approx(
+            parts["accuracy_reward"] + 0.2 * parts["format_reward"]
+        )
+        html = c.get(f"/runs/{run.pk}/trajectories/{t.step}/{t.group}/{t.index}/")
+        html = html.content.decode()
+        assert "check-bad" not in html and "do not add up" not in html
+        assert f"data-step-total>{t.reward:.4g}<" in html
+        assert "1 × 0.2" in html
+    page = c.get(f"/runs/{run.pk}/").content.decode()
+    assert "Reward components (unweighted scores)" in page
+    assert "Reward components (weighted)" not in page

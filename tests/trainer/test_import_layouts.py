@@ -125,6 +125,8 @@ def test_trl_completions_parquet_and_tensorboard_import_together(dash, tmp_path)
     assert first["segments"][1]["text"] == "a"
     assert first["rewards"]["components"] == {"says_answer": 1.0, "is_short": 1.0}
     assert first["reward"] == 1.0 + 0.5 * 1.0  # weighted by reward_weights
+    # the components stay the scores; what each weighs goes beside them
+    assert first["rewards"]["weights"] == {"says_answer": 1.0, "is_short": 0.5}
     assert trajs[1, 1, 1]["reward"] == 0.0  # NaN (unscored) skipped, 0.5 * 0
     assert trajs[1, 0, 1]["advantage"] == -0.7
     m = steps_of(events)[1]

@@ -100,6 +100,7 @@ def test_an_offline_run_imports_metrics_config_summary_and_completions(
     assert step3[0, 0]["rewards"]["components"] == {"acc": 1.0, "fmt": 0.5}
     # reward_weights [1.0, 0.5] from the config: 1 * acc + 0.5 * fmt
     assert step3[0, 0]["reward"] == 1.25 and step3[0, 1]["reward"] == 0.25
+    assert step3[0, 0]["rewards"]["weights"] == {"acc": 1.0, "fmt": 0.5}
     assert step3[0, 0]["advantage"] == pytest.approx(0.3)
     assert step3[0, 1]["advantage"] == pytest.approx(-0.3)
     assert of_type(events, "run_finished") == [

@@ -15,7 +15,9 @@ where the rewards end, so the reward functions are, in this order of trust:
 
 A row's reward is TRL's: the weighted sum over the reward functions that scored it
 (NaN: one did not), NaN when none did (TRL marks such a completion unscorable,
-``unscorable_mask`` in ``_generate_and_score_completions``).
+``unscorable_mask`` in ``_generate_and_score_completions``). Its components stay the
+reward functions' own scores; the weights go beside them (``rewards["weights"]``,
+:func:`column_weights`), so score x weight over the components adds up to the total.
 
 Pure data in, data out.
 """
@@ -88,6 +90,26 @@ def reward_columns(
     return numeric
 
 
+def _scale(names: Sequence[str], weights: Any, number: Number) -> list[float] | None:
+    """The weight of each reward column: ``weights`` (the config's ``reward_weights``,
+    by position) when there is one number per column; else None (each weighs 1)."""
+    if not (isinstance(weights, (list, tuple)) and len(weights) == len(names)):
+        return None
+    scale = [number(w) for w in weights]
+    return None if any(w is None for w in scale) else scale
+
+
+def column_weights(
+    names: Sequence[str], weights: Any = None, number: Number = plain_number
+) -> dict[str, float]:
+    """``{reward column: weight}`` as :func:`row_reward` weighs the columns; empty
+    when no ``reward_weights`` apply (each weighs 1). The raw components and these
+    weights are what a row's total is made of: a page shows each component's part of
+    the total (score x weight) from them."""
+    scale = _scale(names, weights, number)
+    return dict(zip(names, scale, strict=True)) if scale is not None else {}
+
+
 def row_reward(
     row: Mapping[str, Any],
     names: Sequence[str],
@@ -96,11 +118,10 @@ def row_reward(
 ) -> tuple[dict[str, float], float]:
     """(components, total) of one row: each reward function's number (NaN kept, an
     empty cell left out) and their sum weighted by ``weights`` (the config's
-    ``reward_weights``, by position, when there is one per reward column; else 1)."""
-    ok = isinstance(weights, (list, tuple)) and len(weights) == len(names)
-    scale = [number(w) for w in weights] if ok else [1.0] * len(names)
-    if any(w is None for w in scale):
-        scale = [1.0] * len(names)
+    ``reward_weights``, by position, when there is one per reward column; else 1).
+    The components stay the reward functions' own scores, as TRL logs them
+    (``rewards/<name>/mean``); :func:`column_weights` says what each weighs."""
+    scale = _scale(names, weights, number) or [1.0] * len(names)
     components: dict[str, float] = {}
     scored = []
     for name, w in zip(names, scale, strict=True):

@@ -152,10 +152,20 @@ class TrajectoryRow:
     facts: Mapping[str, Any] = field(default_factory=dict)
     metrics: Mapping[str, float] = field(default_factory=dict)
     per_step: Mapping[str, list[float]] = field(default_factory=dict)
+    # What each component weighs in ``reward`` when the components are a trainer's
+    # raw scores (TRL's reward functions, ``reward_weights``); empty: they add up.
+    weights: Mapping[str, float] = field(default_factory=dict)
 
 
 def trajectory_event(row: TrajectoryRow) -> dict[str, Any]:
     """One ``trajectory`` event (the shape of :mod:`trainer.events`)."""
+    rewards: dict[str, Any] = {
+        "total": float(row.reward),
+        "components": {k: float(v) for k, v in row.components.items()},
+        "per_step": {k: [float(x) for x in v] for k, v in row.per_step.items()},
+    }
+    if row.weights:
+        rewards["weights"] = {k: float(v) for k, v in row.weights.items()}
     return {
         "type": "trajectory",
         "step": int(row.step),
@@ -165,11 +175,7 @@ def trajectory_event(row: TrajectoryRow) -> dict[str, Any]:
         "dropped": False,
         "reward": float(row.reward),
         "advantage": float(row.advantage),
-        "rewards": {
-            "total": float(row.reward),
-            "components": {k: float(v) for k, v in row.components.items()},
-            "per_step": {k: [float(x) for x in v] for k, v in row.per_step.items()},
-        },
+        "rewards": rewards,
         "num_turns": int(row.num_turns),
         "length": int(row.length),
         "truncated": bool(row.truncated),
@@ -191,9 +197,11 @@ def text_trajectory(
     advantage: float,
     length: int = 0,
     facts: Mapping[str, Any] | None = None,
+    weights: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """One text-only ``trajectory`` event. ``length`` is the completion's token count
-    when the source knows it (0 when it does not)."""
+    when the source knows it (0 when it does not); ``weights``: what each of
+    ``components`` (raw scores) weighs in ``reward``, when not 1 each."""
     event = trajectory_event(
         TrajectoryRow(
             step=step,
@@ -209,6 +217,7 @@ def text_trajectory(
             components=components,
             length=length,
             facts=facts or {},
+            weights=weights or {},
         )
     )
     del event["metrics"]  # none: keep the text-only shape as it was

@@ -29,7 +29,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from trainer.importers.completions import reward_columns, row_reward
+from trainer.importers.completions import column_weights, reward_columns, row_reward
 from trainer.importers.shapes import (
     chat_text,
     group_by_prompt,
@@ -178,6 +178,7 @@ def table_events(
         list(rows[0]), rows, weights=weights, logged=logged, number=number
     )
     scored = [row_reward(r, names, weights, number) for r in rows]
+    weighs = column_weights(names, weights, number)
     computed = grpo_advantages([total for _, total in scored], [g for g, _ in places])
     events = []
     for row in range(len(rows)):
@@ -202,6 +203,7 @@ def table_events(
                 components=components,
                 advantage=computed[row] if given is None else given,
                 facts=facts,
+                weights={k: w for k, w in weighs.items() if k in components},
             )
         )
         events[-1].update(group=None, index=None)  # placed by place()

@@ -29,7 +29,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trainer.importers.completions import logged_rewards, reward_columns, row_reward
+from trainer.importers.completions import (
+    column_weights,
+    logged_rewards,
+    reward_columns,
+    row_reward,
+)
 from trainer.importers.shapes import chat_text, group_by_prompt, text_trajectory
 from trainer.importers.tailing import BadImportFile, Settled
 from trainer.importers.tensorboard import TensorBoardReader
@@ -76,6 +81,7 @@ def completion_events(
     names = reward_columns(
         list(rows[0]) if rows else [], rows, weights=weights, logged=logged
     )
+    weighs = column_weights(names, weights)
     events = []
     for row, record in enumerate(rows):
         parts, total = row_reward(record, names, weights)
@@ -96,6 +102,7 @@ def completion_events(
                 components=parts,
                 advantage=float(advantage) if _number(advantage) else math.nan,
                 facts={"source": "trl", **facts},
+                weights={k: w for k, w in weighs.items() if k in parts},
             )
         )
     return events

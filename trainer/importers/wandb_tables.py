@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.importers.completions import reward_columns, row_reward
+from trainer.importers.completions import column_weights, reward_columns, row_reward
 from trainer.importers.shapes import (
     chat_text,
     group_by_prompt,
@@ -54,6 +54,7 @@ class Sample:
     components: dict[str, float] = field(default_factory=dict)
     advantage: float | None = None
     facts: dict[str, Any] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)  # when not 1 each
 
 
 def is_number(value: Any) -> bool:
@@ -104,6 +105,7 @@ def _trl_sample(
     row: dict[str, Any], columns: list[str], names: list[str], step: int, weights: Any
 ) -> Sample:
     components, reward = row_reward(row, names, weights)
+    weighs = column_weights(names, weights)
     facts = {
         c: row[c]
         for c in columns
@@ -118,6 +120,7 @@ def _trl_sample(
         components=components,
         advantage=float(advantage) if is_number(advantage) else None,
         facts=facts,
+        weights={k: w for k, w in weighs.items() if k in components},
     )
 
 
@@ -174,6 +177,7 @@ def trajectories(
                     components=sample.components,
                     advantage=computed[row] if advantage is None else advantage,
                     facts=sample.facts,
+                    weights=sample.weights,
                 )
             )
         groups_at[step] = first + len({g for g, _ in places})

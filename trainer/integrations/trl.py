@@ -9,7 +9,8 @@ errors and training never waits on the network):
   a ``train/`` prefix dropped; ``reward``, ``reward_std``, ``rewards/<fn>/mean``, ``kl``,
   ``entropy``, ``clip_ratio/...`` already are ours), the logs of one step merged;
 * each step's completions as ``trajectory`` events: prompt and completion text, one
-  reward component per reward function, the total (weighted by ``reward_weights``),
+  reward component per reward function (its raw score), the total (weighted by
+  ``reward_weights``, the weights beside the components as ``rewards["weights"]``),
   TRL's advantage, and groups of ``num_generations`` consecutive rows;
 * ``run_finished`` at the end of training.
 
@@ -167,6 +168,10 @@ class DashboardCallback(TrainerCallback):
             return []
         self._last_batch = batch
         weights = _weights(self._trainer, len(rewards))
+        # The components stay the reward functions' scores; what each weighs goes
+        # beside them, so a page shows score x weight adding up to the total.
+        weighs = dict(zip(rewards, weights, strict=True))
+        weighs = weighs if any(w != 1.0 for w in weights) else {}
         size = int(getattr(self._trainer, "num_generations", 0) or 1)
         events = []
         for row, (prompt, completion) in enumerate(
@@ -190,6 +195,7 @@ class DashboardCallback(TrainerCallback):
                     advantage=float(advantages[row]) if row < len(advantages) else 0.0,
                     length=_length(tokenizer, completion),
                     facts={"source": "trl"},
+                    weights={k: w for k, w in weighs.items() if k in parts},
                 )
             )
         return events
