@@ -11,6 +11,7 @@ from django.urls import path
 
 from dashboard.pages import (
     account,
+    compare,
     datasets,
     history,
     launch,
@@ -55,7 +56,7 @@ urlpatterns = [
         history.task_history,
         name="task_history",
     ),
-    path("compare/", views.compare, name="compare"),
+    path("compare/", compare.compare, name="compare"),
     path("compare/task/", history.compare_task, name="compare_task"),
     path("datasets/", datasets.dataset_list, name="datasets"),
     path("datasets/<int:dataset_id>/", datasets.dataset_detail, name="dataset_detail"),

@@ -1,4 +1,5 @@
-"""Run pages: home, the runs list, one run (live), cancel, compare.
+"""Run pages: home, the runs list, one run (live), cancel (compare:
+:mod:`dashboard.pages.compare`).
 
 Thin adapters (healthchecks style): load through ``services``/``dashboard.reads``, check
 ownership (a run that is not the user's is a 404), render. Every response carries the
@@ -14,16 +15,13 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
-from dashboard import jsonsafe
 from dashboard.ingest import retention
 from dashboard.library import datasets, roots
 from dashboard.models import ACTIVE_STATUSES, Alert, Run, RunStatus
-from dashboard.pages import catalog, charts, configdiff, reward_weights, run_state
+from dashboard.pages import catalog, charts, reward_weights, run_state
 from dashboard.pages.csp import csp
-from dashboard.pages.forms import normalise
 from dashboard.reads import metrics, repair, reward_names, sparklines, whatif
 from dashboard.reads import runs as run_reads
 from dashboard.reads import trajectories as trajs
@@ -31,7 +29,7 @@ from dashboard.runs import kept_model, services
 from dashboard.runs.waiting import waiting
 from trainer.metric_help import is_summary
 
-COMPARE_MIN, COMPARE_MAX = 2, 8
+COMPARE_MIN, COMPARE_MAX = 2, 8  # runs compare (and compare/task) takes
 PAGE_SIZE = 50
 EXPORT_LABELS = [
     ("metrics", "metrics of every step"),
@@ -342,94 +340,6 @@ def _compare_ids(request: HttpRequest) -> list[str]:
     for raw in request.GET.getlist("runs"):
         ids.extend(p.strip() for p in raw.split(",") if p.strip())
     return list(dict.fromkeys(ids))
-
-
-@csp
-def compare(request: HttpRequest) -> HttpResponse:
-    ids = _compare_ids(request)
-    error = ""
-    if not COMPARE_MIN <= len(ids) <= COMPARE_MAX:
-        error = f"Pick between {COMPARE_MIN} and {COMPARE_MAX} runs to compare (got {len(ids)})."
-        return render(
-            request,
-            "compare.html",
-            {"error": error, "runs": []},
-            status=400 if ids else 200,
-        )
-    problem = jsonsafe.text_problem(request.GET.get("task") or "")
-    if problem:  # no stored task id holds one (PostgreSQL text cannot)
-        error = f"task: {problem}"
-        return render(request, "compare.html", {"error": error, "runs": []}, status=400)
-    runs = run_state.with_quiet(
-        [services.get_run_for_user(request.user, i) for i in ids]
-    )
-    rewards = reward_names.reward_keys(runs)
-    best = metrics.best_rewards([r.pk for r in runs], rewards)
-    alert_counts = run_reads.alert_counts([r.pk for r in runs])
-    summary = []
-    for r in runs:
-        stats = run_reads.run_stats(r, rewards[r.pk])
-        summary.append(
-            {
-                "run": r,
-                "info": run_info(r),
-                "stats": stats,
-                "best": best.get(r.pk),
-                "alerts": alert_counts.get(r.pk, 0),
-            }
-        )
-    # An external run's config is its trainer's: no defaults of ours to spell out.
-    # Paths as the form names them (no server path on a page): roots.shown_paths.
-    comparison = configdiff.compare(
-        [
-            r.config if r.external else roots.shown_paths(normalise(r.config))
-            for r in runs
-        ]
-    )
-    logged = set().union(*(metrics.metric_keys(r) for r in runs))
-    if logged & set(rewards.values()):  # each run's reward, whatever its name
-        logged.add("reward")
-    keys = sorted(logged) or ["reward"]
-    tasks = trajs.common_tasks(runs)
-    task = request.GET.get("task") or (tasks[0] if tasks else "")
-    side_by_side = trajs.task_trajectories(runs, task) if task else []
-    page_data = {
-        "runs": [
-            {
-                "id": str(r.pk),
-                "name": r.name,
-                "metrics_url": f"/api/runs/{r.pk}/metrics",
-            }
-            for r in runs
-        ],
-        "keys": keys,
-        "default_key": "reward",
-        # Held-out evaluation overlaid too, when a run has it (trainer.evaluate).
-        "extra_keys": [k for k in ("eval/reward", "eval/pass@k") if k in keys],
-    }
-    return render(
-        request,
-        "compare.html",
-        {
-            "runs": runs,
-            "summary": summary,
-            "diff": comparison.rows,
-            "matched": comparison.matched,  # another framework's settings lined up
-            "other_keys": comparison.other,  # only in some configs: folded
-            "keys": keys,
-            "tasks": tasks,
-            "task": task,
-            "side_by_side": side_by_side,
-            # Runs with no step recorded share no task for a plainer reason.
-            "unstarted": [r for r in runs if not r.last_step],
-            "task_query": urlencode(
-                {"runs": ",".join(str(r.pk) for r in runs), "task": task}
-            ),
-            "page_data": page_data,
-            "ids": ",".join(str(r.pk) for r in runs),
-            "error": error,
-        },
-    )
 
 
 def _shown_model(run: Run, model: dict[str, Any]) -> str:

@@ -21,7 +21,8 @@ export class MetricChart {
    * @param {{keys: string[], labels?: string[], onPick?: (step:number)=>void, band?: boolean}} opts
    *   also ``right``: which keys go on the right axis (an array of booleans), or
    *   false for one axis whatever the magnitudes (default: split by magnitude);
-   *   ``yTitles``: [left, right] axis titles instead of the keys' names.
+   *   ``yTitles``: [left, right] axis titles instead of the keys' names;
+   *   ``colours``: per key, its place in the palette (default: the key's position).
    */
   constructor(plotEl, opts) {
     this.el = plotEl;
@@ -33,6 +34,7 @@ export class MetricChart {
     if (opts.name) this._focusable(opts.name);
     this.keys = opts.keys;
     this.labels = opts.labels || opts.keys;
+    this.colours = opts.colours || null;
     this.onPick = opts.onPick;
     this.band = opts.band !== false;
     this.points = new Map(); // step -> Float64 values per key (null when missing)
@@ -45,6 +47,11 @@ export class MetricChart {
     this.plot = null;
     this.pending = false;
     this.onData = opts.onData || (() => {});
+  }
+
+  /** Key ``k``'s colour: its place in ``colours``, else its own, in the palette. */
+  colourOf(k) {
+    return colour(this.colours ? this.colours[k] : k);
   }
 
   /** Replace everything with an API response of /metrics (series per key). */
@@ -229,6 +236,7 @@ export class MetricChart {
     const series = [{ label: "step" }];
     // Points drawn where they are sparse (uPlot's default): a lone point shows.
     const scaleOf = (k) => (right && right[k] ? "y2" : "y");
+    const stroke = (k) => this.colourOf(k);
     // The legend's value at a step a series logged NaN (or ±∞) for says so, not "".
     const value = (k) => (u, v, si, idx) => {
       if (idx === null || idx === undefined) return "--";
@@ -248,7 +256,7 @@ export class MetricChart {
     this.keys.forEach((key, k) => series.push({
       ...(this.present?.[k] === false ? { class: "u-absent-series" } : {}),
       label: right && right[k] ? `${this.labels[k]} (right axis)` : this.labels[k],
-      scale: scaleOf(k), stroke: colour(k), width: 1.5, spanGaps: false, gaps: gaps(k), points: { size: 6, fill: colour(k) },
+      scale: scaleOf(k), stroke: stroke(k), width: 1.5, spanGaps: false, gaps: gaps(k), points: { size: 6, fill: stroke(k) },
       value: value(k),
     }));
     const bands = [];

@@ -82,7 +82,7 @@ export function placeOddMarks(chart, u) {
         title: `${chart.labels[k]}: ${oddPhrase(c.odd)}`,
         text: kinds.size === 1 ? [...kinds][0] : [...kinds].join("/"),
       });
-      mark.style.color = colour(k);
+      mark.style.color = chart.colourOf ? chart.colourOf(k) : colour(k);
       mark.style.left = `${(c.x0 + c.x1) / 2}px`;
       mark.style.minWidth = `${Math.round(c.x1 - c.x0) + 22}px`;
       mark.style[c.side] = `${1 + lanes[k] * LANE}px`;

@@ -3,6 +3,15 @@
 // run page's MetricChart (one y axis: runs are compared on one scale), so a NaN or
 // +-inf a run logged breaks its line and is marked at its step as it is there (a NaN
 // was bridged by a straight line, a NaN at the last step silently dropped).
+//
+// - A run's line is read from its own key of the chart's meaning (the server's
+//   `sources`, from trainer/metric_names.py: a TRL run's learning_rate on the lr
+//   chart); where the runs' keys differ, the legend names each one's.
+// - A run keeps its colour whatever the order of ?runs= (the server's `colour`).
+// - The charts shown are kept in the URL (?charts=a,b; none: the page's defaults), so
+//   a reload or a shared link opens the same ones.
+// - compare_live.js says when live runs moved on ("compare:refreshed"): their lines
+//   are read again.
 
 import { MetricChart } from "./chart.js";
 import { el, getJSON, readJSONScript } from "./util.js";
@@ -10,55 +19,125 @@ import { el, getJSON, readJSONScript } from "./util.js";
 const data = readJSONScript("compare-data");
 const holder = document.querySelector("[data-compare-charts]");
 const select = document.querySelector("[data-compare-key]");
+const POINTS = 800;
+const overlays = []; // {key, section, plotEl, readout, chart, series}
 const charts = [];
 // For tests: each overlay's uPlot (scales, axis labels) and its MetricChart.
 Object.defineProperty(window, "__compareCharts", { get: () => charts.map((c) => c.plot).filter(Boolean) });
 window.__compareMetricCharts = charts;
 
-async function overlay(key) {
+const sourceOf = (run, key) => (run.sources || {})[key] || key;
+const mixed = (key) => data.runs.some((r) => sourceOf(r, key) !== key);
+
+/** The charts shown, in the URL (and in the task form, which reloads the page):
+ * nothing when they are the page's defaults. */
+function saveCharts() {
+  const keys = overlays.map((o) => o.key);
+  const defaults = keys.length === data.default_charts.length && keys.every((k, i) => k === data.default_charts[i]);
+  // The other parameters as they were (?runs=a,b keeps its commas), charts last.
+  const params = window.location.search.slice(1).split("&").filter((p) => p && !/^charts(=|$)/.test(p));
+  if (!defaults) params.push(`charts=${keys.map(encodeURIComponent).join(",")}`);
+  const query = params.length ? `?${params.join("&")}` : "";
+  window.history.replaceState(window.history.state, "", `${window.location.pathname}${query}${window.location.hash}`);
+  const field = document.querySelector("[data-charts-field]");
+  if (field) {
+    field.value = keys.join(",");
+    field.disabled = defaults;
+  }
+}
+
+/** One run's series of ``key`` (read from its own key of that meaning), or null. */
+async function runSeries(run, key) {
+  const source = sourceOf(run, key);
+  const body = await getJSON(`${run.metrics_url}?keys=${encodeURIComponent(source)}&points=${POINTS}`);
+  const s = (body.series || {})[source];
+  return s && s.step.length ? s : null;
+}
+
+function draw(o) {
+  if (!Object.keys(o.series).length) {
+    if (!o.section.querySelector(".nodata")) {
+      o.readout.hidden = true;
+      o.section.append(el("p", { class: "nodata", text: "No run has this metric." }));
+    }
+    return;
+  }
+  o.section.querySelector(".nodata")?.remove();
+  o.readout.hidden = false;
+  if (!o.chart) {
+    const lined = mixed(o.key);
+    o.chart = new MetricChart(o.plotEl, {
+      keys: data.runs.map((r) => r.id),
+      // where the runs' keys differ, each line says which it is
+      labels: data.runs.map((r) => (lined ? `${r.name} (${sourceOf(r, o.key)})` : r.name)),
+      colours: data.runs.map((r) => r.colour),
+      name: `${o.key} of each run`,
+      yTitle: o.key,
+      readout: o.readout,
+      band: false,
+      right: false,
+    });
+    charts.push(o.chart);
+  }
+  o.chart.load(o.series);
+}
+
+async function overlay(key, { save = true } = {}) {
+  const open = overlays.find((o) => o.key === key);
+  if (open) {
+    open.section.scrollIntoView({ block: "nearest" });
+    return;
+  }
   const section = el("section", { class: "panel chart", "data-compare-chart": key },
     el("h3", {}, el("span", { text: key }), el("button", { type: "button", class: "linklike small", text: "remove" })));
   const plotEl = el("div", { class: "plot" });
   const readout = el("p", { class: "small chart-readout", "aria-live": "polite" });
   section.append(plotEl, readout);
+  const other = data.runs.filter((r) => sourceOf(r, key) !== key);
+  if (other.length) {
+    const names = other.map((r) => `${r.name}: ${sourceOf(r, key)}`).join("; ");
+    section.append(el("p", { class: "small muted", "data-chart-sources": "", text: `Lined up by meaning (each trainer's name for ${key}): ${names}.` }));
+  }
   holder.append(section);
-  let chart = null;
+  const o = { key, section, plotEl, readout, chart: null, series: {} };
+  overlays.push(o);
+  if (save) saveCharts();
   section.querySelector("button").addEventListener("click", () => {
     section.remove();
-    const i = charts.indexOf(chart);
+    overlays.splice(overlays.indexOf(o), 1);
+    const i = charts.indexOf(o.chart);
     if (i >= 0) charts.splice(i, 1);
+    saveCharts();
   });
-  const points = 800;
-  const bodies = await Promise.all(
-    data.runs.map((r) => getJSON(`${r.metrics_url}?keys=${encodeURIComponent(key)}&points=${points}`).catch(() => ({ series: {} }))),
-  );
-  // One series per run, keyed by the run's id (names may repeat).
-  const series = {};
-  bodies.forEach((b, i) => {
-    const s = (b.series || {})[key];
-    if (s && s.step.length) series[data.runs[i].id] = s;
+  const got = await Promise.all(data.runs.map((r) => runSeries(r, key).catch(() => null)));
+  got.forEach((s, i) => {
+    if (s) o.series[data.runs[i].id] = s;
   });
-  if (!Object.keys(series).length) {
-    readout.remove();
-    section.append(el("p", { class: "nodata", text: "No run has this metric." }));
-    return;
-  }
-  chart = new MetricChart(plotEl, {
-    keys: data.runs.map((r) => r.id),
-    labels: data.runs.map((r) => r.name),
-    name: `${key} of each run`,
-    yTitle: key,
-    readout,
-    band: false,
-    right: false,
-  });
-  charts.push(chart);
-  chart.load(series);
+  draw(o);
   // The chart draws on the next frame.
   await new Promise((resolve) => requestAnimationFrame(() => resolve()));
   section.dataset.ready = "1";
 }
 
+/** Live runs moved on: their lines on every chart read again (a failed read keeps
+ * what the chart had). */
+async function refresh(ids) {
+  const runs = data.runs.filter((r) => ids.includes(r.id));
+  await Promise.all(
+    overlays.flatMap((o) => runs.map(async (r) => {
+      try {
+        const s = await runSeries(r, o.key);
+        if (s) o.series[r.id] = s;
+      } catch {
+        /* kept as it was: the next refresh tries again */
+      }
+    })),
+  );
+  for (const o of overlays) if (o.section.isConnected) draw(o);
+  document.body.dataset.compareChartRefreshes = String(Number(document.body.dataset.compareChartRefreshes || 0) + 1);
+}
+
+document.addEventListener("compare:refreshed", (e) => refresh(e.detail?.runs || []));
 document.querySelector("[data-add-chart]")?.addEventListener("click", () => overlay(select.value));
-overlay(data.default_key && data.keys.includes(data.default_key) ? data.default_key : data.keys[0]);
-for (const key of data.extra_keys || []) overlay(key);
+for (const key of data.charts || []) overlay(key, { save: false });
+saveCharts(); // the URL as shown: keys the server left out are gone from it

@@ -103,14 +103,20 @@ def test_compare_breaks_the_line_at_a_nan_and_marks_it(live, ids, page, ui, out_
         f" return ({CHART})(c); }})()"
     )
     k = chart["keys"].index(ids["nan-reward"])
-    # Both NaN marked at their step (the last one was dropped), titled with the run.
+    # Both NaN marked at their step (the last one was dropped), titled with the run
+    # and the key its line is read from (its trainer's train/reward: the legend names
+    # each run's key where they differ).
     marks = _marked_at(chart, ids["nan-reward"], ["3", "7"])
     assert {m["title"] for m in marks} == {
-        "nan-reward: NaN at step 3",
-        "nan-reward: NaN at step 7",
+        "nan-reward (train/reward): NaN at step 3",
+        "nan-reward (train/reward): NaN at step 7",
     }, marks
-    assert "nan-reward \u00b7 NaN at steps 3, 7" in chart["legend"], chart
-    assert "nan-reward: NaN at steps 3, 7" in (chart["note"] or ""), chart
+    assert "nan-reward (train/reward) \u00b7 NaN at steps 3, 7" in chart["legend"], (
+        chart
+    )
+    assert "nan-reward (train/reward): NaN at steps 3, 7" in (chart["note"] or ""), (
+        chart
+    )
     # No line through step 3: a gap spans it. The other run's line is whole.
     x3 = chart["x"][0]
     assert any(a <= x3 <= b for a, b in chart["gaps"][k]), chart

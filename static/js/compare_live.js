@@ -1,0 +1,66 @@
+// Compare follows its live runs. While a summary row's run is queued, training or
+// receiving events (the server marks that row data-live-row), the page asks for its
+// summary again (?part=summary, the server's own table, parsed and imported: no HTML
+// assembled here) every data-live-every-ms and shows it; then it tells compare.js
+// which runs were live ("compare:refreshed"), whose lines are read again. One request
+// at a time, none while the tab is hidden, slower after each failure (up to 16
+// intervals apart), and none once no row is live: the last refresh shows the run's
+// end (its final step and status).
+
+const MAX_BACKOFF = 16;
+let failures = 0;
+let timer = 0;
+let inFlight = false;
+
+const summary = () => document.querySelector("[data-compare-summary]");
+const liveIds = () => [...(summary()?.querySelectorAll("[data-live-row]") || [])].map((r) => r.dataset.runRow);
+
+function bump(name) {
+  document.body.dataset[name] = String(Number(document.body.dataset[name] || 0) + 1);
+}
+
+function every() {
+  const ms = Number(summary()?.dataset.liveEveryMs);
+  return ms > 0 ? ms : 5000;
+}
+
+async function poll() {
+  if (inFlight) return;
+  inFlight = true;
+  const before = liveIds();
+  try {
+    const url = new URL(window.location.href);
+    url.searchParams.set("part", "summary");
+    const r = await fetch(url, { credentials: "same-origin" });
+    if (!r.ok || r.redirected) throw new Error(`HTTP ${r.status}`); // signed out: the login page
+    const page = new DOMParser().parseFromString(await r.text(), "text/html");
+    const fresh = page.querySelector("[data-compare-summary]");
+    if (!fresh) throw new Error("no summary");
+    const old = summary();
+    if (!old.isEqualNode(fresh)) old.replaceWith(document.importNode(fresh, true));
+    failures = 0;
+    bump("comparePolls");
+    // The runs live before or now: one that just ended shows its last steps too.
+    const runs = [...new Set([...before, ...liveIds()])];
+    document.dispatchEvent(new CustomEvent("compare:refreshed", { detail: { runs } }));
+  } catch {
+    failures += 1; // a reload shows it; the next try waits longer
+  } finally {
+    inFlight = false;
+    schedule();
+  }
+}
+
+/** The next look, if any run is live; the tab hidden, the look waits for its return. */
+function schedule() {
+  clearTimeout(timer);
+  const live = liveIds().length > 0;
+  document.body.dataset.compareLive = live ? "on" : "off";
+  if (!live) return;
+  timer = setTimeout(() => {
+    if (document.hidden) document.addEventListener("visibilitychange", poll, { once: true });
+    else poll();
+  }, every() * Math.min(MAX_BACKOFF, 2 ** failures));
+}
+
+schedule();
