@@ -8,6 +8,7 @@ executed, allowed by the CSP); the script sets every token with ``textContent``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.conf import settings
@@ -138,6 +139,21 @@ def _heatmap_data(page: trajs.SegmentPage) -> dict[str, Any]:
     return {"segments": segments}
 
 
+def _advantage_range(page: trajs.SegmentPage) -> tuple[float, float] | None:
+    """(lowest, highest) of the per-token advantages on this page when they differ
+    (GAE or process credit gives each token its own, and the rollout's advantage is
+    their mean); None when every token has the rollout's one."""
+    values = [
+        a
+        for s in page.segments
+        for a in (s.get("advantage") or [])
+        if isinstance(a, int | float) and not isinstance(a, bool) and math.isfinite(a)
+    ]
+    if not values or max(values) - min(values) <= 1e-9 * max(1.0, abs(max(values))):
+        return None
+    return min(values), max(values)
+
+
 def _series_names(page: trajs.SegmentPage) -> list[str]:
     """The extra per-token arrays (``series``) any segment of the trajectory has, in
     order of first appearance: the heatmap can be coloured by each."""
@@ -199,6 +215,7 @@ def trajectory(
             "prev_url": link(siblings[pos - 1]) if pos > 0 else "",
             "next_url": link(siblings[pos + 1]) if pos < len(siblings) - 1 else "",
             "heatmap": _heatmap_data(page),
+            "advantage_range": _advantage_range(page),
             "series": _series_names(page),
             "answers": trajview.answers(t.facts, t.rewards),
             # No tokens counted nor stored (a trainer that sent text only): its

@@ -330,3 +330,32 @@ def test_the_gantt_axis_ends_at_the_last_step_inside_the_chart(span):
     assert ticks[-1] == {"x": 1000, "t": span, "anchor": "end"}  # 14 drawn at 13's end
     assert all(t["anchor"] == "middle" for t in ticks[1:-1])
     assert 2 <= len(ticks) <= 12
+
+
+@pytest.mark.parametrize(
+    ("advantages", "label"),
+    [([-2.18, 0.1, 0.94], "mean advantage"), ([-0.5, -0.5, -0.5], "advantage")],
+)
+def test_a_rollout_whose_tokens_have_their_own_advantages_says_mean(
+    owner, advantages, label
+):
+    from dashboard.ingest import writer
+    from dashboard.models import Run
+
+    run = Run.objects.create(
+        owner=owner, name="ppo", status="succeeded", last_step=1, config={}
+    )
+    batch = writer.Batch()
+    batch.add(run.id, {
+        "type": "trajectory", "step": 1, "group": 0, "index": 0, "task_id": "t",
+        "reward": 1.0, "advantage": sum(advantages) / 3, "num_turns": 1, "length": 3,
+        "rewards": {"total": 1.0, "components": {"outcome": 1.0}},
+        "segments": [{"turn": 0, "kind": "action", "text": "abc", "mask": None,
+                      "token_ids": [1, 2, 3], "tokens": ["a", "b", "c"],
+                      "advantage": advantages}],
+    })  # fmt: skip
+    writer.write(run.id, batch)
+    html = login(owner).get(f"/runs/{run.pk}/trajectories/1/0/0/").content.decode()
+    assert f"<span>{label} <strong" in html
+    ranged = "(per token -2.18 to 0.94)" in html.replace("−", "-")
+    assert ranged == (label == "mean advantage")
