@@ -32,7 +32,7 @@ from django.utils.http import urlencode
 
 from dashboard import jsonsafe
 from dashboard.library import roots
-from dashboard.models import Run, Trajectory
+from dashboard.models import Run
 from dashboard.pages import configdiff, run_state
 from dashboard.pages.csp import csp
 from dashboard.pages.forms import normalise
@@ -95,7 +95,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     extra_keys = [k for k in ("eval/reward", "eval/pass@k") if k in keys]
     defaults = [default_key, *extra_keys]
     charts, chart_notice = chart_keys(request.GET.getlist("charts"), keys, defaults)
-    firsts = [_task_firsts(r) for r in runs]
+    firsts = [trajs.task_firsts(r) for r in runs]
     groups = task_groups(runs, firsts)
     tasks = [t for g in groups for t in g.tasks]
     task = request.GET.get("task") or (tasks[0] if tasks else "")
@@ -278,21 +278,6 @@ class TaskGroup:
     tasks: list[str]
     others: list[Run] = field(default_factory=list)
     count: int = 0  # tasks in the group (``tasks`` holds the first few)
-
-
-def _task_firsts(run: Run) -> dict[str, int]:
-    """Each task id the run sampled and the first step it did (the first 20000
-    trajectories, as :func:`dashboard.reads.trajectories.common_tasks` reads)."""
-    firsts: dict[str, int] = {}
-    rows = (
-        Trajectory.objects.filter(run=run)
-        .exclude(task_id="")
-        .values_list("task_id", "step")
-        .order_by("step")[:20000]
-    )
-    for task, step in rows:
-        firsts.setdefault(task, step)
-    return firsts
 
 
 def task_groups(

@@ -372,19 +372,26 @@ def critical_paths(run: Run, step: int, limit: int = 500) -> list[CriticalPath]:
 
 
 # --- compare --------------------------------------------------------------------------
+def task_firsts(run: Run) -> dict[str, int]:
+    """Each task id the run sampled and the first step it did (of its first 20000
+    trajectories)."""
+    firsts: dict[str, int] = {}
+    rows = (
+        Trajectory.objects.filter(run=run)
+        .exclude(task_id="")
+        .values_list("task_id", "step")
+        .order_by("step")[:20000]
+    )
+    for task, step in rows:
+        firsts.setdefault(task, step)
+    return firsts
+
+
 def common_tasks(runs: Sequence[Run], limit: int = 50) -> list[str]:
     """Task ids every run has trajectories for, earliest first (same seed, same tasks)."""
     common: dict[str, int] | None = None
     for run in runs:
-        firsts: dict[str, int] = {}
-        rows = (
-            Trajectory.objects.filter(run=run)
-            .exclude(task_id="")
-            .values_list("task_id", "step")
-            .order_by("step")[:20000]
-        )
-        for task, step in rows:
-            firsts.setdefault(task, step)
+        firsts = task_firsts(run)
         if common is None:
             common = firsts
         else:

@@ -211,3 +211,13 @@ def bulk_log(owner):
         return answer.json()
 
     return _call
+
+
+@pytest.fixture
+def data_root(tmp_path, settings):
+    """An empty data root (``DATA_ROOTS``) under the test's directory, which is the
+    model root too: where the datasets page saves uploads."""
+    root = tmp_path / "data"
+    root.mkdir()
+    settings.DATA_ROOTS, settings.MODEL_ROOTS = [root], [tmp_path]
+    return root

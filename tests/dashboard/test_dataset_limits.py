@@ -21,15 +21,6 @@ pytestmark = pytest.mark.django_db
 ROW = json.dumps({"prompt": "what is 7 + 5 ?", "answer": 12}) + "\n"
 
 
-@pytest.fixture
-def data_root(tmp_path, settings):
-    root = tmp_path / "data"
-    root.mkdir()
-    settings.DATA_ROOTS = [root]
-    settings.MODEL_ROOTS = [tmp_path]
-    return root
-
-
 def upload(owner, name: str, content: str, **fields):
     return client_for(owner).post(
         "/datasets/", {"file": SimpleUploadedFile(name, content.encode()), **fields}

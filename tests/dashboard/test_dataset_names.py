@@ -23,14 +23,6 @@ pytestmark = pytest.mark.django_db
 ROWS = json.dumps({"prompt": "1 + 1 ?", "answer": "2"}) + "\n"
 
 
-@pytest.fixture
-def data_root(tmp_path, settings):
-    root = tmp_path / "data"
-    root.mkdir()
-    settings.DATA_ROOTS, settings.MODEL_ROOTS = [root], [tmp_path]
-    return root
-
-
 def upload(client, filename: str, name: str = "", content: str = ROWS):
     return client.post(
         "/datasets/",

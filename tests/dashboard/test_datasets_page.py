@@ -27,15 +27,6 @@ GOOD = (
 )
 
 
-@pytest.fixture
-def data_root(tmp_path, settings):
-    root = tmp_path / "data"
-    root.mkdir()
-    settings.DATA_ROOTS = [root]
-    settings.MODEL_ROOTS = [tmp_path]
-    return root
-
-
 def upload(client, name: str, content: bytes | str, **fields):
     if isinstance(content, str):
         content = content.encode()

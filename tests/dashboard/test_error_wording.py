@@ -77,15 +77,6 @@ def test_the_run_form_files_an_unknown_environment_under_it(owner):
 
 
 # --- 6: the dataset upload's field names ---------------------------------------------------
-@pytest.fixture
-def data_root(tmp_path, settings):
-    root = tmp_path / "data"
-    root.mkdir()
-    settings.DATA_ROOTS = [root]
-    settings.MODEL_ROOTS = [tmp_path]
-    return root
-
-
 def upload(client, name: str, content: str, **fields):
     file = SimpleUploadedFile(name, content.encode())
     return client.post("/datasets/", {"file": file, **fields})

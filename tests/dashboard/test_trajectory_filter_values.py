@@ -17,6 +17,7 @@ def run(owner):
     return seed_run(owner, name="swarm", env="swarm", steps=3, alert_every=5)
 
 
+@pytest.mark.parametrize("value", ["abc", "nan", "1e999", "-inf", "0x10", "1,5"])
 @pytest.mark.parametrize(
     ("name", "label"),
     [
@@ -27,15 +28,16 @@ def run(owner):
     ],
 )
 def test_each_numeric_filter_explains_a_value_that_is_no_number(
-    owner, run, name, label
+    owner, run, name, label, value
 ):
     c = client_for(owner)
     url = f"/runs/{run.pk}/trajectories/?step=3"
     everything = c.get(url).content.decode()
-    html = c.get(f"{url}&{name}=abc").content.decode()
-    assert f"“abc” is not a number; the {label} filter is off." in html
+    html = c.get(f"{url}&{name}={value}").content.decode()
+    # Named as the link has it and as the form labels it.
+    assert f"{name}: “{value}” is not a number; the {label} filter is off." in html
     assert f'data-filter-error="{name}"' in html
-    assert f'name="{name}" value="abc" aria-invalid="true"' in html
+    assert f'name="{name}" value="{value}" aria-invalid="true"' in html
     # the filter is off: the same rollouts as with none
     assert html.count('class="rollout"') == everything.count('class="rollout"') > 0
 

@@ -447,10 +447,11 @@ def new_token(page, base: str, name: str = "") -> str:
 
 
 def trackio_sender(page, base: str, project: str):
-    """Signs ``page`` in and makes a token; returns ``send(name, step, reward=None)``,
-    which sends one ``bulk_log`` of run ``name`` of ``project`` as trackio's client
-    does (``train/reward``: ``reward``, else 0.1 x step; NaN sent as NaN) and returns
-    the run's id."""
+    """Signs ``page`` in and makes a token; returns ``send(name, step, reward=None,
+    metrics=None)``, which sends one ``bulk_log`` of run ``name`` of ``project`` as
+    trackio's client does (``train/reward``: ``reward``, else 0.1 x step; NaN sent as
+    NaN; or ``metrics``) and returns the run's id. ``step`` may be a list: those
+    steps in the one batch."""
     import uuid as _uuid
 
     import httpx
@@ -464,15 +465,19 @@ def trackio_sender(page, base: str, project: str):
     api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"})
     ids: dict[str, str] = {}
 
-    def send(name: str, step: int, reward: float | None = None) -> str:
-        run_id = ids.setdefault(name, _uuid.uuid4().hex)
+    def entry(name: str, step: int, reward: float | None, metrics: dict | None):
         reward = 0.1 * step if reward is None else reward
-        entry = {
-            "project": project, "run": name, "run_id": run_id, "step": step,
+        return {
+            "project": project, "run": name, "run_id": ids[name], "step": step,
             "log_id": _uuid.uuid4().hex, "config": {"lr": 1e-5} if step == 0 else None,
-            "metrics": {"train/reward": reward, "train/loss": 1 / (step + 1)},
+            "metrics": metrics or {"train/reward": reward, "train/loss": 1 / (step + 1)},
         }  # fmt: skip
-        body = json.dumps({"args": [], "kwargs": {"logs": [entry]}})
+
+    def send(name: str, step, reward=None, metrics: dict | None = None) -> str:
+        ids.setdefault(name, _uuid.uuid4().hex)
+        steps = step if isinstance(step, list) else [step]
+        logs = [entry(name, s, reward, metrics) for s in steps]
+        body = json.dumps({"args": [], "kwargs": {"logs": logs}})
         r = client.post(
             "api/bulk_log", content=body, headers={"content-type": "application/json"}
         )

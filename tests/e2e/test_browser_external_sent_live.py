@@ -6,7 +6,6 @@ with a tooltip saying why) instead of "0s", until it sends again."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import httpx
 import pytest
@@ -18,33 +17,10 @@ WALL = "document.querySelector('[data-stat=duration]')"
 
 
 def trackio_logger(page, ui, base: str, project: str):
-    """``log(name, step, metrics)``: one ``bulk_log`` as trackio's client sends it
-    (the run made by the first); returns the run's id."""
-    token = ui.new_token(page, base)
-    client = httpx.Client(
-        base_url=base + "/trackio/",
-        headers={"x-trackio-write-token": token},
-        timeout=30,
-    )
-    api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"})
-    ids: dict[str, str] = {}
-
-    def log(name: str, steps: list[int], metrics: dict[str, float]) -> str:
-        run_id = ids.setdefault(name, uuid.uuid4().hex)
-        logs = [
-            {"project": project, "run": name, "run_id": run_id, "step": step,
-             "log_id": uuid.uuid4().hex, "metrics": metrics}
-            for step in steps
-        ]  # fmt: skip
-        body = json.dumps({"args": [], "kwargs": {"logs": logs}})
-        r = client.post(
-            "api/bulk_log", content=body, headers={"content-type": "application/json"}
-        )
-        assert r.status_code == 200 and r.json()["error"] is None, r.text
-        runs = api.get(f"/api/runs?group={project}").json()["runs"]
-        return next(r["id"] for r in runs if r["name"] == name)
-
-    return log
+    """``log(name, steps, metrics)``: one ``bulk_log`` of those steps as trackio's
+    client sends it; returns the run's id."""
+    send = ui.trackio_sender(page, base, project)
+    return lambda name, steps, metrics: send(name, steps, metrics=metrics)
 
 
 def test_sent_counts_a_metric_key_that_arrives_later(live, page, shots, ui):
