@@ -22,6 +22,7 @@ a plain read of the runs:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,16 +155,48 @@ def compare(request: HttpRequest) -> HttpResponse:
     )
 
 
+# A finished run's row of numbers, by what would change it: the page polls the
+# summary every few seconds while one of its runs is live, and the others' numbers
+# (reads over every reward point of each) are the same each time.
+_ENDED_ROWS: OrderedDict[tuple, tuple] = OrderedDict()
+MAX_ENDED_ROWS = 512
+
+
+def _numbers(runs: Sequence[Run], rewards: dict[Any, str]) -> dict[Any, tuple]:
+    """(stats, best reward, alerts) of each run, a finished one's remembered."""
+    out, todo = {}, []
+    for r in runs:
+        key = (r.pk, r.status, r.last_step, r.heartbeat_at, rewards[r.pk])
+        if not r.is_active and key in _ENDED_ROWS:
+            out[r.pk] = _ENDED_ROWS[key]
+        else:
+            todo.append((r, key))
+    ids = [r.pk for r, _ in todo]
+    best = metrics.best_rewards(ids, rewards) if ids else {}
+    alerts = run_reads.alert_counts(ids) if ids else {}
+    for r, key in todo:
+        row = (
+            run_reads.run_stats(r, rewards[r.pk]),
+            best.get(r.pk),
+            alerts.get(r.pk, 0),
+        )
+        out[r.pk] = row
+        if not r.is_active:
+            _ENDED_ROWS[key] = row
+            if len(_ENDED_ROWS) > MAX_ENDED_ROWS:
+                _ENDED_ROWS.popitem(last=False)
+    return out
+
+
 def _summary(runs: Sequence[Run], rewards: dict[Any, str]) -> list[dict[str, Any]]:
-    best = metrics.best_rewards([r.pk for r in runs], rewards)
-    alert_counts = run_reads.alert_counts([r.pk for r in runs])
+    numbers = _numbers(runs, rewards)
     return [
         {
             "run": r,
             "info": run_info(r),
-            "stats": run_reads.run_stats(r, rewards[r.pk]),
-            "best": best.get(r.pk),
-            "alerts": alert_counts.get(r.pk, 0),
+            "stats": numbers[r.pk][0],
+            "best": numbers[r.pk][1],
+            "alerts": numbers[r.pk][2],
             # queued, training or receiving events: the page follows it
             "live": r.is_active and not r.quiet_for,
         }
@@ -196,10 +229,17 @@ def chart_keys(
     raw = list(raw)
     if not raw:
         return defaults, ""
-    wanted = list(
-        dict.fromkeys(p.strip() for value in raw for p in value.split(",") if p.strip())
-    )
     known = set(keys)
+    # A value that is a key whole is one (a key may hold a comma: the page writes
+    # such a key as a parameter of its own).
+    wanted = list(
+        dict.fromkeys(
+            p.strip()
+            for value in raw
+            for p in ([value] if value in known else value.split(","))
+            if p.strip()
+        )
+    )
     found = [k for k in wanted if k in known]
     unknown = [k for k in wanted if k not in known]
     notes = []
@@ -283,8 +323,9 @@ class TaskGroup:
 def task_groups(
     runs: Sequence[Run], firsts: Sequence[dict[str, int]]
 ) -> list[TaskGroup]:
-    """The tasks two or more of ``runs`` sampled (``firsts``: :func:`_task_firsts` of
-    each), grouped by which runs sampled them. Tasks every run sampled: that group
+    """The tasks two or more of ``runs`` sampled (``firsts``: each run's
+    :func:`dashboard.reads.trajectories.task_firsts`), grouped by which runs sampled
+    them. Tasks every run sampled: that group
     alone (as before). Else one group per set of runs, the larger sets first, then
     those sharing more tasks; each group's tasks earliest first. Empty: no two runs
     share a task."""

@@ -97,11 +97,16 @@ def scores_unweighted(run: Run) -> bool:
 
 
 def _named_weights(run: Run) -> dict[str, float]:
-    """The weights the run's latest weighted rollout was stored with (one row)."""
+    """The weights the run's newest rollouts were stored with: its last step's (a
+    bounded read: a run stored before weights were kept has none there, and its
+    100k rollouts are not searched for one)."""
+    rows = Trajectory.objects.filter(run=run)
+    last = rows.order_by("-step").values_list("step", flat=True).first()
+    if last is None:
+        return {}
     told = (
-        Trajectory.objects.filter(run=run)
+        rows.filter(step=last)
         .filter(Q(rewards__has_key="weights"))
-        .order_by("-step")
         .values_list("rewards", flat=True)
         .first()
     )

@@ -139,16 +139,29 @@ def _heatmap_data(page: trajs.SegmentPage) -> dict[str, Any]:
     return {"segments": segments}
 
 
+def _trained_advantages(page: trajs.SegmentPage) -> list[float]:
+    """The advantages of the page's trained tokens: segments trained on (``mask``
+    None, not the prompt's or a tool's) less the positions masked from the loss;
+    context tokens hold 0."""
+    out = []
+    for s in page.segments:
+        meta = page.metas[s["k"]] if 0 <= s.get("k", -1) < len(page.metas) else {}
+        if meta.get("mask") is not None or meta.get("kind") in ("prompt", "tool"):
+            continue
+        masked = {m[0] for m in s.get("masked") or [] if isinstance(m, list) and m}
+        for i, a in enumerate(s.get("advantage") or []):
+            if i in masked or isinstance(a, bool) or not isinstance(a, int | float):
+                continue
+            if math.isfinite(a):
+                out.append(float(a))
+    return out
+
+
 def _advantage_range(page: trajs.SegmentPage) -> tuple[float, float] | None:
-    """(lowest, highest) of the per-token advantages on this page when they differ
-    (GAE or process credit gives each token its own, and the rollout's advantage is
-    their mean); None when every token has the rollout's one."""
-    values = [
-        a
-        for s in page.segments
-        for a in (s.get("advantage") or [])
-        if isinstance(a, int | float) and not isinstance(a, bool) and math.isfinite(a)
-    ]
+    """(lowest, highest) of the per-token advantages of the page's trained tokens
+    when they differ (GAE or process credit gives each token its own, and the
+    rollout's advantage is their mean); None when every one has the rollout's."""
+    values = _trained_advantages(page)
     if not values or max(values) - min(values) <= 1e-9 * max(1.0, abs(max(values))):
         return None
     return min(values), max(values)

@@ -70,15 +70,13 @@ def comparison(run: Run) -> dict[str, Any] | None:
     cfg = detector_config(parent)
     runs = {"parent": parent, "clone": run}
     # The statistics of the alert the clone repairs (its step's, else the first's).
-    fired = list(
-        Alert.objects.filter(run=parent, detector=detector)
-        .order_by("step")
-        .values_list("step", "evidence")[:50]
-    )
-    evidence = next(
-        (e for s, e in fired if s == repair.get("alert_step")),
-        fired[0][1] if fired else None,
-    )
+    fired = Alert.objects.filter(run=parent, detector=detector)
+    step = repair.get("alert_step")
+    evidence = (
+        fired.filter(step=step).values_list("evidence", flat=True).first()
+        if isinstance(step, int)
+        else None
+    ) or fired.order_by("step").values_list("evidence", flat=True).first()
     stats, hacked_at = [], {role: None for role in runs}
     evidence = evidence if isinstance(evidence, dict) else None
     for watched, threshold in thresholds(detector, cfg, evidence):

@@ -387,20 +387,6 @@ def task_firsts(run: Run) -> dict[str, int]:
     return firsts
 
 
-def common_tasks(runs: Sequence[Run], limit: int = 50) -> list[str]:
-    """Task ids every run has trajectories for, earliest first (same seed, same tasks)."""
-    common: dict[str, int] | None = None
-    for run in runs:
-        firsts = task_firsts(run)
-        if common is None:
-            common = firsts
-        else:
-            common = {t: min(s, firsts[t]) for t, s in common.items() if t in firsts}
-    return [
-        t for t, _ in sorted((common or {}).items(), key=lambda kv: (kv[1], kv[0]))
-    ][:limit]
-
-
 @dataclass
 class TaskColumn:
     run: Run

@@ -36,7 +36,12 @@ function saveCharts() {
   const defaults = keys.length === data.default_charts.length && keys.every((k, i) => k === data.default_charts[i]);
   // The other parameters as they were (?runs=a,b keeps its commas), charts last.
   const params = window.location.search.slice(1).split("&").filter((p) => p && !/^charts(=|$)/.test(p));
-  if (!defaults) params.push(`charts=${keys.map(encodeURIComponent).join(",")}`);
+  if (!defaults) {
+    // Keys joined by commas; one holding a comma in a parameter of its own.
+    const plain = keys.filter((k) => !k.includes(","));
+    if (plain.length || !keys.length) params.push(`charts=${plain.map(encodeURIComponent).join(",")}`);
+    for (const k of keys.filter((k) => k.includes(","))) params.push(`charts=${encodeURIComponent(k)}`);
+  }
   const query = params.length ? `?${params.join("&")}` : "";
   window.history.replaceState(window.history.state, "", `${window.location.pathname}${query}${window.location.hash}`);
   const field = document.querySelector("[data-charts-field]");
@@ -109,32 +114,47 @@ async function overlay(key, { save = true } = {}) {
     if (i >= 0) charts.splice(i, 1);
     saveCharts();
   });
-  const got = await Promise.all(data.runs.map((r) => runSeries(r, key).catch(() => null)));
-  got.forEach((s, i) => {
-    if (s) o.series[data.runs[i].id] = s;
-  });
+  await Promise.all(data.runs.map((r) => readLine(o, r)));
+  if (!o.section.isConnected) return; // removed while it loaded
   draw(o);
   // The chart draws on the next frame.
   await new Promise((resolve) => requestAnimationFrame(() => resolve()));
   section.dataset.ready = "1";
 }
 
-/** Live runs moved on: their lines on every chart read again (a failed read keeps
- * what the chart had). */
+/** Read run ``r``'s line of chart ``o``; only the newest read of a line is kept (an
+ * older answer that comes later is dropped), and a failed one keeps what it had. */
+async function readLine(o, r) {
+  o.asked ||= {};
+  const mine = (o.asked[r.id] = (o.asked[r.id] || 0) + 1);
+  try {
+    const s = await runSeries(r, o.key);
+    if (s && o.asked[r.id] === mine) o.series[r.id] = s;
+  } catch {
+    /* kept as it was: the next refresh tries again */
+  }
+}
+
+/** Live runs moved on: their lines on every chart read again. One refresh at a time:
+ * runs asked for meanwhile are read when it is done. */
+const waiting = new Set();
+let refreshing = false;
 async function refresh(ids) {
-  const runs = data.runs.filter((r) => ids.includes(r.id));
-  await Promise.all(
-    overlays.flatMap((o) => runs.map(async (r) => {
-      try {
-        const s = await runSeries(r, o.key);
-        if (s) o.series[r.id] = s;
-      } catch {
-        /* kept as it was: the next refresh tries again */
-      }
-    })),
-  );
-  for (const o of overlays) if (o.section.isConnected) draw(o);
-  document.body.dataset.compareChartRefreshes = String(Number(document.body.dataset.compareChartRefreshes || 0) + 1);
+  for (const id of ids) waiting.add(id);
+  if (refreshing) return;
+  refreshing = true;
+  try {
+    while (waiting.size) {
+      const runs = data.runs.filter((r) => waiting.has(r.id));
+      waiting.clear();
+      const shown = overlays.slice();
+      await Promise.all(shown.flatMap((o) => runs.map((r) => readLine(o, r))));
+      for (const o of shown) if (o.section.isConnected) draw(o);
+      document.body.dataset.compareChartRefreshes = String(Number(document.body.dataset.compareChartRefreshes || 0) + 1);
+    }
+  } finally {
+    refreshing = false;
+  }
 }
 
 document.addEventListener("compare:refreshed", (e) => refresh(e.detail?.runs || []));

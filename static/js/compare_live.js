@@ -37,12 +37,14 @@ async function poll() {
     const fresh = page.querySelector("[data-compare-summary]");
     if (!fresh) throw new Error("no summary");
     const old = summary();
-    if (!old.isEqualNode(fresh)) old.replaceWith(document.importNode(fresh, true));
+    const changed = !old.isEqualNode(fresh);
+    if (changed) old.replaceWith(document.importNode(fresh, true));
     failures = 0;
     bump("comparePolls");
-    // The runs live before or now: one that just ended shows its last steps too.
+    // The runs live before or now (one that just ended shows its last steps too),
+    // when a row moved: a run still queued has no new line to read.
     const runs = [...new Set([...before, ...liveIds()])];
-    document.dispatchEvent(new CustomEvent("compare:refreshed", { detail: { runs } }));
+    if (changed) document.dispatchEvent(new CustomEvent("compare:refreshed", { detail: { runs } }));
   } catch {
     failures += 1; // a reload shows it; the next try waits longer
   } finally {

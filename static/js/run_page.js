@@ -6,7 +6,7 @@
 import { MetricChart, fetchSeries } from "./chart.js";
 import { drawHistogram, histogram } from "./histogram.js";
 import { FINAL, RunStream } from "./live.js";
-import { MODEL_PARTS, SENT_PARTS, STATUS_PARTS, aheadChanged, partsPending, refreshParts } from "./run_parts.js";
+import { SENT_PARTS, STATUS_PARTS, aheadChanged, partsPending, refreshModel, refreshParts } from "./run_parts.js";
 import { RunClock, isEvent, since } from "./run_time.js";
 import { chartLoading, updateChartPlaceholders, warmText } from "./run_waiting.js";
 import { el, fmt, getJSON, num, readJSONScript } from "./util.js";
@@ -405,7 +405,7 @@ function onFrame(frame) {
       }
     }
   }
-  if (frame.checkpoints?.length) refreshParts(MODEL_PARTS); // the Model button and box
+  if (frame.checkpoints?.length) refreshModel(); // the Model button and box
   let newAlert = false;
   for (const a of frame.alerts || []) newAlert = addAlert(a) || newAlert;
   if (newAlert) for (const c of charts) c.setAlerts(alertSteps);

@@ -50,15 +50,35 @@ export const partsPending = () => loading > 0;
 
 /** Take `selectors` from the page as the server renders it now (after a short pause,
  * so that parts asked for together come in one request). */
+// A burst of reasons (a status change with a checkpoint and new keys) is one request:
+// the first schedules it, later ones add their parts; requests come at most every
+// MIN_GAP_MS.
+const MIN_GAP_MS = 2000;
+let lastLoad = -Infinity;
+
 export function refreshParts(selectors) {
   for (const s of selectors) wanted.add(s);
-  if (!timer) loading += 1;
-  clearTimeout(timer);
-  timer = setTimeout(load, 150);
+  if (timer) return;
+  loading += 1;
+  timer = setTimeout(load, Math.max(150, lastLoad + MIN_GAP_MS - performance.now()));
+}
+
+// A kept checkpoint: the Model box once it has one to show, then at most every
+// MODEL_EVERY_MS for the newer ones (a run that keeps one every step would ask for
+// its page every step).
+const MODEL_EVERY_MS = 30000;
+let lastModel = -Infinity;
+
+export function refreshModel() {
+  const none = document.querySelector("[data-model] [data-model-none]");
+  if (!none && performance.now() - lastModel < MODEL_EVERY_MS) return;
+  lastModel = performance.now();
+  refreshParts(MODEL_PARTS);
 }
 
 async function load() {
   timer = 0;
+  lastLoad = performance.now();
   const selectors = [...wanted];
   wanted = new Set();
   const mine = ++asked;

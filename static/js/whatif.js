@@ -57,9 +57,18 @@ function changed(form) {
   const out = {};
   for (const input of form.querySelectorAll("[data-weight]")) {
     const w = weightOf(input);
+    if (input.hasAttribute("data-added") && !w) continue; // not added (as weights())
     if (w !== Number(input.dataset.original)) out[input.dataset.weight] = w;
   }
   return out;
+}
+
+// Do the weights asked for differ from the run's own?
+function differsFrom(form, sent) {
+  return Object.entries(sent).some(([key, w]) => {
+    const input = form.querySelector(`[data-weight="${CSS.escape(key)}"]`);
+    return !input || w !== Number(input.dataset.original);
+  });
 }
 
 function series(steps) {
@@ -150,7 +159,7 @@ function init(section) {
     if (mine !== asked) return;
     last = answer;
     result.hidden = false;
-    section.querySelector("[data-whatif-summary]").textContent = summary(last.total, Object.keys(changed(form)).length > 0);
+    section.querySelector("[data-whatif-summary]").textContent = summary(last.total, differsFrom(form, body.weights));
     section.querySelector("[data-whatif-notes]").textContent = notes(last);
     const rows = exampleRows(last);
     const table = section.querySelector("[data-whatif-examples]");

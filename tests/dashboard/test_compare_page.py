@@ -194,3 +194,32 @@ def test_a_run_keeps_its_colour_whatever_the_order(owner, owner_client, pair):
 
     assert colours(a, b) == colours(b, a) == {"a": 0, "b": 1}
     assert colours(c, b, a) == {"a": 0, "b": 1, "c": 2}
+
+
+def test_a_chart_key_that_holds_a_comma_is_kept_whole():
+    from dashboard.pages.compare import chart_keys
+
+    keys = ["reward", "lr", "acc,top5"]
+    assert chart_keys(["lr,reward", "acc,top5"], keys, ["reward"]) == (
+        ["lr", "reward", "acc,top5"],
+        "",
+    )
+
+
+def test_a_poll_reads_a_finished_runs_numbers_once(owner, owner_client, pair):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    live = external.do_create_external_run(owner, name="live", framework="trl")
+    external.do_ingest_events(
+        live, [{"type": "step", "step": 1, "metrics": {"reward": 0.1}}]
+    )
+    url = f"/compare/?runs={live.pk},{pair[0].pk},{pair[1].pk}&part=summary"
+    counts = []
+    for _ in range(2):
+        with CaptureQueriesContext(connection) as seen:
+            first = owner_client.get(url).content
+        counts.append(len(seen))
+    # The second poll reads only the live run's numbers; the page is the same.
+    assert counts[1] < counts[0]
+    assert owner_client.get(url).content == first

@@ -350,7 +350,11 @@ def test_a_rollout_whose_tokens_have_their_own_advantages_says_mean(
         "type": "trajectory", "step": 1, "group": 0, "index": 0, "task_id": "t",
         "reward": 1.0, "advantage": sum(advantages) / 3, "num_turns": 1, "length": 3,
         "rewards": {"total": 1.0, "components": {"outcome": 1.0}},
-        "segments": [{"turn": 0, "kind": "action", "text": "abc", "mask": None,
+        # The prompt's tokens hold 0 (context, not trained), as ours store them.
+        "segments": [{"turn": 0, "kind": "prompt", "text": "pq", "mask": "prompt",
+                      "token_ids": [7, 8], "tokens": ["p", "q"],
+                      "advantage": [None, 0.0]},
+                     {"turn": 0, "kind": "action", "text": "abc", "mask": None,
                       "token_ids": [1, 2, 3], "tokens": ["a", "b", "c"],
                       "advantage": advantages}],
     })  # fmt: skip

@@ -199,6 +199,12 @@ def _serial_clone(parent, evidence):
 
     Alert.objects.create(run=parent, step=5, detector="serial_collapse",
                          message="serial collapse", evidence=evidence)  # fmt: skip
+    # An earlier alert (re-armed since) on the other statistic: not the one repaired.
+    other = (
+        {"parallelism_late": 1.0} if "serial_late" in evidence else {"serial_late": 0.6}
+    )
+    Alert.objects.create(run=parent, step=2, detector="serial_collapse",
+                         message="serial collapse", evidence=other)  # fmt: skip
     clone = Run.objects.create(
         owner=parent.owner, name="repair", config=parent.config, parent=parent,
         repair={"detector": "serial_collapse", "alert_step": 5,

@@ -99,9 +99,9 @@ def duration(seconds: Any) -> str:
 # at its end), which is no measure of how long it trained. The run page's clock
 # (static/js/run_time.js) writes the same "—".
 ONE_BATCH = (
-    "its events arrived together (within a second, one batch): the time from its "
-    "first event to its last, which this measures, says nothing of how long it "
-    "trained"
+    "its events so far arrived within a second of each other (one batch, or one "
+    "event): the time from its first event to its last, which this measures, says "
+    "nothing of how long it trained"
 )
 
 
