@@ -37,7 +37,7 @@ from django.db import IntegrityError, transaction
 
 from dashboard import jsonsafe
 from dashboard.models import EntryReceipt, MetricPoint, Run, Trajectory, metric_keys
-from dashboard.runs import external
+from dashboard.runs import external, resent_tables
 from dashboard.runs.event_body import check_metric_values
 from dashboard.runs.services import InvalidConfig, ServiceError, check_name, check_text
 from trainer.importers import completions
@@ -292,6 +292,7 @@ def _log_events(run: Run, items: list[tuple[str, dict[str, Any]]]) -> list[dict]
                 entry["metrics"], step, run.framework, weights=weights, logged=logged
             )
         per_entry.append((where, evs))
+    per_entry, _ = resent_tables.drop_resent(run, per_entry)
     unplaced = {
         ev["step"]
         for _, evs in per_entry
