@@ -101,8 +101,10 @@ CHART_HELP: dict[str, tuple[str, str]] = {
     ),
     "critical": (
         "Critical steps (the latency path: orchestrator steps plus each stage's "
-        "slowest sub-agent) against all steps; parallelism: sub-agents per stage.",
-        "steps",
+        "slowest sub-agent) against all steps; parallelism: sub-agents per stage "
+        "that fanned out, 0 for an episode that launched none (a mean under 1 is "
+        "mostly episodes without sub-agents).",
+        "steps / sub-agents",
     ),
     "dropped": (
         "Groups whose rewards were all equal give no learning signal "

@@ -91,6 +91,9 @@ def compare(request: HttpRequest) -> HttpResponse:
         every.add(reward_names.REWARD)
     keys = sorted(every) or [reward_names.REWARD]
     sources = metric_sources(runs, logged, rewards, keys)
+    # The metric list offers each meaning once (our name): a chart of TRL's
+    # learning_rate is the lr chart (both names still open it from the URL).
+    options = [k for k in keys if k not in _aliases(runs, logged, rewards)]
     default_key = reward_names.REWARD if reward_names.REWARD in keys else keys[0]
     # Held-out evaluation overlaid too, when a run has it (trainer.evaluate).
     extra_keys = [k for k in ("eval/reward", "eval/pass@k") if k in keys]
@@ -133,7 +136,7 @@ def compare(request: HttpRequest) -> HttpResponse:
             "diff": comparison.rows,
             "matched": comparison.matched,  # another framework's settings lined up
             "other_keys": comparison.other,  # only in some configs: folded
-            "keys": keys,
+            "keys": options,
             "charts_param": ",".join(charts) if request.GET.getlist("charts") else None,
             "chart_notice": chart_notice,
             "tasks": tasks,
@@ -265,6 +268,19 @@ def _shown_key(key: str) -> str:
 
 
 # --- the same metric under each trainer's name -----------------------------------------
+
+
+def _aliases(
+    runs: Sequence[Run], logged: dict[Any, set[str]], rewards: dict[Any, str]
+) -> set[str]:
+    """A trainer's names of the metrics that have one of ours (its reward key too)."""
+    out = set()
+    for r in runs:
+        for k in logged[r.pk]:
+            name = metric_names.ours(r.framework, k) or k
+            if k == rewards[r.pk] or name != k:
+                out.add(k)
+    return out - {reward_names.REWARD}
 
 
 def metric_sources(

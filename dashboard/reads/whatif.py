@@ -45,8 +45,11 @@ def run_setup(run: Run) -> tuple[Any, Any, Any, int]:
 
     if run.external and run.framework != OUR_FRAMEWORK:
         raise ServiceError(
-            f"run: trained by {run.framework or 'another trainer'}, whose reward "
-            "weights and algorithm this server does not know"
+            f"run: trained by {run.framework or 'another trainer'}: what-if "
+            "recomputes advantages as our trainer's algorithm does (its group "
+            "normalisation, credit and reward components as configured), which "
+            "another trainer's run does not carry; its rollouts' scores and weights "
+            "are on its trajectory pages"
         )
     try:
         cfg = TrainConfig.model_validate(run.config)

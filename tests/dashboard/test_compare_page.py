@@ -179,6 +179,10 @@ def test_trl_learning_rate_lines_up_with_our_lr(owner, owner_client):
     assert runs["ours"]["sources"] == {"learning_rate": "lr", "train/reward": "reward"}
     assert runs["trl"]["sources"] == {"lr": "learning_rate", "train/reward": "reward"}
     assert runs["tb"]["sources"] == {"reward": "train/reward"}
+    # The metric list offers each meaning once, by our name.
+    offered = r.context["keys"]
+    assert "lr" in offered and "reward" in offered
+    assert "learning_rate" not in offered and "train/reward" not in offered
     # A chart of either name reads both runs' lines from where the sources say.
     api = f"/api/runs/{trl.pk}/metrics?keys=learning_rate"
     assert owner_client.get(api).json()["series"]["learning_rate"]["step"] == [1, 2]

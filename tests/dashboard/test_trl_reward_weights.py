@@ -176,3 +176,12 @@ def test_our_own_runs_components_chart_is_still_the_weighted_one(owner):
     run = seed_run(owner, name="ours", env="calc", steps=2)
     chart = charts_of(owner, run)["components"]
     assert chart["title"] == "Reward components (weighted)"
+
+
+def test_the_trajectories_list_shows_each_scores_weight(owner):
+    run = trl_run(owner)
+    page = client_for(owner).get(f"/runs/{run.pk}/trajectories/?step=1")
+    cards = page.content.decode()
+    # format_reward weighs 0.2 (said beside its score); accuracy_reward 1 (nothing).
+    assert cards.count("data-weight>× 0.2</span>") == 4
+    assert "× 1<" not in cards

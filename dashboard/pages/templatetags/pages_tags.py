@@ -229,6 +229,15 @@ def in_order(values: Any, order: Any) -> list[tuple[str, Any]]:
 
 
 @register.filter
+def weight_of(rewards: Any, name: Any) -> float | None:
+    """What component ``name`` weighs in the reward, when the rollout was stored
+    with its raw score and weight (a TRL run's), else None (ours are weighted)."""
+    from dashboard.pages.reward_weights import stored
+
+    return stored(rewards).get(str(name))
+
+
+@register.filter
 def breakable(value: Any) -> SafeString:
     """A snake_case name that may wrap after its underscores in a narrow column
     (``single_search_<wbr>exit_<wbr>penalty``), not mid-word; escaped first."""
