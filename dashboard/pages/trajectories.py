@@ -65,6 +65,13 @@ def _filter_errors(params: Any) -> dict[str, str]:
             f"{name}: \u201c{raw[:40]}\u201d is not a number; the {label} filter "
             "is off."
         )
+    for what in ("reward", "length"):  # a range no rollout can be in
+        low, high = (trajs.filter_number(params, f"{what}_{e}") for e in ("min", "max"))
+        if low is not None and high is not None and low > high:
+            errors[f"{what}_min"] = (
+                f"{what}_min: {low:g} is above {what}_max {high:g}, so no rollout "
+                "passes both."
+            )
     return errors
 
 

@@ -242,7 +242,8 @@ class Group:
     hidden: int = 0
 
 
-def _num(params: Any, name: str) -> float | None:
+def filter_number(params: Any, name: str) -> float | None:
+    """The number the filter ``name`` of ``params`` applies, or None."""
     try:
         value = float(params.get(name, ""))
     except (TypeError, ValueError):
@@ -253,7 +254,7 @@ def _num(params: Any, name: str) -> float | None:
 def number_param(params: Any, name: str) -> bool:
     """Whether the filter ``name`` of ``params`` is a number it applies
     (:func:`step_groups` leaves any other value off)."""
-    return _num(params, name) is not None
+    return filter_number(params, name) is not None
 
 
 # A trajectory has token data when its length was counted or it has per-token
@@ -284,8 +285,11 @@ def filtered_groups(run: Run, step: int, params: Any) -> tuple[list[Group], int,
         .annotate(token_data=ExpressionWrapper(TOKEN_DATA, BooleanField()))
         .order_by("group", "index")
     )
-    lo, hi = _num(params, "reward_min"), _num(params, "reward_max")
-    len_lo, len_hi = _num(params, "length_min"), _num(params, "length_max")
+    lo, hi = filter_number(params, "reward_min"), filter_number(params, "reward_max")
+    len_lo, len_hi = (
+        filter_number(params, "length_min"),
+        filter_number(params, "length_max"),
+    )
     sign = params.get("sign") or ""
     dropped = params.get("dropped") or ""
     groups: dict[int, Group] = {}

@@ -53,3 +53,13 @@ def test_good_and_blank_values_say_nothing_and_several_bad_ones_each_say_so(owne
     assert "“1e999” is not a number; the Length ≤ filter is off." in html
     escaped = c.get(f"{url}&reward_max=<b>x").content.decode()
     assert "“&lt;b&gt;x” is not a number" in escaped and "<b>x" not in escaped
+
+
+def test_a_range_no_rollout_can_be_in_says_so(owner, run):
+    c = client_for(owner)
+    html = c.get(f"/runs/{run.pk}/trajectories/?step=3&reward_min=0.3&reward_max=0.1")
+    assert "reward_min: 0.3 is above reward_max 0.1, so no rollout passes both." in (
+        html.content.decode()
+    )
+    fine = c.get(f"/runs/{run.pk}/trajectories/?step=3&reward_min=0.1&reward_max=0.3")
+    assert "no rollout passes both" not in fine.content.decode()

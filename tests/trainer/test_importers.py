@@ -45,6 +45,28 @@ def test_a_missing_events_file_is_a_clear_error(dash, tmp_path, capsys):
     assert "nope.jsonl: no such file" in capsys.readouterr().err
 
 
+def test_a_gzipped_events_file_replays_and_a_binary_one_says_what_it_is_not(
+    dash, tmp_path, capsys
+):
+    import gzip
+
+    events = [
+        {"type": "run_started", "config": {"name": "zipped"}, "start_step": 0},
+        {"type": "step", "step": 1, "metrics": {"reward": 0.5}},
+    ]
+    text = "".join(json.dumps(e) + "\n" for e in events)
+    (tmp_path / "events.jsonl.gz").write_bytes(gzip.compress(text.encode()))
+    args = ["import", str(tmp_path / "events.jsonl.gz"), "--report-to", dash.url]
+    assert main([*args, "--spool", str(tmp_path / "spool")]) == 0
+    assert dash.events() == events
+    (tmp_path / "noise.jsonl").write_bytes(b"\x8b\xff\x00 not text")
+    args = ["import", str(tmp_path / "noise.jsonl"), "--report-to", dash.url]
+    assert main([*args, "--spool", str(tmp_path / "spool2")]) == 2
+    assert (
+        "noise.jsonl: not UTF-8 JSON lines, nor gzip of them" in capsys.readouterr().err
+    )
+
+
 def verl_record(step, prompt, output, score, acc):
     return {
         "input": prompt,

@@ -11,10 +11,11 @@ that had ended, the closing ``run_finished``) the header stands for, and
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from trainer.spool import spool_files
 
@@ -36,22 +37,43 @@ def event_files(path: str | Path) -> list[Path]:
     return [path]
 
 
+def _open(file: Path) -> IO[str]:
+    """The file as text: gzip-compressed (``events.jsonl.gz``, as the export's
+    download and the events API take it) or not, told by its first bytes."""
+    with file.open("rb") as fh:
+        gzipped = fh.read(2) == b"\x1f\x8b"
+    if gzipped:
+        return gzip.open(file, "rt", encoding="utf-8")
+    return file.open(encoding="utf-8")
+
+
 def read_events(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Every event, in order; a line that is not a JSON object names its line."""
+    """Every event, in order; a line that is not a JSON object names its line, a
+    file that is not UTF-8 text (or gzip of it) says so."""
     for file in event_files(path):
-        with file.open(encoding="utf-8") as fh:
-            for number, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError as exc:
-                    if not line.endswith("\n"):
-                        break  # a torn last line: the writer was killed mid-line
-                    raise BadEventsFile(f"{file}: line {number}: {exc}") from None
-                if not isinstance(event, dict) or "type" not in event:
-                    raise BadEventsFile(f"{file}: line {number}: not an event object")
-                yield event
+        try:
+            yield from _events_of(file)
+        except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as exc:
+            raise BadEventsFile(
+                f"{file}: not UTF-8 JSON lines, nor gzip of them ({exc})"
+            ) from None
+
+
+def _events_of(file: Path) -> Iterator[dict[str, Any]]:
+    """Its events, in order (see :func:`read_events`)."""
+    with _open(file) as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError as exc:
+                if not line.endswith("\n"):
+                    break  # a torn last line: the writer was killed mid-line
+                raise BadEventsFile(f"{file}: line {number}: {exc}") from None
+            if not isinstance(event, dict) or "type" not in event:
+                raise BadEventsFile(f"{file}: line {number}: not an event object")
+            yield event
 
 
 FINISHED = ("succeeded", "failed", "cancelled")
