@@ -45,10 +45,12 @@ class Segment:
     branch: int | None = None  # of a branched conversation (prime-rl's traces)
     fork: str = ""  # on a branch's first segment: where it leaves the others
 
+    single: bool = False  # the one answer of a single-turn rollout without tools
+
     @property
     def label(self) -> str:
         if self.kind == "action":
-            return "thought / tool call"
+            return "completion" if self.single else "thought / tool call"
         return OBSERVATION_LABELS.get(self.kind, self.kind)
 
 
@@ -217,6 +219,9 @@ def build(
     rollout stored without them whose scores add up only weighted."""
     segments = _segments(t, page)
     _forks(segments, t.facts)
+    answered = [s for s in segments if s.kind != "prompt"]
+    if len(answered) == 1 and answered[0].kind == "action" and not t.agent_steps:
+        answered[0].single = True  # a prompt and its completion: no tools, one turn
     rewards = t.rewards if isinstance(t.rewards, dict) else {}
     per_step = (
         rewards.get("per_step") if isinstance(rewards.get("per_step"), dict) else {}

@@ -185,3 +185,10 @@ def test_the_trajectories_list_shows_each_scores_weight(owner):
     # format_reward weighs 0.2 (said beside its score); accuracy_reward 1 (nothing).
     assert cards.count("data-weight>× 0.2</span>") == 4
     assert "× 1<" not in cards
+
+
+def test_a_plain_completion_is_labelled_as_one(owner):
+    run = trl_run(owner)
+    page = client_for(owner).get(f"/runs/{run.pk}/trajectories/1/0/0/").content
+    assert b'<div class="seg-label">completion' in page
+    assert b"thought / tool call" not in page
