@@ -28,6 +28,23 @@ def client_for(user):
     return client
 
 
+def trackio_bulk_log(token: str, logs: list[dict]) -> dict:
+    """``logs`` posted to ``/trackio/api/bulk_log`` as trackio's client posts them;
+    its answer, asserted to carry no error."""
+    import json
+
+    from django.test import Client
+
+    answer = Client().post(
+        "/trackio/api/bulk_log",
+        json.dumps({"args": [], "kwargs": {"logs": logs}}),
+        content_type="application/json",
+        headers={"X-Trackio-Write-Token": token},
+    )
+    assert answer.json()["error"] is None, answer.content
+    return answer.json()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,14 +6,13 @@ that table sent again, and is dropped; a table with any new row is kept."""
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
-from django.test import Client
 
 from dashboard.models import Run, Trajectory
 from dashboard.site import tokens
+from tests.dashboard.dashtest import trackio_bulk_log
 
 pytestmark = pytest.mark.django_db
 
@@ -45,13 +44,7 @@ def send(owner):
             {**base, "metrics": m, "log_id": uuid.uuid4().hex}
             for m in metrics_of_entries
         ]
-        answer = Client().post(
-            "/trackio/api/bulk_log",
-            json.dumps({"args": [], "kwargs": {"logs": logs}}),
-            content_type="application/json",
-            headers={"X-Trackio-Write-Token": token},
-        )
-        assert answer.json()["error"] is None, answer.json()
+        trackio_bulk_log(token, logs)
         return Run.objects.get(external_id=base["run_id"])
 
     return post

@@ -15,8 +15,7 @@ import re
 import uuid
 
 import pytest
-from dashtest import client_for
-from django.test import Client
+from dashtest import client_for, trackio_bulk_log
 
 from dashboard.models import Run, Trajectory
 from dashboard.site import tokens
@@ -70,13 +69,7 @@ def trl_run(owner, *, config=CONFIG) -> Run:
     ]
     for e in logs:
         e["log_id"] = uuid.uuid4().hex
-    answer = Client().post(
-        "/trackio/api/bulk_log",
-        json.dumps({"args": [], "kwargs": {"logs": logs}}),
-        content_type="application/json",
-        headers={"X-Trackio-Write-Token": token},
-    )
-    assert answer.json()["error"] is None, answer.content
+    trackio_bulk_log(token, logs)
     return Run.objects.get(external_id=run_id)
 
 

@@ -5,17 +5,16 @@ tooltip saying why, not "0s"."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from dashboard.models import Run
 from dashboard.pages.templatetags.pages_tags import ONE_BATCH
 from dashboard.site import tokens
+from tests.dashboard.dashtest import trackio_bulk_log
 
 pytestmark = pytest.mark.django_db
 
@@ -38,13 +37,7 @@ def one_batch(owner):
         }
         for s in range(5)
     ]
-    answer = Client().post(
-        "/trackio/api/bulk_log",
-        json.dumps({"args": [], "kwargs": {"logs": logs}}),
-        content_type="application/json",
-        headers={"X-Trackio-Write-Token": token},
-    )
-    assert answer.json()["error"] is None, answer.json()
+    trackio_bulk_log(token, logs)
     return Run.objects.get(external_id=run_id)
 
 
