@@ -130,20 +130,25 @@ def test_a_live_run_is_followed_and_charts_stay_in_the_url(live, runs, page, sho
     page.wait_for_selector("[data-compare-chart='reward'][data-ready]")
     assert page.evaluate(STEPS.format(run=trl)) == "84/200"
 
-    # 4. learning_rate with our lr, each line naming its key.
-    page.select_option("[data-compare-key]", "learning_rate")
+    # 4. learning_rate with our lr, each line naming its key; the metric list offers
+    # the meaning once, by our name.
+    offered = page.eval_on_selector_all(
+        "[data-compare-key] option", "os => os.map(o => o.value)"
+    )
+    assert "lr" in offered and "learning_rate" not in offered
+    page.select_option("[data-compare-key]", "lr")
     page.click("[data-add-chart]")
-    page.wait_for_selector("[data-compare-chart='learning_rate'][data-ready]")
-    legend = dict(page.evaluate(LEGEND, "learning_rate"))
+    page.wait_for_selector("[data-compare-chart='lr'][data-ready]")
+    legend = dict(page.evaluate(LEGEND, "lr"))
     assert set(legend) == {"trl-live (learning_rate)", "swarm-a (lr)"}, legend
     chart = "window.__compareMetricCharts.find(c => c.yTitle === '{key}')"
-    present = page.evaluate(f"{chart.format(key='learning_rate')}.present")
+    present = page.evaluate(f"{chart.format(key='lr')}.present")
     assert present == [True, True]
-    assert "swarm-a: lr" in page.inner_text(
-        "[data-compare-chart='learning_rate'] [data-chart-sources]"
+    assert "trl-live: learning_rate" in page.inner_text(
+        "[data-compare-chart='lr'] [data-chart-sources]"
     )
     # 3. kept in the URL, and in the task form.
-    assert page.url.endswith("&charts=reward,learning_rate")
+    assert page.url.endswith("&charts=reward,lr")
     ui.shot(page, shots, "compare_walk_lr_lined_up")
 
     # 2. It trains on: the summary and the reward line follow it.
@@ -174,16 +179,13 @@ def test_a_live_run_is_followed_and_charts_stay_in_the_url(live, runs, page, sho
 
     # 3. A reload (a shared link) opens the same charts.
     page.reload()
-    page.wait_for_selector("[data-compare-chart='learning_rate'][data-ready]")
+    page.wait_for_selector("[data-compare-chart='lr'][data-ready]")
     shown = page.eval_on_selector_all(
         "[data-compare-chart]", "cs => cs.map(c => c.dataset.compareChart)"
     )
-    assert shown == ["reward", "learning_rate"]
+    assert shown == ["reward", "lr"]
     page.click("[data-compare-chart='reward'] h3 button")
-    assert (
-        "charts=learning_rate" in page.url
-        and "reward" not in page.url.split("charts=")[1]
-    )
+    assert "charts=lr" in page.url and "reward" not in page.url.split("charts=")[1]
     page.guard.check()
 
 

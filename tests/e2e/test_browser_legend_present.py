@@ -39,6 +39,9 @@ def test_the_legend_lists_the_keys_that_have_points(scripted_live, page, ui):
     step(1, reward=1.0, loss=0.5)
     page.goto(f"{base}/runs/{run}/")
     ui.until(page, "document.querySelector('[data-chart=loss] .u-legend')", 20)
+    # Each chart's points come in their own answer (the reward chart's first).
+    for chart in ("reward", "loss"):
+        ui.until(page, f"{LEGEND.format(chart=chart)}.length > 1", 20)
     assert page.evaluate(LEGEND.format(chart="reward")) == ["step", "reward"]
     assert page.evaluate(LEGEND.format(chart="loss")) == ["step", "loss"]
 
