@@ -3,14 +3,11 @@
 // summary again (?part=summary, the server's own table, parsed and imported: no HTML
 // assembled here) every data-live-every-ms and shows it; then it tells compare.js
 // which runs were live ("compare:refreshed"), whose lines are read again. One request
-// at a time, none while the tab is hidden, slower after each failure (up to 16
-// intervals apart), and none once no row is live: the last refresh shows the run's
-// end (its final step and status).
+// at a time, none while the tab is hidden, slower after each failure, and none once
+// no row is live (live_poll.js): the last refresh shows the run's end (its final
+// step and status).
 
-const MAX_BACKOFF = 16;
-let failures = 0;
-let timer = 0;
-let inFlight = false;
+import { livePoller } from "./live_poll.js";
 
 const summary = () => document.querySelector("[data-compare-summary]");
 const liveIds = () => [...(summary()?.querySelectorAll("[data-live-row]") || [])].map((r) => r.dataset.runRow);
@@ -24,9 +21,7 @@ function every() {
   return ms > 0 ? ms : 5000;
 }
 
-async function poll() {
-  if (inFlight) return;
-  inFlight = true;
+async function load() {
   const before = liveIds();
   try {
     const url = new URL(window.location.href);
@@ -39,30 +34,15 @@ async function poll() {
     const old = summary();
     const changed = !old.isEqualNode(fresh);
     if (changed) old.replaceWith(document.importNode(fresh, true));
-    failures = 0;
     bump("comparePolls");
     // The runs live before or now (one that just ended shows its last steps too),
     // when a row moved: a run still queued has no new line to read.
     const runs = [...new Set([...before, ...liveIds()])];
     if (changed) document.dispatchEvent(new CustomEvent("compare:refreshed", { detail: { runs } }));
+    return true;
   } catch {
-    failures += 1; // a reload shows it; the next try waits longer
-  } finally {
-    inFlight = false;
-    schedule();
+    return false;
   }
 }
 
-/** The next look, if any run is live; the tab hidden, the look waits for its return. */
-function schedule() {
-  clearTimeout(timer);
-  const live = liveIds().length > 0;
-  document.body.dataset.compareLive = live ? "on" : "off";
-  if (!live) return;
-  timer = setTimeout(() => {
-    if (document.hidden) document.addEventListener("visibilitychange", poll, { once: true });
-    else poll();
-  }, every() * Math.min(MAX_BACKOFF, 2 ** failures));
-}
-
-schedule();
+livePoller({ isLive: () => liveIds().length > 0, every, load, flag: "compareLive" }).schedule();

@@ -5,7 +5,10 @@
 // .page-head) and shows the fresh counts, banner and rows in place: one request at a
 // time, none while the tab is hidden, slower after each failure, and no more once no
 // row is live. The new nodes are the server's own, parsed and imported, never HTML
-// assembled here; the compare boxes keep their ticks and the focused row its focus.
+// assembled here; the compare boxes keep their ticks and the focused row its focus
+// (the asking: live_poll.js).
+
+import { livePoller } from "./live_poll.js";
 
 const boxes = () => [...document.querySelectorAll("[data-compare-box]")];
 const button = document.querySelector("[data-compare-button]");
@@ -43,11 +46,6 @@ document.addEventListener("keydown", (e) => {
 update();
 
 // ---- Live rows ----
-
-const MAX_BACKOFF = 16; // after failures, wait up to 16 intervals between tries
-let inFlight = null;
-let failures = 0;
-let timer = 0;
 
 const rowIds = (root) => [...root.querySelectorAll("[data-run-row]")].map((r) => r.dataset.runRow);
 // What a region holds besides its rows' cells: which rows, in which order, and its
@@ -120,26 +118,12 @@ async function load() {
     const page = new DOMParser().parseFromString(await r.text(), "text/html");
     if (page.body?.dataset.page !== document.body.dataset.page) throw new Error("another page");
     apply(page);
-    failures = 0;
     bump("rowsPolls");
     document.dispatchEvent(new CustomEvent("runs:refreshed"));
     return true;
   } catch {
-    failures += 1; // a reload shows it; the next try waits longer
     return false;
   }
-}
-
-/** Fetch the page and show it; a call while a fetch is under way shares that fetch.
- * Resolves to whether the page was shown. */
-export function refresh() {
-  if (!inFlight) {
-    inFlight = load().finally(() => {
-      inFlight = null;
-      schedule();
-    });
-  }
-  return inFlight;
 }
 
 function every() {
@@ -147,16 +131,15 @@ function every() {
   return ms > 0 ? ms : 5000;
 }
 
-/** The next look, if any row is live; the tab hidden, the look waits for its return. */
-function schedule() {
-  clearTimeout(timer);
-  const live = Boolean(document.querySelector("[data-live-row]"));
-  document.body.dataset.rowsLive = live ? "on" : "off";
-  if (!live) return;
-  timer = setTimeout(() => {
-    if (document.hidden) document.addEventListener("visibilitychange", refresh, { once: true });
-    else refresh();
-  }, every() * Math.min(MAX_BACKOFF, 2 ** failures));
-}
+const poller = livePoller({
+  isLive: () => Boolean(document.querySelector("[data-live-row]")),
+  every,
+  load,
+  flag: "rowsLive",
+});
 
-schedule();
+/** Fetch the page and show it; a call while a fetch is under way shares that fetch.
+ * Resolves to whether the page was shown. */
+export const refresh = poller.refresh;
+
+poller.schedule();
