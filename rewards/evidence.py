@@ -210,14 +210,19 @@ def _no_signal(row: Row, ev: Mapping[str, Any], cfg: DetectorConfig) -> str | No
     # ``group_zero_std``: every rollout of this one's group got the same reward.
     if _num(row, "group_zero_std") != 1.0:
         return None
-    reward = _num(row, "reward")
-    same = f" ({reward:g})" if reward is not None else ""
-    return f"its group's rewards were all equal{same}"
+    reward, size = _num(row, "reward"), _num(row, "group_size")
+    got = f"got {reward:g}" if reward is not None else "got the same reward"
+    if size == 2:
+        return f"both rollouts of its group {got}"
+    if size is not None and size > 2:
+        return f"all {size:g} rollouts of its group {got}"
+    return f"every rollout of its group {got}"
 
 
 def mark_equal_groups(rows: Sequence[dict[str, Any]], groups: Sequence[int]) -> None:
     """Set ``group_zero_std`` on each row (1.0: its group, of at least two rollouts,
-    got one reward; 0.0: not), from the rows' ``reward`` and their group ids."""
+    got one reward; 0.0: not) and ``group_size`` (its group's rollouts here), from the
+    rows' ``reward`` and their group ids."""
     by_group: dict[int, list[float | None]] = {}
     for row, g in zip(rows, groups, strict=True):
         by_group.setdefault(g, []).append(_num(row, "reward"))
@@ -227,3 +232,4 @@ def mark_equal_groups(rows: Sequence[dict[str, Any]], groups: Sequence[int]) -> 
             len(values) > 1 and None not in values and max(values) - min(values) <= 1e-6  # type: ignore[type-var]
         )
         row["group_zero_std"] = 1.0 if equal else 0.0
+        row["group_size"] = float(len(values))

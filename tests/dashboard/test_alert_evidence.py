@@ -214,6 +214,7 @@ def test_the_servers_evidence_reads_a_trajectorys_own_metrics_and_judges(api):
         "judge/score": pytest.approx(0.7),
         "reward": 0.0,  # what no_learning_signal's evidence compares within a group
         "group_zero_std": 0.0,  # a group of one rollout: no verdict
+        "group_size": 1.0,
     }
 
 

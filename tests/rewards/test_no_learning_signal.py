@@ -46,6 +46,11 @@ def test_the_evidence_names_the_rollouts_of_equal_groups():
     mark_equal_groups(rows, [0, 0, 1, 1, 2])  # group 2 has one rollout: no verdict
     picked, matched = pick("no_learning_signal", rows, {}, CFG)
     assert [i for i, _ in picked] == [0, 1] and matched == 2
+    assert [why for _, why in picked] == ["both rollouts of its group got 1"] * 2
+    rows = [{"reward": 0.0} for _ in range(3)] + [{}, {}]
+    mark_equal_groups(rows, [0, 0, 0, 1, 1])  # group 1: no reward, no verdict
+    picked, _ = pick("no_learning_signal", rows, {}, CFG)
+    assert [why for _, why in picked] == ["all 3 rollouts of its group got 0"] * 3
 
 
 def test_the_threshold_is_a_setting():
@@ -71,8 +76,6 @@ def test_a_run_whose_reward_never_varies_raises_the_alert_in_the_loop():
     assert alerts and alerts[0]["step"] <= 10
     # its evidence: the rollouts of equal groups (here, every rollout of the step)
     named = alerts[0]["trajectories"]
-    assert (
-        len(named) == 4 and named[0]["why"] == "its group's rewards were all equal (0)"
-    )
+    assert len(named) == 4 and named[0]["why"] == "both rollouts of its group got 0"
     steps = sink.of_type("step")
     assert all(s["metrics"]["frac_reward_zero_std"] == 1.0 for s in steps)
