@@ -7,7 +7,9 @@ TRL's ``train/`` metrics, then its completions table (``step``, ``prompt``,
 ``completion``, one column per reward function, ``advantage``: two prompts, two
 completions each). Step ``s`` has rewards that a test can work out by hand:
 ``acc`` is 1 for the first completion of each prompt and 0 for the second, ``fmt``
-is ``0.5``, the advantage is ``+s/10`` and ``-s/10``.
+is ``0.5``, the advantage is ``+s/10`` and ``-s/10``. At the end, as TRL's log call at
+the end of training does, the run's summary metrics at the last step, then the last
+step's table again.
 
 ``--rows N``: steps to log (20). ``--pause-at-block``: log steps until the first 32 KiB
 block of the transaction log is on disk (wandb writes the log a block at a time), write
@@ -23,20 +25,31 @@ import time
 from pathlib import Path
 
 
-def log_step(run, step: int) -> None:
-    run.log(
-        {
-            "train/reward": 0.1 * step,
-            "train/reward_std": 0.5,
-            "train/rewards/acc/mean": 0.5,
-            "train/rewards/fmt/mean": 0.5,
-            "train/kl": 0.01 * step,
-            "train/loss": 0.2,
-            "train/learning_rate": 1e-5,
-            "train/completions/mean_length": 12.0,
-            "train/global_step": step,
-        }
-    )
+def log_step(run, step: int, end: bool = False) -> None:
+    """Step ``step``'s metrics and table; ``end``: TRL's log call at the end of
+    training instead, at the last step: its summary metrics, then the same table."""
+    if end:
+        run.log(
+            {
+                "train/train_runtime": 12.5,
+                "train/train_loss": 0.2,
+                "train/global_step": step,
+            }
+        )
+    else:
+        run.log(
+            {
+                "train/reward": 0.1 * step,
+                "train/reward_std": 0.5,
+                "train/rewards/acc/mean": 0.5,
+                "train/rewards/fmt/mean": 0.5,
+                "train/kl": 0.01 * step,
+                "train/loss": 0.2,
+                "train/learning_rate": 1e-5,
+                "train/completions/mean_length": 12.0,
+                "train/global_step": step,
+            }
+        )
     import wandb
 
     rows = []
@@ -84,6 +97,7 @@ def main() -> None:
     for _ in range(args.rows):
         step += 1
         log_step(run, step)
+    log_step(run, step, end=True)
     run.summary["best_reward"] = 0.1 * step
     run.finish(exit_code=args.exit_code)
 

@@ -26,6 +26,7 @@ the run ends. Pure: no Django; ``wandb`` is imported only to decode records
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -161,6 +162,7 @@ class WandbReader:
         self._system: dict[str, Any] = {}
         self._groups_at: dict[int, int] = {}
         self._tables_sent: set[tuple[str, int]] = set()
+        self._tables_read: set[tuple[str, int, str]] = set()  # key, step, rows' digest
         self._waiting: list[tuple[str, dict, int]] = []  # tables not on disk yet
 
     @property
@@ -261,6 +263,15 @@ class WandbReader:
             self._waiting.append((key, ref, step))
             return []
         table = json.loads(path.read_text(encoding="utf-8"))
+        # TRL logs its completions table on every log call, and the one at the end of
+        # training comes at the last step: the same rows again, in a table file of its
+        # own. A table whose rows were read at this step already is that copy (another
+        # table at the step, evaluation's, has rows of its own and is kept).
+        rows = json.dumps([table.get("columns"), table.get("data")], sort_keys=True)
+        read = (key, step, hashlib.sha256(rows.encode()).hexdigest())
+        if read in self._tables_read:
+            return []
+        self._tables_read.add(read)
         weights = self.config.get("reward_weights")
         logged = completions.logged_rewards(self._history_keys)
         found = wandb_tables.samples(table, step=step, weights=weights, logged=logged)
