@@ -235,6 +235,9 @@ def trajectory(
             "prev_url": link(siblings[pos - 1]) if pos > 0 else "",
             "next_url": link(siblings[pos + 1]) if pos < len(siblings) - 1 else "",
             "heatmap": _heatmap_data(page),
+            # Tokens to colour (a trainer that sent text only stored none: the colour
+            # controls would change nothing).
+            "colourable": page.tokens > 0,
             "advantage_range": _advantage_range(page),
             "series": _series_names(page),
             "answers": trajview.answers(t.facts, t.rewards),

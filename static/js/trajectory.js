@@ -25,9 +25,12 @@ const ms = performance.now() - t0;
 document.body.dataset.heatMs = ms.toFixed(1);
 document.body.dataset.heatTokens = String(heat.tokenCount);
 showHeat(true);
-scaleText.textContent = `±${fmt(scale, 3)}`;
-status.textContent = `${heat.tokenCount} tokens in all (prompt, actions and tool answers)` // the drawing time: body.dataset.heatMs
-  + (heat.idsOnly ? " · shown by token id (import with --tokenizer to read them as text)" : "");
+// A page recorded as text only has no colour controls (the page says so instead).
+if (scaleText) scaleText.textContent = `±${fmt(scale, 3)}`;
+if (status) {
+  status.textContent = `${heat.tokenCount} tokens in all (prompt, actions and tool answers)` // the drawing time: body.dataset.heatMs
+    + (heat.idsOnly ? " · shown by token id (import with --tokenizer to read them as text)" : "");
+}
 
 document.querySelector("[data-colour-by]")?.addEventListener("change", (e) => {
   const s = heat.recolour(e.target.value);

@@ -284,6 +284,11 @@ def test_text_only_trajectories_say_no_token_data_rather_than_length_0(
     assert detail.context["token_data"] is False
     assert b"data-no-token-data>no token data" in detail.content
     assert b"0 tokens" not in detail.content
+    # nothing to colour: no colour controls, and the page says why
+    assert b"data-colour-by" not in detail.content
+    assert (
+        b"data-text-only>Recorded as text: the trainer sent no tokens" in detail.content
+    )
     run_page = owner_client.get(f"/runs/{reported.pk}/").content.decode()
     assert "no token data sent (text only)" in run_page
     assert "token arrays on" not in run_page
