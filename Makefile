@@ -24,8 +24,11 @@ run: setup
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py serve --host $(HOST) --port $(PORT) --demo
 
+# The suite on every core (pytest-xdist): a test file stays on one process, so its
+# module-scoped servers, browsers and models are built once. TEST_JOBS=0: one process.
+TEST_JOBS ?= auto
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow and not browser and not services"

@@ -304,7 +304,11 @@ def repair_live(tmp_path_factory):
     s.stop()
 
 
-@pytest.fixture(scope="session")
+# One browser a test module: Playwright's sync API runs an event loop in this thread
+# while it is open, and Django refuses database calls where a loop runs. Run in
+# parallel (``make test``'s pytest-xdist), a worker that has run a browser module
+# goes on to the platform's tests, which would all fail with a session's browser open.
+@pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
 
