@@ -1,8 +1,8 @@
 """Charts explain themselves (issue 22.10b, 22.11), as a newcomer with a TRL run and a
 native run meets them: a line of help and axis titles on every chart, TRL's loss and
 grad norm (40x-4000x apart) on two y axes, an end-of-training table instead of
-one-point series, a task history of a single step drawing its point, and a chart
-read with the keyboard alone."""
+one-point series, a text-only completion without token colours, a task history of a
+single step drawing its point, and a chart read with the keyboard alone."""
 
 from __future__ import annotations
 
@@ -104,6 +104,12 @@ def test_a_trl_run_page_explains_its_charts(live, page, shots, ui):
     head = page.locator("section[aria-label='group 0'] [data-diverge]").inner_text()
     assert head == "3 distinct completions of 4"
     ui.shot(page, shots, "explain_02_trl_groups")
+    # One of its completions: text only, so nothing to colour tokens by, and it says so
+    assert page.goto(f"{live.url}/runs/{trl}/trajectories/3/0/3/").ok
+    assert page.locator("[data-colour-by]").count() == 0
+    assert "the trainer sent no tokens" in page.locator("[data-text-only]").inner_text()
+    assert page.get_by_text("four", exact=True).first.is_visible()
+    ui.shot(page, shots, "explain_02b_trl_text_only")
 
 
 def test_charts_are_read_with_the_keyboard(live, page, shots, ui):

@@ -27,6 +27,9 @@ quick = mine.filter(name__startswith='demo: calc').latest('created_at')
 long = mine.filter(name__startswith='demo: swarm').latest('created_at')
 Run.objects.filter(pk=quick.pk).update(status='succeeded', last_step=200)
 Run.objects.filter(pk=long.pk).update(status='running', last_step=37)
+# The moment is one where only the demo trains: an external run an earlier test
+# left sending (in this worker's server, whichever tests ran before) has finished.
+Run.objects.filter(external=True, status='running').update(status='succeeded')
 print(json.dumps(str(long.pk)))
 """
 
