@@ -25,10 +25,12 @@ run: setup
 	$(BIN)/python manage.py serve --host $(HOST) --port $(PORT) --demo
 
 # The suite on every core (pytest-xdist): a test file stays on one process, so its
-# module-scoped servers, browsers and models are built once. TEST_JOBS=0: one process.
+# module-scoped servers, browsers and models are built once; files are handed out in
+# the order tests/conftest.py puts them (the long ones first), not by their number of
+# tests. TEST_JOBS=0: one process.
 TEST_JOBS ?= auto
 test: setup
-	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow and not browser and not services"

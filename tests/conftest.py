@@ -7,6 +7,27 @@ import sys
 import pytest
 
 
+def pytest_collection_modifyitems(config, items):
+    """The long test files first: those that need the services (a Celery worker, a
+    killed process, a Redis outage), then the slow and browser ones, each file's tests
+    in their order. Run a process per core (``make test``, pytest-xdist hands out a
+    file at a time), the few-test files that take minutes no longer come last, with
+    one process working and the other idle."""
+
+    def weight(item) -> int:
+        marks = {m.name for m in item.iter_markers()}
+        return 0 if "services" in marks else 1 if marks & {"slow", "browser"} else 2
+
+    def file_of(item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    weights: dict[str, int] = {}  # by file, in the order collected
+    for item in items:
+        weights[file_of(item)] = min(weights.get(file_of(item), 2), weight(item))
+    order = {path: (w, i) for i, (path, w) in enumerate(weights.items())}
+    items.sort(key=lambda item: order[file_of(item)])
+
+
 @pytest.fixture
 def plugin_sandbox():
     """Put the registries, the run schema and the plugin loader back as they were

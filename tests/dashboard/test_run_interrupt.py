@@ -25,6 +25,7 @@ def interrupt():
     execution._interrupted.clear()
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_stops_at_its_next_step_and_resumes_later(
     owner, tiny_config, fake_runner, enqueued, published, monkeypatch, interrupt
 ):

@@ -61,6 +61,7 @@ def test_a_llama_layers_mlp_and_norms_are_compiled_not_its_attention():
     assert parts == [layer.mlp, layer.input_layernorm, layer.post_attention_layernorm]
 
 
+@pytest.mark.slow
 @covers("optim.compile")
 def test_a_compiled_update_trains_as_the_eager_one_through_compiled_parts(
     tmp_path, spied
@@ -86,6 +87,7 @@ def test_a_compiled_update_trains_as_the_eager_one_through_compiled_parts(
         torch.testing.assert_close(got[name], w, atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
 def test_a_part_that_fails_to_compile_runs_the_update_eagerly(
     tmp_path, spied, monkeypatch, caplog
 ):
@@ -107,6 +109,7 @@ def test_a_part_that_fails_to_compile_runs_the_update_eagerly(
         assert torch.equal(fell_back.weights()[name], w), name
 
 
+@pytest.mark.slow
 def test_a_failure_in_a_later_micro_batch_runs_the_whole_minibatch_again_eagerly(
     tmp_path, spied, monkeypatch
 ):
@@ -176,6 +179,7 @@ def test_fsdp_and_models_without_repeated_layers_run_eagerly(caplog):
     assert compiled_layers(_model(), "single") is not None
 
 
+@pytest.mark.slow
 def test_micro_batches_take_the_top_entropy_threshold_from_the_compiled_forward(
     tmp_path,
 ):

@@ -310,6 +310,7 @@ def _trajectories(engine: str, reward_fn) -> list[list[int]]:
     ]
 
 
+@pytest.mark.slow
 @covers("rollout.engine")
 def test_the_loop_samples_through_the_configured_engine_and_tells_it_of_updates(
     reward_fn,

@@ -43,6 +43,7 @@ def _same_weights(a, b) -> bool:
 
 
 # ----- the critic's value clip ---------------------------------------------------
+@pytest.mark.slow
 @covers("algorithm.value_clip")
 def test_the_value_clip_reaches_the_critic(tmp_path):
     # Two epochs: in the first V == V_old and no clip acts; in the second the critic
