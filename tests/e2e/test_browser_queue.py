@@ -31,7 +31,15 @@ print(json.dumps([str(demo.pk), str(mine.pk)]))
 
 
 def _chart_placeholder(page, chart: str) -> str:
-    return page.inner_text(f"[data-chart='{chart}'] [data-nodata]")
+    """The chart's placeholder once its series were read (until then, under load,
+    it says "Loading…")."""
+    sel = f"[data-chart='{chart}'] [data-nodata]"
+    page.wait_for_function(
+        "(sel) => { const n = document.querySelector(sel);"
+        " return n && !n.textContent.includes('Loading'); }",
+        arg=sel,
+    )
+    return page.inner_text(sel)
 
 
 def _state(page) -> str:
