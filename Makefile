@@ -26,11 +26,11 @@ run: setup
 
 # The suite on every core (pytest-xdist): a test file stays on one process, so its
 # module-scoped servers, browsers and models are built once; files are handed out in
-# the order tests/conftest.py puts them (the long ones first), not by their number of
-# tests. TEST_JOBS=0: one process.
+# the order tests/conftest.py puts them (the long ones first; pyproject.toml's
+# addopts). TEST_JOBS=0: one process.
 TEST_JOBS ?= auto
 test: setup
-	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -n $(TEST_JOBS)
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow and not browser and not services"
