@@ -27,8 +27,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 STALL_S = 120  # the sink heartbeats every 5 s (RUN_HEARTBEAT_SECONDS) while a run lives
-# The first demo step (after its 300 warm-start steps) cost the server ~370 CPU s on
-# the 2-core VM (16 min of wall time at load 8): four times that, whatever the load.
+# The first demo step (after its 300 warm-start steps) once cost the server ~370 CPU s
+# on the 2-core VM (16 min of wall time at load 8); now ~40 CPU s alone (~25 s wall),
+# but spinning threads beside other processes multiply it: a wide margin, whatever the load.
 CPU_BUDGET_S = 1500
 
 

@@ -23,8 +23,8 @@ from dashboard.runs import services
 
 # The calc learning demo (bench/configs/calc.yaml), shortened: the default model learns
 # to call the calculator with "+" and to answer with its result; the reward climbs from
-# about 0.2 towards 0.5. Not minutes on 2 cores: its warm start alone took 51 minutes
-# of wall time (11 CPU-minutes) on 2 cores at load 14-20 (README, Quick start).
+# about 0.2 towards 0.5. On 2 quiet cores its warm start takes ~25 s and its 200 steps
+# end ~96 s after `make run`; a busy machine slows it several times (README, Quick start).
 DEMO_CONFIG = {
     "name": "demo: calc, GRPO",
     "seed": 0,
@@ -49,7 +49,7 @@ DEMO_CONFIG = {
 }
 
 
-# Something to watch live for a while (hours on 2 cores): the swarm
+# Something to watch live for a while (~20 minutes on 2 quiet cores): the swarm
 # (PARL) environment, where the orchestrator learns to fan subtasks out to sub-agents,
 # with critical paths to look at on the way.
 LIVE_DEMO_CONFIG = {
