@@ -49,7 +49,7 @@ DEMO_CONFIG = {
 }
 
 
-# Something to watch live for a while (~20 minutes on 2 quiet cores): the swarm
+# Something to watch live for a while (half an hour or more on 2 quiet cores): the swarm
 # (PARL) environment, where the orchestrator learns to fan subtasks out to sub-agents,
 # with critical paths to look at on the way.
 LIVE_DEMO_CONFIG = {
