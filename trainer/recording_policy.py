@@ -13,6 +13,9 @@ at: an alert leads to its evidence), and on such a step only some groups:
 ``groups`` None keeps every group; ``"auto"`` (the default) keeps every group while a
 step has at most :data:`AUTO_MAX_ROLLOUTS` rollouts (today's toy runs: nothing
 changes) and, past it, enough groups for that many rollouts (8 groups of 8 out of 32).
+Where the run's plan is known (``planned``: tasks x group size, our trainer's), the plan
+decides, not the step: the groups DAPO's dynamic sampling adds to a small run's step
+(10 groups of 8 where 8 were planned) are kept with the others, as the run page says.
 ``token_arrays`` off stores no per-token arrays (token ids, log-probs, ratios,
 entropies, advantages, token strings): the text of every segment stays.
 
@@ -100,12 +103,16 @@ def policy_from(value: Any) -> RecordConfig:
         raise ValueError(f"{loc}: {err['msg']}") from None
 
 
-def group_budget(policy: RecordConfig, n_groups: int, n_rollouts: int) -> int:
-    """How many groups a recorded step keeps (before the alerted ones)."""
+def group_budget(
+    policy: RecordConfig, n_groups: int, n_rollouts: int, planned: int | None = None
+) -> int:
+    """How many groups a recorded step keeps (before the alerted ones); ``planned``:
+    the rollouts the run plans a step, which ``"auto"`` judges by where given."""
     if policy.groups is None:
         return n_groups
     if policy.groups == "auto":
-        if n_rollouts <= AUTO_MAX_ROLLOUTS or n_groups == 0:
+        small = (planned if planned is not None else n_rollouts) <= AUTO_MAX_ROLLOUTS
+        if small or n_groups == 0:
             return n_groups
         size = n_rollouts / n_groups
         return max(2, math.ceil(AUTO_MAX_ROLLOUTS / size))
@@ -122,16 +129,18 @@ def select(
     rewards: Mapping[int, Sequence[float | None]],
     alerted: Iterable[int] = (),
     seed: int = 0,
+    planned: int | None = None,
 ) -> Selection:
     """The groups of ``step`` to store. ``rewards``: group -> its rollouts' rewards
     (None or NaN: unscored, left out of the mean); ``alerted``: groups an alert of
-    this step points at (kept when present in ``rewards``)."""
+    this step points at (kept when present in ``rewards``); ``planned``: the rollouts
+    the run plans a step (:func:`group_budget`)."""
     if not is_recorded(policy, step):  # an alert's evidence is stored all the same
         pointed = frozenset(g for g in alerted if g in rewards)
         return Selection(bool(pointed), pointed, policy.token_arrays)
     groups = sorted(rewards)
     n_rollouts = sum(len(v) for v in rewards.values())
-    budget = group_budget(policy, len(groups), n_rollouts)
+    budget = group_budget(policy, len(groups), n_rollouts, planned)
     if budget >= len(groups):
         return Selection(True, frozenset(groups), policy.token_arrays)
     means = {g: _mean(rewards[g]) for g in groups}

@@ -127,7 +127,8 @@ def recorded_groups(
         rewards.setdefault(ro.group, []).append(float(res.breakdown.total))
     alerted = alerted_groups(a.evidence for a in alerts)
     alerted.update(t.group for a in alerts for t in a.trajectories)
-    return select(config.record, step, rewards, alerted, config.seed)
+    planned = config.rollout.tasks_per_step * config.rollout.group_size
+    return select(config.record, step, rewards, alerted, config.seed, planned)
 
 
 def build_records(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewards.types import Alert
+from rewards.types import Alert, RewardBreakdown, RewardResult
 from trainer.config import TrainConfig
 from trainer.envs.base import make_env
 from trainer.events import ListSink
@@ -53,6 +53,9 @@ def test_auto_keeps_small_steps_whole_and_bounds_big_ones_to_64_rollouts():
     assert group_budget(auto, 32, 256) == 8  # 32 groups of 8: 64 rollouts' worth
     assert group_budget(auto, 256, 256) == 64  # groups of 1
     assert group_budget(RecordConfig(groups=None), 32, 256) == 32
+    # The run's plan decides where it is known: DAPO's resampled groups are kept.
+    assert group_budget(auto, 10, 80, planned=64) == 10
+    assert group_budget(auto, 40, 320, planned=256) == 8
     big = {g: [g / 10] * 8 for g in range(32)}
     assert len(select(auto, 1, big).groups) == 8
 
@@ -197,3 +200,57 @@ def test_the_loop_names_the_rollouts_an_alert_fired_on_and_records_their_groups(
         assert set(named) <= kept
     unalerted = {s["step"] for s in full.of_type("step")} - {a["step"] for a in alerts}
     assert not any(t["step"] in unalerted for t in bounded.of_type("trajectory"))
+
+
+def _coin_reward(episodes, step):
+    """1 or 0 by the parity of an episode's action tokens: about half of the groups
+    of two agree (zero variance, which DAPO drops and resamples)."""
+    out = []
+    for ep in episodes:
+        win = float(sum(ep.facts.get("action_tokens", ())) % 2)
+        n = max(1, len(ep.steps))
+        out.append(
+            RewardResult(
+                RewardBreakdown(
+                    total=win,
+                    components={"outcome": win},
+                    per_step={"outcome": (0.0,) * (n - 1) + (win,)},
+                )
+            )
+        )
+    return out
+
+
+def test_dynamic_sampling_keeps_every_group_of_a_small_run():
+    """DAPO resamples zero-variance groups: a run planned at 32 groups of 2 (64
+    rollouts, "all groups" on its page) trains steps of more groups than that.
+    ``auto`` judges by the plan, so every group a step sampled is recorded, the
+    resampled ones and those dropped alike (judged by the step, it kept 32 of them)."""
+    cfg = TrainConfig.model_validate(
+        {
+            "steps": 2,
+            "seed": 0,
+            "env": {"name": "calc"},
+            "rollout": {"tasks_per_step": 32, "group_size": 2, "max_turns": 1},
+            "algorithm": {"preset": "dapo"},
+        }
+    )
+    sink = ListSink()
+    env = make_env("calc", seed=0)
+    assert train(cfg, env, _coin_reward, sink).status == "succeeded"
+    assert describe(cfg.record, 64) == (
+        "trajectories every step, all groups a step, token arrays on"
+    )
+    grew = 0
+    for ev in sink.of_type("step"):
+        if ev["step"] < 1:
+            continue
+        trajs = [t for t in sink.of_type("trajectory") if t["step"] == ev["step"]]
+        groups = {t["group"] for t in trajs}
+        trained = {t["group"] for t in trajs if not t["dropped"]}
+        dropped = {t["group"] for t in trajs if t["dropped"]}
+        assert len(dropped) == ev["metrics"]["groups_dropped"], ev["step"]
+        assert groups == set(range(len(groups))) and trained, ev["step"]
+        assert len(trajs) == 2 * len(groups)
+        grew += len(groups) > 32
+    assert grew  # some step sampled past its plan (else this tests nothing)
