@@ -22,6 +22,7 @@ from dashboard.models import CriticalPath, Trajectory
 from dashboard.pages import charts, gantt, reward_weights, trajview
 from dashboard.pages import groups as groups_mod
 from dashboard.pages.csp import csp
+from dashboard.pages.views import warm_line
 from dashboard.reads import trajectories as trajs
 from dashboard.runs import services
 
@@ -336,6 +337,9 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
             and step == parallel_step
             and step != steps[-1],
             "last_path_step": steps[-1] if steps else None,
+            # Before step 1 (a warm start, a queue) there is nothing yet to record.
+            "before_step_1": not steps and not run.last_step,
+            "warm": warm_line(run),
             "order": charts.component_names(run.config),
             "prev_step": steps[pos - 1] if pos > 0 else None,
             "next_step": steps[pos + 1] if 0 <= pos < len(steps) - 1 else None,

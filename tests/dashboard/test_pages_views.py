@@ -232,6 +232,24 @@ def test_the_critical_path_page_says_why_it_opened_at_an_earlier_step(owner, swa
     assert b"data-picked-parallel" not in asked  # asked for: nothing to explain
 
 
+def test_the_critical_path_page_of_a_swarm_run_in_its_warm_start_says_so(owner):
+    """Before step 1 a swarm run has no critical path yet: the page says when they
+    come, not that they come from swarm runs (a walk read that on the swarm demo)."""
+    from dashboard.models import RunStatus
+
+    run = Run.objects.create(
+        owner=owner,
+        name="swarm-warming",
+        status=RunStatus.RUNNING,
+        config={"env": {"name": "swarm"}, "model": {"warmstart_steps": 300}},
+        last_step=0,
+        warmup={"done": 176, "of": 300, "loss": 1.0},
+    )
+    html = login(owner).get(f"/runs/{run.pk}/critical-path/").content.decode()
+    assert "data-before-step-1" in html and "come from orchestration" not in html
+    assert "they are recorded from step 1. Warm start: 176 of 300 steps" in html
+
+
 def test_a_stored_critical_path_of_any_shape_draws_a_bounded_page(owner, swarm):
     """Rows stored before the schema checked stages: text where a count goes was a
     500, 900,000 sub-agents a 101 MB page (both pages draw the timeline)."""
