@@ -136,8 +136,15 @@ function maskedTokens(seg) {
   return out;
 }
 
-export function scaleFor(segments, by) {
+/**
+ * The trained tokens' values of ``by``: ``scale``, their largest magnitude (1 when
+ * there is none), and whether any is below or above 0 (``neg``, ``pos``): log-probs
+ * are never above 0 and entropies never below, so their legends are one-sided.
+ */
+export function rangeFor(segments, by) {
   let m = 0;
+  let neg = false;
+  let pos = false;
   for (const seg of segments) {
     if (seg.mask) continue;
     const masked = maskedTokens(seg);
@@ -145,10 +152,13 @@ export function scaleFor(segments, by) {
     for (let i = 0; i < n; i++) {
       if (masked.has(i)) continue;
       const v = valueOf(seg, i, by);
-      if (v !== null && Number.isFinite(v)) m = Math.max(m, Math.abs(v));
+      if (v === null || !Number.isFinite(v)) continue;
+      m = Math.max(m, Math.abs(v));
+      neg ||= v < 0;
+      pos ||= v > 0;
     }
   }
-  return m || 1;
+  return { scale: m || 1, neg, pos };
 }
 
 function binClass(v, scale) {
@@ -181,6 +191,7 @@ export class Heatmap {
     this.spans = []; // per segment: its token spans (recoloured in place)
     this.by = "advantage";
     this.scale = 1;
+    this.range = { scale: 1, neg: false, pos: false };
   }
 
   /** Whether some segment shows token ids for want of a tokenizer. */
@@ -194,7 +205,8 @@ export class Heatmap {
 
   render(by = this.by) {
     this.by = by;
-    this.scale = scaleFor(this.segments, by);
+    this.range = rangeFor(this.segments, by);
+    this.scale = this.range.scale;
     this.segments.forEach((seg, k) => {
       const box = this.containerFor(k);
       if (!box) return;
@@ -236,7 +248,8 @@ export class Heatmap {
   /** Recolour without rebuilding the DOM (colour-by changes). */
   recolour(by) {
     this.by = by;
-    this.scale = scaleFor(this.segments, by);
+    this.range = rangeFor(this.segments, by);
+    this.scale = this.range.scale;
     this.segments.forEach((seg, k) => {
       const special = new Set(seg.special || []);
       (this.spans[k] || []).forEach((span, i) => {

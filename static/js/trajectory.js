@@ -9,6 +9,7 @@ const tooltip = document.querySelector("[data-tooltip]");
 const boxes = new Map([...document.querySelectorAll("[data-heat]")].map((n) => [Number(n.dataset.heat), n]));
 const heat = new Heatmap(data, (k) => boxes.get(k) || null, tooltip);
 const scaleText = document.querySelector("[data-heat-scale]");
+const legendBar = document.querySelector("[data-heat-legend]");
 const status = document.querySelector("[data-heat-status]");
 const plain = document.querySelector("[data-plain-text]");
 
@@ -20,20 +21,30 @@ function showHeat(on) {
 }
 
 const t0 = performance.now();
-const scale = heat.render("advantage");
+heat.render("advantage");
 const ms = performance.now() - t0;
 document.body.dataset.heatMs = ms.toFixed(1);
 document.body.dataset.heatTokens = String(heat.tokenCount);
 showHeat(true);
+// The legend's range: one-sided where every value is (log-probs are never above 0,
+// entropies never below), the bar's other half hidden.
+function legend() {
+  const { neg, pos } = heat.range;
+  const s = fmt(heat.scale, 3);
+  const side = neg && !pos ? "neg" : pos && !neg ? "pos" : "";
+  scaleText.textContent = side === "neg" ? `−${s} … 0` : side === "pos" ? `0 … ${s}` : `±${s}`;
+  if (legendBar) legendBar.dataset.side = side;
+}
+
 // A page recorded as text only has no colour controls (the page says so instead).
-if (scaleText) scaleText.textContent = `±${fmt(scale, 3)}`;
+if (scaleText) legend();
 if (status) {
   status.textContent = `${heat.tokenCount} tokens in all (prompt, actions and tool answers)` // the drawing time: body.dataset.heatMs
     + (heat.idsOnly ? " · shown by token id (import with --tokenizer to read them as text)" : "");
 }
 
 document.querySelector("[data-colour-by]")?.addEventListener("change", (e) => {
-  const s = heat.recolour(e.target.value);
-  scaleText.textContent = `±${fmt(s, 3)}`;
+  heat.recolour(e.target.value);
+  legend();
 });
 plain?.addEventListener("change", () => showHeat(!plain.checked));

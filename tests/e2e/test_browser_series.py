@@ -46,7 +46,23 @@ def test_tokens_colour_by_the_trainers_own_arrays(scripted_live, page, shots, ui
     page.select_option("[data-colour-by]", "series:mismatch_kl")
     # 0.03 and 0.02 on a scale of 0.03: bins 10 and 7.
     assert answer.evaluate_all(bins) == ["hb-p10", "hb-p7"]
-    assert page.text_content("[data-heat-scale]") == "±0.03"
+    # Every value at or above 0: the legend is one-sided, as for entropy; log-probs
+    # are never above 0 (a walk read "±9.5" and "±1.25" on a symmetric bar).
+    side = "document.querySelector('[data-heat-legend]').dataset.side"
+    shown = (
+        "[...document.querySelectorAll('[data-heat-legend] > span')]"
+        ".filter(s => s.offsetWidth > 0).map(s => s.className)"
+    )
+    assert page.text_content("[data-heat-scale]") == "0 … 0.03"
+    assert page.evaluate(side) == "pos"
+    assert page.evaluate(shown) == ["hb-0", "hb-p2", "hb-p4", "hb-p6", "hb-p8", "hb-p10"]
+    page.select_option("[data-colour-by]", "entropy")
+    assert page.text_content("[data-heat-scale]") == "0 … 1.5"
+    page.select_option("[data-colour-by]", "logprob")
+    # (-0.75 is the masked token's: left out of the loss, out of the scale)
+    assert page.text_content("[data-heat-scale]") == "−0.25 … 0"
+    assert page.evaluate(side) == "neg" and page.evaluate(shown)[-1] == "hb-0"
+    page.select_option("[data-colour-by]", "series:mismatch_kl")
     answer.nth(1).hover()
     tip = page.locator("[data-tooltip]").inner_text()
     assert "mismatch_kl" in tip and "log_importance_ratio" in tip
