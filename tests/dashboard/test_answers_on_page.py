@@ -167,7 +167,7 @@ def test_prompts_of_the_common_templates_read_as_turns():
 
 def test_a_steps_label_says_what_the_action_was(owner_client, run):
     """A final answer is not labelled a tool call; text in an environment without
-    tools is text; an unparsed call is still flagged malformed."""
+    tools is text; an unparsed call reads "malformed tool call"."""
     t = traj(facts={"answer": "12", "reference": "12", "success": True})
     t["segments"] = [
         {"turn": 0, "kind": "prompt", "text": PROMPT, "mask": "prompt"},
@@ -188,9 +188,11 @@ def test_a_steps_label_says_what_the_action_was(owner_client, run):
     assert kinds == [
         "tool call <code>calculator</code>",
         "text",
-        'tool call <span class="muted">unparsed',
+        '<span class="sev-critical">malformed',
         "final answer",
     ]
+    # One phrase, not "tool call unparsed malformed" (a walk read that).
+    assert html.count('malformed</span> tool call</span>') == 1
     assert html.count("malformed</span>") == 1
 
 
