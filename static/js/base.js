@@ -34,9 +34,26 @@ function follow(selector) {
   return false;
 }
 
+// The pop-over menus (Export…, Cancel run…) are <details>: Escape closes an open
+// one, focus back on its button, as a menu does.
+const MENUS = "details[open].export-menu, details[open].cancel-confirm";
+
+function closeMenus() {
+  const open = [...document.querySelectorAll(MENUS)];
+  for (const d of open) {
+    d.open = false;
+    d.querySelector("summary")?.focus();
+  }
+  return open.length > 0;
+}
+
 let pendingG = false;
 document.addEventListener("keydown", (e) => {
   if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey) return;
+  if (e.key === "Escape" && closeMenus()) {
+    e.preventDefault();
+    return;
+  }
   if (e.key === "Escape" && typing(e)) {
     e.target.blur();
     return;

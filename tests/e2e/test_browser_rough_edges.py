@@ -1,6 +1,6 @@
 """What only a browser shows (issue 11, item 13): on a phone the runs table keeps the
 latest reward and the algorithm in view without a sideways scroll; cancel asks before
-it acts."""
+it acts; the Export and Cancel menus close on Escape."""
 
 from __future__ import annotations
 
@@ -42,6 +42,23 @@ def test_phone_runs_table_and_cancel_that_asks(live, browser, shots, ui):
             assert box is not None and box["x"] + box["width"] <= 390, (col, box)
 
         page.goto(f"{live.url}/runs/{run}/")
+        # The pop-over menus close on Escape, focus back on their button (a walk
+        # found Export… staying open, the shortcuts dialog opening over it).
+        page.click(".export-menu summary")
+        assert page.is_visible("[data-export-form]")
+        page.keyboard.press("Escape")
+        assert not page.is_visible("[data-export-form]")
+        assert page.evaluate("document.activeElement.closest('.export-menu') !== null")
+        page.click(".export-menu summary")
+        ui.shot(page, shots, "phone_export_menu", full=False)
+        box = page.locator("[data-export-form]").bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 390, box  # on the screen
+        page.focus("[data-export-form] input[type=checkbox]")  # focus in the menu
+        page.keyboard.press("Escape")
+        assert not page.is_visible("[data-export-form]")
+        page.click("[data-cancel]")
+        page.keyboard.press("Escape")
+        assert not page.is_visible("[data-cancel-form]")
         page.click("[data-cancel]")
         assert "It will not start." in page.text_content("[data-cancel-question]")
         ui.shot(page, shots, "cancel_asks_first", full=False)
