@@ -60,11 +60,9 @@ STANDARD: list[tuple[str, str, list[str]]] = [
 ]
 
 
-def component_names(config: dict[str, Any]) -> list[str]:
-    """The run's reward components in config order (their labels, else names).
-
-    Stored dicts of per-component values do not keep this order (PostgreSQL's jsonb
-    sorts keys), so pages order them by this list."""
+def _components(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's reward components as its config (or its environment's default
+    reward) lists them."""
     reward = config.get("reward") if isinstance(config, dict) else None
     if not isinstance(reward, dict):
         from dashboard.pages.catalog import default_reward
@@ -76,9 +74,42 @@ def component_names(config: dict[str, Any]) -> list[str]:
     components = reward.get("components")
     if not isinstance(components, list):
         return []
-    return [
-        str(c.get("label") or c.get("name")) for c in components if isinstance(c, dict)
-    ]
+    return [c for c in components if isinstance(c, dict)]
+
+
+def component_names(config: dict[str, Any]) -> list[str]:
+    """The run's reward components in config order (their labels, else names).
+
+    Stored dicts of per-component values do not keep this order (PostgreSQL's jsonb
+    sorts keys), so pages order them by this list."""
+    return [str(c.get("label") or c.get("name")) for c in _components(config)]
+
+
+def scheduled_weights(config: dict[str, Any]) -> str:
+    """What the Reward chart's help adds for a run whose weights move with the step
+    (PARL anneals r_parallel and r_finish to 0): "r_parallel 0.3 → 0 and r_finish
+    0.3 → 0 by step 100"; "" when every weight is constant. The total then falls
+    as the weights do, with a policy no worse: a walk took the swarm demo for broken."""
+    moves = []
+    for c in _components(config):
+        sched = c.get("schedule")
+        if not isinstance(sched, dict) or sched.get("kind") != "linear":
+            continue
+        weight, end, steps = (
+            c.get("weight", 1.0),
+            sched.get("end", 0.0),
+            sched.get("steps"),
+        )
+        if not all(isinstance(v, int | float) for v in (weight, end, steps)):
+            continue
+        name = str(c.get("label") or c.get("name"))
+        moves.append((f"{name} {weight:g} → {end:g}", int(steps)))
+    if not moves:
+        return ""
+    by = {steps for _, steps in moves}
+    if len(by) == 1:
+        return f"{' and '.join(m for m, _ in moves)} by step {by.pop()}"
+    return " and ".join(f"{m} by step {steps}" for m, steps in moves)
 
 
 def env_name(config: Any) -> str:
@@ -233,7 +264,14 @@ def run_charts(
         )
     if evaluates(config, metric_keys):  # beside the training reward it validates
         charts.insert(2 if components else 1, dict(EVAL_CHART))
-    return [explained(c) for c in charts]
+    charts = [explained(c) for c in charts]
+    moving = scheduled_weights(config) if metric_keys is None else ""
+    if moving and charts and charts[0]["id"] == "reward":
+        charts[0]["help"] += (
+            f" Its weights move with the step ({moving}), so the total moves with "
+            "them, with a policy no worse: the components chart shows each part."
+        )
+    return charts
 
 
 def _extra_charts(

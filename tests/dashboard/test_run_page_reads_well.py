@@ -70,3 +70,34 @@ def test_every_chart_has_help_axis_titles_and_key_meanings(owner_client, trl_run
         'id="chart-dropped-help"' in html
         and 'aria-describedby="chart-dropped-help"' in html
     )
+
+
+def test_the_reward_chart_says_when_its_weights_move_with_the_step(owner, owner_client):
+    """A swarm run's default reward anneals r_parallel and r_finish to 0 over 100
+    steps (PARL): its total falls while the policy gets no worse, which a walk took
+    for a broken demo. The Reward chart says so; a run of constant weights does not."""
+    from dashboard.models import Run
+
+    def reward_help(config):
+        run = Run.objects.create(owner=owner, name="r", config=config)
+        charts = owner_client.get(f"/runs/{run.pk}/").context["page_data"]["charts"]
+        return next(c for c in charts if c["id"] == "reward")["help"]
+
+    assert "r_parallel 0.3 → 0 and r_finish 0.3 → 0 by step 100" in reward_help(
+        {"env": {"name": "swarm"}}
+    )
+    assert "weights move" not in reward_help({"env": {"name": "calc"}})
+    own = {
+        "env": {"name": "calc"},
+        "reward": {
+            "components": [
+                {"name": "outcome", "weight": 1.0},
+                {
+                    "name": "format",
+                    "weight": 0.5,
+                    "schedule": {"kind": "linear", "end": 0.1, "steps": 40},
+                },
+            ]
+        },
+    }
+    assert "(format 0.5 → 0.1 by step 40)" in reward_help(own)
