@@ -134,6 +134,7 @@ def compare(request: HttpRequest) -> HttpResponse:
             "summary": summary,
             "live_every_ms": LIVE_EVERY_MS,
             "diff": comparison.rows,
+            "reward_differs": reward_differs(comparison.rows, runs),
             "matched": comparison.matched,  # another framework's settings lined up
             "other_keys": comparison.other,  # only in some configs: folded
             "keys": options,
@@ -156,6 +157,25 @@ def compare(request: HttpRequest) -> HttpResponse:
             "ids": ",".join(str(r.pk) for r in runs),
         },
     )
+
+
+def reward_differs(rows: Sequence[Any], runs: Sequence[Run]) -> list[str]:
+    """The reward components the runs do not share alike (weight, schedule,
+    parameters, or present in some only), from our runs' config differences: their
+    reward totals are then on different scales (a walk ranked a run whose outcome
+    weighed 2 above one whose outcome weighed 1). External runs' configs are their
+    trainers' and say nothing we can read of it."""
+    if any(r.external for r in runs):
+        return []
+    names: list[str] = []
+    for row in rows:
+        parts = str(row.path).split(".")
+        name = (
+            parts[2] if parts[:2] == ["reward", "components"] and len(parts) > 2 else ""
+        )
+        if name and name not in names:
+            names.append(name)
+    return names
 
 
 # A finished run's row of numbers, by what would change it: the page polls the

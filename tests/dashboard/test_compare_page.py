@@ -227,3 +227,30 @@ def test_a_poll_reads_a_finished_runs_numbers_once(owner, owner_client, pair):
     # The second poll reads only the live run's numbers; the page is the same.
     assert counts[1] < counts[0]
     assert owner_client.get(url).content == first
+
+
+def test_runs_whose_rewards_differ_say_their_totals_are_on_different_scales(
+    owner, owner_client, pair
+):
+    """A walk compared a run whose outcome weighed 2 (and format 0.2) with the calc
+    demo and read its higher "final reward" as better: the page now says which
+    components differ. Two runs of one reward say nothing of it."""
+    a, b = pair
+    same = owner_client.get(f"/compare/?runs={a.pk},{b.pk}").content.decode()
+    assert "data-reward-differs" not in same
+    heavier = Run.objects.get(pk=b.pk)
+    components = [
+        {"name": "r_perf", "weight": 2.0},
+        {"name": "format", "weight": 0.2},
+    ]
+    heavier.config = {**heavier.config, "reward": {"components": components}}
+    heavier.save()
+    page = owner_client.get(f"/compare/?runs={a.pk},{b.pk}").content.decode()
+    assert "data-reward-differs" in page
+    note = html.unescape(page.split("data-reward-differs>", 1)[1].split("</p>", 1)[0])
+    # r_perf and format weigh more; the others are in the default swarm reward only.
+    assert note.startswith(
+        "Their rewards are not made alike: r_perf, r_parallel, r_finish, format, "
+        "judge differ (weight"
+    )
+    assert "on different scales" in note
