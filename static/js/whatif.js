@@ -31,8 +31,32 @@ async function postJSON(url, body) {
     body: JSON.stringify(body),
   });
   const data = await r.json().catch(() => ({}));
-  if (!r.ok) throw new Error((data.errors || [data.detail || r.statusText]).join("; "));
+  if (!r.ok) {
+    const err = new Error((data.errors || [data.detail || r.statusText]).join("; "));
+    err.errors = Array.isArray(data.errors) ? data.errors.map(String) : [];
+    throw err;
+  }
   return data;
+}
+
+// The server names a bad weight's field ("weights.outcome: must be a number from
+// -1000 to 1000"): that message goes beside the field, marked invalid; the others (and
+// a field the form does not have) are returned for the line under the buttons.
+function showFieldErrors(form, messages) {
+  for (const note of form.querySelectorAll("[data-weight-error]")) note.remove();
+  for (const input of form.querySelectorAll("[data-weight][aria-invalid]")) input.removeAttribute("aria-invalid");
+  const rest = [];
+  for (const msg of messages) {
+    const m = /^weights\.([^:]+): (.*)$/s.exec(msg);
+    const input = m && form.querySelector(`[data-weight="${CSS.escape(m[1])}"]`);
+    if (!input) {
+      rest.push(msg);
+      continue;
+    }
+    input.setAttribute("aria-invalid", "true");
+    input.closest("label").after(el("span", { class: "errors", "data-weight-error": m[1], role: "alert", text: m[2] }));
+  }
+  return rest;
 }
 
 // A field's weight; null when it is blank (the server then names the field: a blank
@@ -151,12 +175,14 @@ function init(section) {
       answer = await postJSON(section.dataset.whatifUrl, body);
     } catch (err) {
       if (mine !== asked) return;
-      error.textContent = String(err.message || err);
-      error.hidden = false;
+      const rest = err.errors?.length ? showFieldErrors(form, err.errors) : [String(err.message || err)];
+      error.textContent = rest.join("; ");
+      error.hidden = !rest.length;
       markStale();
       return;
     }
     if (mine !== asked) return;
+    showFieldErrors(form, []);
     last = answer;
     result.hidden = false;
     section.querySelector("[data-whatif-summary]").textContent = summary(last.total, differsFrom(form, body.weights));
@@ -187,7 +213,13 @@ function init(section) {
     if (cloneBtn) cloneBtn.disabled = differs;
     stale.hidden = !last || !differs;
   }
-  form.addEventListener("input", markStale);
+  // A message is about the weights it was given: typing makes it out of date (the
+  // browser may then refuse the form itself, and a stale message would stay).
+  form.addEventListener("input", () => {
+    showFieldErrors(form, []);
+    error.hidden = true;
+    markStale();
+  });
 
   form.addEventListener("submit", (e) => {
     e.preventDefault();

@@ -76,13 +76,22 @@ def test_reweight_a_swarm_run_and_launch_the_clone(live, page, shots, ui):
         "#whatif [data-whatif-summary]"
     )
 
-    # A blank weight is no weight (not 0): the server's error names the field.
-    panel.locator("[data-weight=r_parallel]").fill("")
+    # A blank weight is no weight (not 0): the server's error goes beside the field
+    # it names, which is marked invalid (a walk read it under the buttons, by the
+    # API's name); typing clears it, as it is about the weights it was given.
+    field = panel.locator("[data-weight=r_parallel]")
+    field.fill("")
     panel.locator("[data-whatif-run]").click()
-    error = panel.locator("[data-whatif-error]")
-    error.wait_for(state="visible")
-    assert "weights.r_parallel: must be a number" in error.text_content()
+    beside = panel.locator("[data-weight-error=r_parallel]")
+    beside.wait_for(state="visible")
+    assert beside.text_content().startswith("must be a number")
+    assert field.get_attribute("aria-invalid") == "true"
+    assert not panel.locator("[data-whatif-error]").is_visible()
     assert panel.locator("[data-whatif-clone]").is_disabled()
+    ui.shot(page, shots, "whatif_00_blank_weight", full=False)
+    field.fill("1e999")  # the browser refuses it itself: nothing is sent
+    assert panel.locator("[data-weight-error]").count() == 0
+    assert field.get_attribute("aria-invalid") is None
 
     panel.locator("[data-weight=r_parallel]").fill("0")
     panel.locator("[data-whatif-run]").click()
