@@ -64,6 +64,12 @@ def check_webhook_url(value: Any) -> str:
             "the path or query instead"
         )
     del port
+    host = parts.hostname.rstrip(".")
+    if len(host) > 253 or any(len(label) > 63 for label in host.split(".")):
+        raise InvalidConfig(
+            "webhook_url: the host name is longer than a DNS name can be "
+            "(253 characters in all, 63 between dots)"
+        )
     refused = _literal_refusal(parts.hostname)
     if refused:
         raise InvalidConfig(refused)

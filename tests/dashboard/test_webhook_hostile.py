@@ -440,3 +440,23 @@ def test_https_to_a_pinned_address_checks_the_urls_host_name(
     wrong = f"https://other.example.org:{tls_server.port}/hook"
     result = webhooks.send_test(owner, wrong)
     assert result["ok"] is False and "other.example.org" in result["error"]
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "a" * 64 + ".example.org",  # a label past 63
+        ".".join(["a" * 63] * 4) + ".org",  # 259 > 253 in all
+    ],
+)
+def test_a_host_name_longer_than_dns_allows_is_refused_on_save(host):
+    """A walk saved a 3,000-character host name ("Webhook saved"): no DNS name is
+    that long, so no alert would ever arrive."""
+    with pytest.raises(InvalidConfig) as refused:
+        account.check_webhook_url(f"https://{host}/hook")
+    assert refused.value.errors == [
+        "webhook_url: the host name is longer than a DNS name can be "
+        "(253 characters in all, 63 between dots)"
+    ]
+    longest = ".".join(["a" * 63] * 3) + "." + "a" * 61  # 253: still a name
+    assert account.check_webhook_url(f"https://{longest}/") == f"https://{longest}/"
