@@ -192,7 +192,7 @@ def test_a_steps_label_says_what_the_action_was(owner_client, run):
         "final answer",
     ]
     # One phrase, not "tool call unparsed malformed" (a walk read that).
-    assert html.count('malformed</span> tool call</span>') == 1
+    assert html.count("malformed</span> tool call</span>") == 1
     assert html.count("malformed</span>") == 1
 
 

@@ -55,7 +55,14 @@ def test_tokens_colour_by_the_trainers_own_arrays(scripted_live, page, shots, ui
     )
     assert page.text_content("[data-heat-scale]") == "0 … 0.03"
     assert page.evaluate(side) == "pos"
-    assert page.evaluate(shown) == ["hb-0", "hb-p2", "hb-p4", "hb-p6", "hb-p8", "hb-p10"]
+    assert page.evaluate(shown) == [
+        "hb-0",
+        "hb-p2",
+        "hb-p4",
+        "hb-p6",
+        "hb-p8",
+        "hb-p10",
+    ]
     page.select_option("[data-colour-by]", "entropy")
     assert page.text_content("[data-heat-scale]") == "0 … 1.5"
     page.select_option("[data-colour-by]", "logprob")
