@@ -167,15 +167,10 @@ def reward_differs(rows: Sequence[Any], runs: Sequence[Run]) -> list[str]:
     trainers' and say nothing we can read of it."""
     if any(r.external for r in runs):
         return []
-    names: list[str] = []
-    for row in rows:
-        parts = str(row.path).split(".")
-        name = (
-            parts[2] if parts[:2] == ["reward", "components"] and len(parts) > 2 else ""
-        )
-        if name and name not in names:
-            names.append(name)
-    return names
+    prefix = "reward.components."
+    paths = [str(row.path) for row in rows]
+    names = [p[len(prefix) :].split(".")[0] for p in paths if p.startswith(prefix)]
+    return list(dict.fromkeys(names))  # each once, in the table's order
 
 
 # A finished run's row of numbers, by what would change it: the page polls the

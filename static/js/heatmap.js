@@ -190,8 +190,12 @@ export class Heatmap {
     this.tooltip = tooltip;
     this.spans = []; // per segment: its token spans (recoloured in place)
     this.by = "advantage";
-    this.scale = 1;
     this.range = { scale: 1, neg: false, pos: false };
+  }
+
+  /** The colour scale: the largest magnitude of the values coloured by. */
+  get scale() {
+    return this.range.scale;
   }
 
   /** Whether some segment shows token ids for want of a tokenizer. */
@@ -206,7 +210,6 @@ export class Heatmap {
   render(by = this.by) {
     this.by = by;
     this.range = rangeFor(this.segments, by);
-    this.scale = this.range.scale;
     this.segments.forEach((seg, k) => {
       const box = this.containerFor(k);
       if (!box) return;
@@ -249,7 +252,6 @@ export class Heatmap {
   recolour(by) {
     this.by = by;
     this.range = rangeFor(this.segments, by);
-    this.scale = this.range.scale;
     this.segments.forEach((seg, k) => {
       const special = new Set(seg.special || []);
       (this.spans[k] || []).forEach((span, i) => {
