@@ -26,7 +26,7 @@ from dashboard.reads import metrics, repair, reward_names, sparklines, whatif
 from dashboard.reads import runs as run_reads
 from dashboard.reads import trajectories as trajs
 from dashboard.runs import kept_model, services
-from dashboard.runs.waiting import waiting
+from dashboard.runs.waiting import paused_at, waiting
 from trainer.metric_help import is_summary
 
 COMPARE_MIN, COMPARE_MAX = 2, 8  # runs compare (and compare/task) takes
@@ -305,7 +305,9 @@ def with_waiting(rows: list[Any]) -> list[Any]:
     one gone quiet with ``quiet_for``."""
     for r in rows:
         line = waiting(r)
-        r.waiting_text = line["text"] if line else ""
+        text = line["text"] if line else ""
+        paused = paused_at(r)
+        r.waiting_text = f"{paused}; {text}" if paused and text else text
     return run_state.with_quiet(rows)
 
 

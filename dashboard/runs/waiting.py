@@ -130,3 +130,14 @@ def _text(run: Run, position: int, ahead: list[Ahead], workers: int | None) -> s
     if workers is not None:
         line += f"; waiting for a worker serving queue {run.queue}"
     return line
+
+
+def paused_at(run: Run) -> str:
+    """A queued demo that yielded to a user's run (:func:`dashboard.runs.lease.pause`
+    queued it again with a note): where it paused, for the runs list, where "queued"
+    alone read as never started (the run page shows the note itself)."""
+    note = run.error or ""
+    if not (run.demo and run.status == RunStatus.QUEUED and note.startswith("paused ")):
+        return ""
+    where = note.split(" for a user's run", 1)[0]
+    return f"{where} for a user's run, resumes from there"

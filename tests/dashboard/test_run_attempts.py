@@ -147,9 +147,13 @@ def test_a_run_not_started_yet_shows_no_attempt_number(owner):
     """A queued run's page read "0 attempt"; it reads "—" until it starts."""
     run = Run.objects.create(owner=owner, name="q", config={})
     page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
-    stat = page.split('<div class="k">attempt</div>')[0].rsplit('<div class="v">', 1)[1]
-    assert stat.startswith("—")
+    stat = page.split('<div class="k">attempt</div>')[0].rsplit(
+        "data-stat-attempt>", 1
+    )[1]
+    assert stat.startswith('<span title="not started yet">—</span>')
     Run.objects.filter(pk=run.pk).update(attempt=2, status=RunStatus.RUNNING)
     page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
-    stat = page.split('<div class="k">attempt</div>')[0].rsplit('<div class="v">', 1)[1]
+    stat = page.split('<div class="k">attempt</div>')[0].rsplit(
+        "data-stat-attempt>", 1
+    )[1]
     assert stat.startswith("2<")

@@ -87,6 +87,31 @@ def test_a_users_run_goes_before_queued_demo_runs(
     assert text.startswith("2nd in line, behind 'tiny' (queued)")
 
 
+def test_a_paused_demo_says_where_it_paused_on_the_runs_list(
+    owner, tiny_config, enqueued, settings
+):
+    """A demo that yielded to a user's run is queued again: the runs list read
+    "queued" and "2nd in line", as if it had never run."""
+    settings.RUN_EXECUTOR = "inprocess"
+    note = "paused at step 12 for a user's run; resumes after it, from where it was"
+    demo = _swarm_demo(
+        owner, tiny_config, status=RunStatus.QUEUED, last_step=12, error=note
+    )
+    services.launch_run(owner, {**tiny_config, "name": "my run"})
+    client = client_for(owner)
+    listing = client.get("/runs/").content.decode()
+    assert (
+        "paused at step 12 for a user&#x27;s run, resumes from there; "
+        "2nd in line, behind &#x27;my run&#x27; (queued)"
+    ) in listing
+    # The run page says it in its note; its place in line is said once.
+    page = client.get(f"/runs/{demo.pk}/").content.decode()
+    assert "resumes from there" not in page and "paused at step 12" in page
+    # A user's own run with the same words in its note is not a paused demo.
+    Run.objects.filter(pk=demo.pk).update(demo=False)
+    assert "resumes from there" not in client.get("/runs/").content.decode()
+
+
 def test_in_production_it_waits_for_a_worker_serving_its_queue(
     owner, tiny_config, enqueued, settings
 ):

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 SEED = """
 from django.contrib.auth import get_user_model
 from django.utils import timezone
-from dashboard.models import Run, RunStatus
+from dashboard.models import Run, RunAttempt, RunStatus
 alice = get_user_model().objects.get(username="alice")
 now = timezone.now()
 mine = Run.objects.create(
@@ -25,6 +25,7 @@ demo = Run.objects.create(
     config={"steps": 50, "env": {"name": "calc"}}, status=RunStatus.RUNNING,
     last_step=4, attempt=1, started_at=now, heartbeat_at=now,
 )
+RunAttempt.objects.create(run=demo, number=1, started_at=now)
 print(json.dumps([str(mine.pk), str(demo.pk)]))
 """
 
@@ -32,7 +33,8 @@ print(json.dumps([str(mine.pk), str(demo.pk)]))
 # its note (the trainer's own pause path needs a user's run submitted meanwhile).
 PAUSE = """
 from trainer.config import TrainConfig
-from dashboard.models import Checkpoint, Run, RunStatus
+from django.utils import timezone
+from dashboard.models import Checkpoint, Run, RunAttempt, RunStatus
 from dashboard.runs.execution import checkpoint_dir
 run = Run.objects.get(pk={demo!r})
 path = checkpoint_dir(run.pk) / "step-000005"
@@ -41,9 +43,12 @@ path.mkdir(parents=True)
 cfg = TrainConfig.model_validate(run.config).model_dump(mode="json")
 (path / "meta.json").write_text(json.dumps({{"config": cfg}}))
 Checkpoint.objects.create(run=run, step=5, path=str(path))
+note = "paused at step 5 for a user's run; resumes after it, from where it was"
+RunAttempt.objects.filter(run=run, number=1).update(
+    ended_at=timezone.now(), outcome="paused", message=note
+)
 Run.objects.filter(pk=run.pk).update(
-    status=RunStatus.QUEUED, lease=None, last_step=5,
-    error="paused at step 5 for a user's run; resumes after it, from where it was",
+    status=RunStatus.QUEUED, lease=None, last_step=5, error=note
 )
 print(1)
 """
@@ -61,9 +66,14 @@ PARTS = """() => {
     modelLinkHref: document.querySelector('[data-model-link]')?.getAttribute('href') ?? null,
     model: text('[data-model] [data-model-step]'),
     downloads: document.querySelectorAll('[data-model] [data-download]').length,
+    attempt: text('[data-stat-attempt]'),
+    attempts: document.querySelector('[data-attempts]')?.hidden === false
+      ? [...document.querySelectorAll('[data-attempt]')].map((r) => r.innerText.split('\\t').slice(3).join('|'))
+      : null,
   };
 }"""
 
+PAUSED_NOTE = "paused at step 5 for a user's run; resumes after it, from where it was"
 LIVE_TEXT = "document.querySelector('[data-live-text]').textContent"
 
 
@@ -75,6 +85,7 @@ def test_a_run_queued_again_while_open_shows_what_a_reload_shows(live, page, sho
     before = page.evaluate(PARTS)
     assert before["ahead"] == [] and before["note"] is None
     assert before["modelLink"] is None and before["model"] is None
+    assert before["attempt"] == "1" and before["attempts"] is None
 
     live.script(PAUSE.format(demo=demo))
     # What the page learns from its stream (a backfill, as after a quiet spell).
@@ -99,6 +110,8 @@ def test_a_run_queued_again_while_open_shows_what_a_reload_shows(live, page, sho
         "The checkpoint of step 5 (of 50: the newest so far)"
     )
     assert got["downloads"] >= 1
+    # The Attempts table a reload shows (it was hidden: one attempt, nothing to say).
+    assert got["attempts"] == [f"paused|{PAUSED_NOTE}"], got["attempts"]
     ui.shot(page, shots, "requeued_live", full=False)
     page.click("[data-run-ahead] a")  # it opens the run it waits behind
     page.wait_for_url(f"{live.url}/runs/{mine}/")
