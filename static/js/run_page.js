@@ -7,14 +7,13 @@ import { MetricChart, fetchSeries } from "./chart.js";
 import { drawHistogram, histogram } from "./histogram.js";
 import { FINAL, RunStream } from "./live.js";
 import { SENT_PARTS, STATUS_PARTS, aheadChanged, partsPending, refreshModel, refreshParts } from "./run_parts.js";
+import { runAlerts } from "./run_alerts.js";
 import { RunClock, isEvent, since } from "./run_time.js";
 import { chartLoading, updateChartPlaceholders, warmText } from "./run_waiting.js";
 import { el, fmt, getJSON, num, readJSONScript } from "./util.js";
 
 const data = readJSONScript("page-data");
 const charts = [];
-const alertKeys = new Set();
-const alertSteps = [];
 const trajSteps = new Set(data.trajectory_steps || []);
 let histStep = data.latest_trajectory_step;
 const strip = { ...(data.stats || {}) }; // best_reward, best_step, last_step, duration_s
@@ -60,75 +59,11 @@ function makeChart(section, spec) {
   return chart;
 }
 
-// --- alerts ---------------------------------------------------------------------------
-// An alert the trainer itself sent (trackio.alert, stored as "trackio:<title>"): its
-// words under "Alerts the trainer sent", not among the detectors' findings.
-const SENT_PREFIX = "trackio:";
-function addSentAlert(a) {
-  let list = document.querySelector("[data-sent-alerts]");
-  if (!list) {
-    const section = document.querySelector("#alerts");
-    if (!section) return;
-    list = el("ul", { class: "alerts-list", "data-sent-alerts": "" });
-    section.append(el("h3", { text: "Alerts the trainer sent" }), list);
-  }
-  const title = String(a.detector).slice(SENT_PREFIX.length) || "alert";
-  const link = el("a", { href: `${data.trajectories_url}?step=${a.step}`, text: `step ${a.step}` });
-  const item = el("li", { "data-sent-alert": title, "data-alert-step": String(a.step) },
-    el("span", { class: `sev-${a.severity || "info"}`, text: "●" }), " ", link, " ",
-    el("strong", { text: title }), " ", el("span", { class: "small muted", text: `(${a.severity || "info"})` }));
-  if (a.message && a.message !== title) item.append(el("div", { class: "small", text: a.message }));
-  list.append(item);
-}
-
-function addAlert(a) {
-  const key = `${a.step}|${a.detector}`;
-  if (alertKeys.has(key)) return false;
-  alertKeys.add(key);
-  alertSteps.push(a.step);
-  if (String(a.detector).startsWith(SENT_PREFIX)) {
-    if (a.message !== undefined) addSentAlert(a);
-    countAlerts();
-    return true;
-  }
-  const list = document.querySelector("[data-alerts]");
-  if (list && a.message !== undefined) {
-    const link = el("a", { href: `${data.trajectories_url}?step=${a.step}`, text: `step ${a.step}` });
-    const item = el("li", {}, el("span", { class: `sev-${a.severity || "warning"}`, text: "●" }), " ", link, " ",
-      el("strong", { text: a.detector }), " ", el("span", { class: "muted", text: a.message || "" }));
-    // The trajectories that made it fire (stored with the alert's step: the recording
-    // policy keeps the groups an alert points at).
-    const refs = Array.isArray(a.trajectories) ? a.trajectories : [];
-    if (refs.length) {
-      const box = el("div", { class: "small", "data-alert-evidence": a.detector }, "evidence:");
-      refs.forEach((t, i) => {
-        const href = `${data.trajectories_url}${a.step}/${Number(t.group)}/${Number(t.index)}/`;
-        box.append(" ", el("a", { href, "data-evidence-link": "", title: t.why || "", text: `group ${t.group} #${t.index}` }));
-        // A reason once, after the last of the neighbours sharing it (pages_tags.why_once).
-        const next = i + 1 < refs.length ? refs[i + 1].why || "" : null;
-        if (t.why && t.why !== next) box.append(" ", el("span", { class: "muted", text: `(${t.why})` }));
-        if (i < refs.length - 1) box.append(",");
-      });
-      item.append(box);
-    }
-    list.append(item);
-  }
-  document.querySelector("[data-no-alerts]")?.setAttribute("hidden", "");
-  const noSignal = document.querySelector("[data-no-signal]");
-  if (noSignal && a.detector === "no_learning_signal" && noSignal.hidden) {
-    // The banner names it: the message's own "no learning signal: " is left out.
-    noSignal.querySelector("[data-no-signal-text]").textContent =
-      (a.message || "").replace(/^no learning signal:\s*/i, "");
-    noSignal.hidden = false;
-  }
-  countAlerts();
-  return true;
-}
-function countAlerts() {
-  setStat("alerts", String(alertKeys.size));
+const { addAlert, alertSteps } = runAlerts(data.trajectories_url, (n) => {
+  setStat("alerts", String(n));
   const label = document.querySelector("[data-stat-label=alerts]");
-  if (label) label.textContent = alertKeys.size === 1 ? "alert" : "alerts";
-}
+  if (label) label.textContent = n === 1 ? "alert" : "alerts";
+});
 for (const a of data.alerts) addAlert(a);
 
 for (const spec of data.charts) {
@@ -206,6 +141,8 @@ function updateStrip(step, r) {
 // data-quiet-check-ms, switching "live" and "not sending" both ways without a reload.
 const liveState = document.querySelector("[data-live-state]");
 const clock = new RunClock(data.clock || {}, data.status);
+// A page rendered after the end has the server's wall time already (settleWall).
+if (FINAL.has(data.status)) document.body.dataset.wallSettled = "1";
 let sending = !clock.notSending();
 function tickClock() {
   setStat("duration", clock.wallText());
@@ -265,6 +202,7 @@ function setStatus(status, lastStep) {
     if (ended) {
       // "Cancel requested: the run stops at its next step." has happened.
       document.querySelectorAll(".messages .cancel-pending").forEach((li) => { li.hidden = true; });
+      settleWall();
     }
   }
   if (typeof lastStep === "number") {
@@ -273,6 +211,20 @@ function setStatus(status, lastStep) {
     const prog = document.querySelector("[data-progress]");
     if (prog) prog.value = lastStep;
   }
+}
+
+/** The wall time of a run that ended while the page was open, from the server's
+ * start and end (what a reload shows). */
+async function settleWall() {
+  if (data.clock?.external) return;
+  try {
+    const run = await getJSON(data.run_api);
+    const [start, end] = [Date.parse(run.started_at), Date.parse(run.finished_at)];
+    if (!FINAL.has(run.status) || !Number.isFinite(start) || !Number.isFinite(end)) return;
+    clock.settle((end - start) / 1000);
+    setStat("duration", clock.wallText());
+    document.body.dataset.wallSettled = "1";
+  } catch { /* a reload shows it */ }
 }
 
 function setLive(state) {

@@ -114,6 +114,15 @@ export class RunClock {
     this.eventAt = t;
   }
 
+  /** Our run ended: its wall time as the server has it (finished_at - started_at,
+   * both the server's clock), not the moment this page heard of the end (a second
+   * or so later: "20s" live read "19s" after a reload). */
+  settle(seconds) {
+    if (this.external || !FINAL.has(this.status) || !Number.isFinite(seconds)) return;
+    this.frozen = Math.max(0, seconds);
+    this.runningSince = null;
+  }
+
   setStatus(status) {
     if (!this.external && status === "running" && this.runningSince === null) {
       this.runningSince = this.now() - 1000 * (this.frozen || 0);

@@ -146,6 +146,13 @@ def test_configure_launch_watch_inspect_clone_compare(live, page, shots, ui):
         60,
     )
     assert "on" not in (page.get_attribute("[data-live-dot]", "class") or "").split()
+    # Its wall time is the server's, start to end, as a reload shows it ("20s" live
+    # read "19s" after a reload: the clock stopped when the page heard of the end).
+    ui.until(page, "document.body.dataset.wallSettled === '1'", 30)
+    wall = page.text_content("[data-stat=duration]")
+    page.reload()
+    page.wait_for_selector("[data-stat=duration]")
+    assert page.text_content("[data-stat=duration]") == wall
 
     # Clone with a change: the diff to the parent is shown, the clone remembers its parent.
     page.click("text=Clone and edit")
