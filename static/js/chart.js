@@ -6,14 +6,17 @@
 // a title; a lone point is drawn as a dot; the plot is focusable and the arrow keys
 // move a readout along the steps (issue 22.11). A value that is not a number (NaN,
 // +-inf) breaks its line and is marked on the plot's edge (chart_nonfinite.js).
+// Charts of one page may share a view (chart_view.js: smoothing, cursor, zoom, log).
 
 import uPlot from "../vendor/uplot/uPlot.esm.js";
-import { cssVar, el, fmt } from "./util.js";
+import { cssVar, fmt } from "./util.js";
 
 import {
-  axisTitle, axisWidth, colour, finiteOrNull, nonFinite, oddName, splitScales, STEP_INCRS, tickLabels, yRange,
+  axisTitle, axisWidth, colour, finiteOrNull, fitTitles, logTickLabels, nonFinite, oddName, placeTitleTips, splitScales,
+  STEP_INCRS, tickLabels, yRange,
 } from "./chart_axes.js";
 import { noteOdd, placeOddMarks, roomForMarks } from "./chart_nonfinite.js";
+import { ema } from "./chart_view.js";
 
 export class MetricChart {
   /**
@@ -22,7 +25,8 @@ export class MetricChart {
    *   also ``right``: which keys go on the right axis (an array of booleans), or
    *   false for one axis whatever the magnitudes (default: split by magnitude);
    *   ``yTitles``: [left, right] axis titles instead of the keys' names;
-   *   ``colours``: per key, its place in the palette (default: the key's position).
+   *   ``colours``: per key, its place in the palette (default: the key's position);
+   *   ``group``: the page's ChartGroup (shared smoothing, cursor and zoom).
    */
   constructor(plotEl, opts) {
     this.el = plotEl;
@@ -47,6 +51,16 @@ export class MetricChart {
     this.plot = null;
     this.pending = false;
     this.onData = opts.onData || (() => {});
+    this.group = opts.group || null;
+    this.group?.add(this);
+    this.log = false; // asked for a log y scale (chart_view.logToggle)
+    this.onLogRoom = null; // told after each render why a log scale cannot be (or null)
+    this.rawAt = null; // smoothed: the column of the first key's logged values
+  }
+
+  /** The smoothing weight of the page's view (0: none). */
+  get smoothing() {
+    return this.group ? this.group.smoothing : 0;
   }
 
   /** Key ``k``'s colour: its place in ``colours``, else its own, in the palette. */
@@ -122,44 +136,81 @@ export class MetricChart {
     });
   }
 
+  /** The plot's columns: the steps, each key's line (smoothed when the view is), the
+   *  first key's min and max (downsampled buckets), then, smoothed, each key's
+   *  logged values (the faint lines). */
   data() {
     const steps = [...this.points.keys()].sort((a, b) => a - b);
     const cols = [steps];
-    this.keys.forEach((_, k) => cols.push(steps.map((s) => this.points.get(s)[k])));
+    const raw = this.keys.map((_, k) => steps.map((s) => this.points.get(s)[k]));
+    const w = this.smoothing;
+    raw.forEach((col) => cols.push(w > 0 ? ema(col, w) : col));
     if (this.band && this.minmax.size) {
       cols.push(steps.map((s) => (this.minmax.get(s) || [null, null])[0]));
       cols.push(steps.map((s) => (this.minmax.get(s) || [null, null])[1]));
     }
+    if (w > 0) cols.push(...raw);
     return cols;
+  }
+
+  /** Why the values drawn cannot go on a log scale (one at or below 0), or null. */
+  _logRefusal(data) {
+    let low = Infinity;
+    for (const col of data.slice(1)) for (const v of col) if (v !== null && v < low) low = v;
+    return low <= 0 ? `a log scale needs every value above 0 (lowest here: ${fmt(low)})` : null;
   }
 
   render() {
     const data = this.data();
     this.onData(data[0].length);
     if (!data[0].length) return;
-    const withBand = data.length > this.keys.length + 1;
+    const withBand = this.band && this.minmax.size > 0;
+    const smooth = this.smoothing > 0;
+    const refusal = this._logRefusal(data);
+    const logOn = this.log && !refusal;
+    this.onLogRoom?.(refusal);
     const fixed = this.fixedRight;
     const right = fixed === undefined ? splitScales(data.slice(1, this.keys.length + 1)) : fixed || null;
     // A series of NaN alone is still one: its legend entry and the readout say so.
     const present = data.slice(1, this.keys.length + 1).map((col, k) => col.some((v) => v !== null) || this.odd[k].size > 0);
-    const shape = `${withBand}|${right ? right.join(",") : ""}|${present.join(",")}`;
+    const shape = `${withBand}|${right ? right.join(",") : ""}|${present.join(",")}|${smooth}|${logOn}`;
     if (this.plot && this.plot._shape === shape) {
       this.plot.setData(data);
-      noteOdd(this);
-      return;
+    } else {
+      this.plot?.destroy();
+      this.right = right;
+      this.present = present;
+      this.plot = this._create(data, { withBand, right, smooth, logOn });
+      this.plot._shape = shape;
     }
-    this.plot?.destroy();
-    this.right = right;
-    this.present = present;
-    this.plot = this._create(data, withBand, right);
-    this.plot._shape = shape;
+    this.logOn = logOn;
+    if (this.group?.zoom) this.applyZoom();
     noteOdd(this);
+  }
+
+  /** The step axis to the view's zoom, or to every step. */
+  applyZoom() {
+    const u = this.plot;
+    const xs = u?.data[0];
+    if (!xs || !xs.length) return;
+    const z = this.group?.zoom;
+    const [lo, hi] = z || (xs[0] === xs[xs.length - 1] ? [xs[0] - 1, xs[0] + 1] : [xs[0], xs[xs.length - 1]]);
+    u.setScale("x", { min: lo, max: hi });
+  }
+
+  /** A drag across the plot: every chart of the view zoomed to its steps. */
+  _selected(u) {
+    if (!this.group || !(u.select.width > 0)) return;
+    const a = u.posToVal(u.select.left, "x");
+    const b = u.posToVal(u.select.left + u.select.width, "x");
+    u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+    this.group.zoomTo([a, b]);
   }
 
   /** The y axes: one titled with the chart's unit, or (split) one per side titled
    *  with the keys it carries, or with ``yTitles`` (what each side counts). */
-  _axes(axis, right) {
-    const y = { ...axis, size: axisWidth, values: (u, splits) => tickLabels(splits) };
+  _axes(axis, right, logOn) {
+    const y = { ...axis, size: axisWidth, values: (u, splits) => (logOn ? logTickLabels(splits) : tickLabels(splits)) };
     // The step axis 40 px tall (uPlot's 50 left 20 px unused): the plot, and the room
     // of a y axis title along it, 10 px taller.
     const x = { ...axis, incrs: STEP_INCRS, label: this.xTitle, labelSize: 20, size: 40 };
@@ -179,68 +230,20 @@ export class MetricChart {
     ];
   }
 
-  /** Every axis title as long as the plot has room for (a y title runs along the
-   *  plot's height, centred on it: "train/completions/mean_length (right axis)" was
-   *  cut at both ends), measured in the axis's own font; the full names are the
-   *  title's tooltip (``_placeTitleTips``). */
-  _fitTitles(u) {
-    const ctx = u.ctx;
-    const canvasH = ctx.canvas.height;
-    const mid = u.bbox.top + u.bbox.height / 2;
-    let changed = false;
-    ctx.save();
-    u.axes.forEach((axis, i) => {
-      const want = this.titles?.[i];
-      if (!want || axis.label == null) return;
-      const vertical = axis.side === 1 || axis.side === 3;
-      const room = (vertical ? 2 * Math.min(mid, canvasH - mid) : u.bbox.width) - 2 * devicePixelRatio;
-      ctx.font = Array.isArray(axis.labelFont) ? axis.labelFont[0] : axis.labelFont;
-      const label = axisTitle(want[0], want[1], (t) => ctx.measureText(t).width <= room);
-      if (label !== axis.label) {
-        axis.label = label;
-        changed = true;
-      }
-    });
-    ctx.restore();
-    if (changed) u.redraw(false, true);
-  }
-
-  /** A tooltip over each y axis title naming its series whole (a title may be
-   *  shortened to fit). */
-  _placeTitleTips(u) {
-    const wrap = u.root.querySelector(".u-wrap");
-    if (!wrap) return;
-    u.axes.forEach((axis, i) => {
-      const want = this.titles?.[i];
-      if (!want || axis.label == null || !(axis.side === 1 || axis.side === 3) || !axis.show) return;
-      this.tips = this.tips || [];
-      let tip = this.tips[i];
-      if (!tip || tip.parentElement !== wrap) {
-        tip = el("div", { class: "u-axis-title", "data-axis-title": String(i) });
-        wrap.append(tip);
-        this.tips[i] = tip;
-      }
-      const full = want[0].join(", ") + want[1];
-      tip.title = full;
-      tip.setAttribute("aria-label", full);
-      const size = axis.labelSize || 20;
-      tip.style.left = `${axis.side === 3 ? axis._lpos - size : axis._lpos}px`;
-      tip.style.top = `${u.bbox.top / devicePixelRatio}px`;
-      tip.style.width = `${size}px`;
-      tip.style.height = `${u.bbox.height / devicePixelRatio}px`;
-    });
-  }
-
-  _create(data, withBand, right) {
+  _create(data, { withBand, right, smooth, logOn }) {
     const axis = { stroke: cssVar("--muted", "#666"), grid: { stroke: cssVar("--border", "#ddd"), width: 1 }, ticks: { stroke: cssVar("--border", "#ddd") } };
     const series = [{ label: "step" }];
     // Points drawn where they are sparse (uPlot's default): a lone point shows.
     const scaleOf = (k) => (right && right[k] ? "y2" : "y");
     const stroke = (k) => this.colourOf(k);
-    // The legend's value at a step a series logged NaN (or ±∞) for says so, not "".
+    // The legend's value at a step a series logged NaN (or ±∞) for says so, not "";
+    // smoothed, the value logged there follows.
+    const rawAt = 1 + this.keys.length + (withBand ? 2 : 0);
+    this.rawAt = smooth ? rawAt : null;
     const value = (k) => (u, v, si, idx) => {
       if (idx === null || idx === undefined) return "--";
-      if (v !== null && v !== undefined) return uPlot.fmtNum(v);
+      const logged = smooth ? u.data[rawAt + k][idx] : null;
+      if (v !== null && v !== undefined) return logged === null ? uPlot.fmtNum(v) : `${uPlot.fmtNum(v)} (logged ${uPlot.fmtNum(logged)})`;
       const odd = this.odd[k].get(u.data[0][idx]);
       return odd === undefined ? "" : oddName(odd);
     };
@@ -267,6 +270,15 @@ export class MetricChart {
       series.push({ ...hidden, label: `${this.labels[0]} max` });
       bands.push({ series: [n + 2, n + 1], fill: "rgba(61,90,254,0.12)" });
     }
+    // Smoothed: the logged values as faint lines under the smoothed ones, out of the
+    // legend (each smoothed entry names its logged value).
+    if (smooth) {
+      this.keys.forEach((key, k) => series.push({
+        label: `${this.labels[k]} (logged)`, class: "u-raw-series", scale: scaleOf(k), stroke: `${stroke(k)}59`,
+        width: 1, spanGaps: false, gaps: gaps(k), points: { show: false },
+      }));
+    }
+    const yScale = (u, min, max) => (logOn ? uPlot.rangeLog(min, max, 10, true) : roomForMarks(self, u, yRange(min, max)));
     const width = Math.max(240, this.el.clientWidth || 400);
     const self = this;
     const opts = {
@@ -275,26 +287,28 @@ export class MetricChart {
       series,
       bands,
       legend: { live: true },
-      cursor: { drag: { x: true, y: false }, points: { size: 6 } },
+      // In a view: the cursor shared by the view's charts, a drag zooms all of them
+      // (_selected), a double click shows every step again on all of them.
+      cursor: {
+        drag: { x: true, y: false, setScale: !this.group },
+        points: { size: 6 },
+        ...(this.group ? {
+          sync: { key: this.group.syncKey },
+          bind: { dblclick: () => () => { self.group.zoomTo(null); return null; } },
+        } : {}),
+      },
       scales: {
         // One step alone: a range around it, not a zero-width scale.
         x: { time: false, range: (u, min, max) => (min === max ? [min - 1, max + 1] : [min, max]) },
         // Room at the top (bottom) edge for the marks of NaN, +∞ (−∞): none covers a point.
-        y: { range: (u, min, max) => roomForMarks(self, u, yRange(min, max)) },
-        y2: { range: (u, min, max) => roomForMarks(self, u, yRange(min, max)) },
+        y: { range: yScale, distr: logOn ? 3 : 1, log: 10 },
+        y2: { range: yScale, distr: logOn ? 3 : 1, log: 10 },
       },
-      axes: this._axes(axis, right),
+      axes: this._axes(axis, right, logOn),
       hooks: {
-        draw: [(u) => self._drawAlerts(u), (u) => placeOddMarks(self, u), (u) => self._placeTitleTips(u)],
-        ready: [
-          (u) => self._fitTitles(u),
-          (u) => {
-            u.over.addEventListener("click", () => {
-              const idx = u.cursor.idx;
-              if (idx !== null && idx !== undefined && self.onPick) self.onPick(u.data[0][idx]);
-            });
-          },
-        ],
+        draw: [(u) => self._drawAlerts(u), (u) => placeOddMarks(self, u), (u) => placeTitleTips(self, u)],
+        setSelect: [(u) => self._selected(u)],
+        ready: [(u) => fitTitles(self, u), (u) => self._pickOnClick(u)],
       },
     };
     const plot = new uPlot(opts, data, this.el);
@@ -306,6 +320,26 @@ export class MetricChart {
       this.resize.observe(this.el);
     }
     return plot;
+  }
+
+  /** A click on the plot opens the step under the cursor (``onPick``); not the end
+   *  of a drag (a zoom), and in a view not a double click (every step again): a
+   *  click waits that long before it opens. */
+  _pickOnClick(u) {
+    if (!this.onPick) return;
+    let downX = null;
+    let timer = 0;
+    u.over.addEventListener("mousedown", (e) => { downX = e.clientX; });
+    u.over.addEventListener("click", (e) => {
+      if (downX !== null && Math.abs(e.clientX - downX) > 3) return;
+      const idx = u.cursor.idx;
+      if (idx === null || idx === undefined) return;
+      const step = u.data[0][idx];
+      clearTimeout(timer);
+      if (!this.group) this.onPick(step);
+      else if (e.detail < 2) timer = setTimeout(() => this.onPick(step), 300);
+    });
+    u.over.addEventListener("dblclick", () => clearTimeout(timer));
   }
 
   /** Keyboard: the plot is a focusable group named after the chart; ← → move along
@@ -352,7 +386,8 @@ export class MetricChart {
     const top = v === null ? u.bbox.height / devicePixelRatio / 2 : u.valToPos(v, scale);
     u.setCursor({ left: u.valToPos(step, "x"), top });
     const valueAt = (k) => u.data[k + 1][idx] ?? this.odd[k].get(step) ?? null;
-    const parts = this.keys.flatMap((_, k) => (this.present?.[k] === false ? [] : [`${this.labels[k]} ${fmt(valueAt(k))}`]));
+    const logged = (k) => (this.rawAt !== null && u.data[k + 1][idx] !== null ? ` (logged ${fmt(u.data[this.rawAt + k][idx])})` : "");
+    const parts = this.keys.flatMap((_, k) => (this.present?.[k] === false ? [] : [`${this.labels[k]} ${fmt(valueAt(k))}${logged(k)}`]));
     const text = `step ${step}: ${parts.join(", ")}`;
     if (this.readout) this.readout.textContent = text;
     return text;

@@ -1,10 +1,10 @@
 // What a metric chart's axes and values read as: series colours, tick labels (whole
 // steps, tiny values in scientific notation), y ranges, the magnitude split between
 // two axes, axis titles fitted to their room, and the words for values that are not
-// numbers (NaN, +-inf). Pure functions, for chart.js and the pages that draw their own.
+// numbers (NaN, +-inf). Functions, for chart.js and the pages that draw their own.
 
 import uPlot from "../vendor/uplot/uPlot.esm.js";
-import { num } from "./util.js";
+import { el, num } from "./util.js";
 
 const PALETTE = ["#3d5afe", "#e8590c", "#2b8a3e", "#ae3ec9", "#1098ad", "#f59f00", "#d6336c", "#5c940d"];
 
@@ -70,6 +70,19 @@ export function tickLabels(splits) {
     if (exact && new Set(labels).size === labels.length) return labels.map((l) => (l && l !== "-0" ? l + suffix : l === "-0" ? "0" : l));
   }
   return scaled.map((v) => (v === null ? "" : v.toPrecision(6) + suffix));
+}
+
+/** Ticks of a log scale (decades and their multiples, some left unlabelled: null),
+ *  each as short as it is exact: "0.01", "0.2", "5", "300", "20k", "3e−5". */
+export function logTickLabels(splits) {
+  return splits.map((v) => {
+    if (v === null || v === undefined || !Number.isFinite(v)) return "";
+    const a = Math.abs(v);
+    if (a >= 1e6) return `${Number((v / 1e6).toPrecision(3))}M`;
+    if (a >= 1e4) return `${Number((v / 1e3).toPrecision(3))}k`;
+    if (a > 0 && a < 1e-3) return v.toExponential(0).replace("e-", "e−");
+    return String(Number(v.toPrecision(3)));
+  });
 }
 
 /** Ticks of values all under 1e-3 in scientific notation, with the fewest digits
@@ -173,4 +186,56 @@ export function splitScales(cols, ratio = 100) {
     }
   }
   return cut === null ? null : mags.map((m) => m !== null && m >= cut);
+}
+
+/** A chart's (MetricChart's) every axis title as long as the plot has room for (a y title runs along the
+ *  plot's height, centred on it: "train/completions/mean_length (right axis)" was
+ *  cut at both ends), measured in the axis's own font; the full names are the
+ *  title's tooltip (``placeTitleTips``). */
+export function fitTitles(chart, u) {
+  const ctx = u.ctx;
+  const canvasH = ctx.canvas.height;
+  const mid = u.bbox.top + u.bbox.height / 2;
+  let changed = false;
+  ctx.save();
+  u.axes.forEach((axis, i) => {
+    const want = chart.titles?.[i];
+    if (!want || axis.label == null) return;
+    const vertical = axis.side === 1 || axis.side === 3;
+    const room = (vertical ? 2 * Math.min(mid, canvasH - mid) : u.bbox.width) - 2 * devicePixelRatio;
+    ctx.font = Array.isArray(axis.labelFont) ? axis.labelFont[0] : axis.labelFont;
+    const label = axisTitle(want[0], want[1], (t) => ctx.measureText(t).width <= room);
+    if (label !== axis.label) {
+      axis.label = label;
+      changed = true;
+    }
+  });
+  ctx.restore();
+  if (changed) u.redraw(false, true);
+}
+
+/** A tooltip over each y axis title naming its series whole (a title may be
+ *  shortened to fit). */
+export function placeTitleTips(chart, u) {
+  const wrap = u.root.querySelector(".u-wrap");
+  if (!wrap) return;
+  u.axes.forEach((axis, i) => {
+    const want = chart.titles?.[i];
+    if (!want || axis.label == null || !(axis.side === 1 || axis.side === 3) || !axis.show) return;
+    chart.tips = chart.tips || [];
+    let tip = chart.tips[i];
+    if (!tip || tip.parentElement !== wrap) {
+      tip = el("div", { class: "u-axis-title", "data-axis-title": String(i) });
+      wrap.append(tip);
+      chart.tips[i] = tip;
+    }
+    const full = want[0].join(", ") + want[1];
+    tip.title = full;
+    tip.setAttribute("aria-label", full);
+    const size = axis.labelSize || 20;
+    tip.style.left = `${axis.side === 3 ? axis._lpos - size : axis._lpos}px`;
+    tip.style.top = `${u.bbox.top / devicePixelRatio}px`;
+    tip.style.width = `${size}px`;
+    tip.style.height = `${u.bbox.height / devicePixelRatio}px`;
+  });
 }

@@ -14,6 +14,7 @@
 //   are read again.
 
 import { MetricChart } from "./chart.js";
+import { ChartGroup, chartTools, logToggle } from "./chart_view.js";
 import { el, getJSON, readJSONScript } from "./util.js";
 
 const data = readJSONScript("compare-data");
@@ -22,6 +23,10 @@ const select = document.querySelector("[data-compare-key]");
 const POINTS = 800;
 const overlays = []; // {key, section, plotEl, readout, chart, series}
 const charts = [];
+// One view over the overlays: smoothing, cursor, zoom (chart_view.js).
+const view = new ChartGroup("compare-charts", "compare");
+chartTools(document.querySelector("[data-chart-tools]"), view);
+window.__chartView = view; // tests read it
 // For tests: each overlay's uPlot (scales, axis labels) and its MetricChart.
 Object.defineProperty(window, "__compareCharts", { get: () => charts.map((c) => c.plot).filter(Boolean) });
 window.__compareMetricCharts = charts;
@@ -81,7 +86,9 @@ function draw(o) {
       readout: o.readout,
       band: false,
       right: false,
+      group: view,
     });
+    logToggle(o.section.querySelector("h3"), o.chart, `metric:${o.key}`, view);
     charts.push(o.chart);
   }
   o.chart.load(o.series);
@@ -112,6 +119,10 @@ async function overlay(key, { save = true } = {}) {
     overlays.splice(overlays.indexOf(o), 1);
     const i = charts.indexOf(o.chart);
     if (i >= 0) charts.splice(i, 1);
+    if (o.chart) {
+      view.remove(o.chart);
+      o.chart.plot?.destroy(); // out of the shared cursor
+    }
     saveCharts();
   });
   await Promise.all(data.runs.map((r) => readLine(o, r)));

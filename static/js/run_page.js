@@ -4,6 +4,7 @@
 // trajectories.
 
 import { MetricChart, fetchSeries } from "./chart.js";
+import { ChartGroup, chartTools, logToggle } from "./chart_view.js";
 import { drawHistogram, histogram } from "./histogram.js";
 import { FINAL, RunStream } from "./live.js";
 import { SENT_PARTS, STATUS_PARTS, aheadChanged, partsPending, refreshModel, refreshParts } from "./run_parts.js";
@@ -14,6 +15,10 @@ import { el, fmt, getJSON, num, readJSONScript } from "./util.js";
 
 const data = readJSONScript("page-data");
 const charts = [];
+// One view over the page's charts: smoothing, cursor, zoom (chart_view.js).
+const view = new ChartGroup("run-charts", "run");
+chartTools(document.querySelector("[data-chart-tools]"), view);
+window.__chartView = view; // tests read it
 const trajSteps = new Set(data.trajectory_steps || []);
 let histStep = data.latest_trajectory_step;
 const strip = { ...(data.stats || {}) }; // best_reward, best_step, last_step, duration_s
@@ -34,7 +39,7 @@ function openStep(step) {
   window.location.href = `${data.trajectories_url}?step=${nearestRecorded(Math.round(step))}`;
 }
 
-function makeChart(section, spec) {
+function makeChart(section, spec, logId = spec.id) {
   const plot = section.querySelector("[data-plot]");
   const nodata = section.querySelector("[data-nodata]");
   const keys = spec.keys;
@@ -46,6 +51,7 @@ function makeChart(section, spec) {
     yTitle: spec.y_title,
     readout: section.querySelector("[data-readout]"),
     onPick: openStep,
+    group: view,
     onData: (n) => {
       if (nodata) nodata.hidden = n > 0;
       section.dataset.points = String(n);
@@ -56,6 +62,9 @@ function makeChart(section, spec) {
   });
   chart.section = section;
   chart.setAlerts(alertSteps);
+  const heading = section.querySelector("h3");
+  heading.querySelector(".log-toggle")?.remove(); // the "any metric" chart made again
+  logToggle(heading, chart, logId, view);
   return chart;
 }
 
@@ -331,8 +340,9 @@ pick?.addEventListener("change", async () => {
     customChart.plot?.destroy();
     customChart.resize?.disconnect();
     charts.splice(charts.indexOf(customChart), 1);
+    view.remove(customChart);
   }
-  customChart = makeChart(custom, { keys: [pick.value], title: `Any metric: ${pick.value}`, y_title: pick.value });
+  customChart = makeChart(custom, { keys: [pick.value], title: `Any metric: ${pick.value}`, y_title: pick.value }, `metric:${pick.value}`);
   charts.push(customChart);
   await loadCharts([customChart]);
 });
