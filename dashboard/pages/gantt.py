@@ -34,8 +34,10 @@ class Gantt:
     total_steps: int
     stage_starts: list[int]
 
-    # Geometry for the SVG (viewBox units): 1000 wide, 22 per lane.
-    WIDTH = 1000
+    # Geometry for the SVG: across in percent of its width, down in pixels (22 per
+    # lane), so its labels keep their size on any screen (a 1000-unit viewBox drew
+    # 11-unit labels 4 px tall on a phone).
+    WIDTH = 100
     LANE = 22
 
     @property
@@ -61,9 +63,9 @@ class Gantt:
         scale = self.WIDTH / max(1, self.span)
         return [
             {
-                "x": round(b.start * scale, 2),
+                "x": round(b.start * scale, 3),
                 "y": b.lane * self.LANE + 2,
-                "w": max(1.0, round(b.steps * scale - 1, 2)),
+                "w": max(0.1, round(b.steps * scale - 0.1, 3)),
                 "h": self.LANE - 4,
                 "bar": b,
             }
@@ -83,7 +85,7 @@ class Gantt:
             marks.append(self.span)
         anchor = {0: "start", self.span: "end"} if self.span else {0: "start"}
         return [
-            {"x": round(t * scale, 2), "t": t, "anchor": anchor.get(t, "middle")}
+            {"x": round(t * scale, 3), "t": t, "anchor": anchor.get(t, "middle")}
             for t in marks
         ]
 

@@ -63,7 +63,7 @@ def test_the_gantt_runs_stages_in_sequence_and_marks_the_critical_path():
     assert g.span == 8 and g.lanes == 3 and g.stage_starts == [0, 6]
     assert g.parallel_saving == pytest.approx(1 - 8 / 11)
     first = g.rects()[0]
-    assert first["x"] == 0 and first["w"] == pytest.approx(1000 / 8 - 1)
+    assert first["x"] == 0 and first["w"] == pytest.approx(100 / 8 - 0.1)
 
 
 def _traj(per_step, components, total, segments=None):

@@ -345,7 +345,7 @@ def test_the_gantt_axis_ends_at_the_last_step_inside_the_chart(span):
 
     ticks = Gantt([], 1, span, span, span, [0]).ticks()
     assert ticks[0] == {"x": 0, "t": 0, "anchor": "start"}
-    assert ticks[-1] == {"x": 1000, "t": span, "anchor": "end"}  # 14 drawn at 13's end
+    assert ticks[-1] == {"x": 100, "t": span, "anchor": "end"}  # 14 drawn at 13's end
     assert all(t["anchor"] == "middle" for t in ticks[1:-1])
     assert 2 <= len(ticks) <= 12
 

@@ -73,4 +73,20 @@ def test_the_critical_path_page_opens_where_there_is_something_parallel(
     legend = page.evaluate(LEGEND_MATCHES_BARS)
     assert [k for k, _ in legend] == ["orch crit"] and legend[0][1]
     ui.shot(page, shots, "critical_path_serial_step")
+
+    # On a phone the step labels and lanes keep their size (a 1000-unit viewBox
+    # drew them 4 px tall at 390 px).
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{live.url}/runs/{run}/critical-path/?step=2&group=1&index=1")
+    sizes = page.evaluate(
+        "() => ({text: Math.min(...[...document.querySelectorAll('svg.gantt text')]"
+        ".map(t => t.getBoundingClientRect().height)),"
+        " lane: Math.min(...[...document.querySelectorAll('svg.gantt rect')]"
+        ".map(r => r.getBoundingClientRect().height)),"
+        " svg: document.querySelector('svg.gantt').getBoundingClientRect().width,"
+        " doc: document.documentElement.scrollWidth})"
+    )
+    assert sizes["text"] >= 11 and sizes["lane"] >= 17, sizes
+    assert sizes["doc"] <= 390, sizes  # nothing wider than the screen
+    ui.shot(page, shots, "critical_path_phone")
     page.guard.check()
