@@ -293,6 +293,9 @@ export class MetricChart {
         drag: { x: true, y: false, setScale: !this.group },
         points: { size: 6 },
         ...(this.group ? {
+          // The step line alone: a value line drawn across the other charts at the
+          // same height would read a value they do not have.
+          y: false,
           sync: { key: this.group.syncKey },
           bind: { dblclick: () => () => { self.group.zoomTo(null); return null; } },
         } : {}),
