@@ -198,6 +198,13 @@ export class MetricChart {
     u.setScale("x", { min: lo, max: hi });
   }
 
+  /** A line hidden or shown from the legend: its faint logged line with it. */
+  _seriesShown(u, si, o) {
+    if (this.rawAt === null || !(si >= 1 && si <= this.keys.length) || o?.show === undefined) return;
+    const raw = this.rawAt + si - 1;
+    if (u.series[raw] && u.series[raw].show !== o.show) u.setSeries(raw, { show: o.show }, false, false);
+  }
+
   /** A drag across the plot: every chart of the view zoomed to its steps. */
   _selected(u) {
     if (!this.group || !(u.select.width > 0)) return;
@@ -296,7 +303,7 @@ export class MetricChart {
           // The step line alone: a value line drawn across the other charts at the
           // same height would read a value they do not have.
           y: false,
-          sync: { key: this.group.syncKey },
+          sync: { key: this.group.syncKey, setSeries: this.group.sharedSeries },
           bind: { dblclick: () => () => { self.group.zoomTo(null); return null; } },
         } : {}),
       },
@@ -311,6 +318,7 @@ export class MetricChart {
       hooks: {
         draw: [(u) => self._drawAlerts(u), (u) => placeOddMarks(self, u), (u) => placeTitleTips(self, u)],
         setSelect: [(u) => self._selected(u)],
+        setSeries: [(u, si, o) => self._seriesShown(u, si, o)],
         ready: [(u) => fitTitles(self, u), (u) => self._pickOnClick(u)],
       },
     };

@@ -57,10 +57,13 @@ export function clampSmoothing(w) {
 
 export class ChartGroup {
   /** ``name``: the uPlot sync key (one per page) and where the log choices of its
-   *  charts are kept (``page``: "run", "compare"). */
-  constructor(name, page) {
+   *  charts are kept (``page``: "run", "compare"); ``sharedSeries``: its charts
+   *  draw the same series in the same order (compare's runs), so a line hidden
+   *  from one legend is hidden on every chart. */
+  constructor(name, page, { sharedSeries = false } = {}) {
     this.syncKey = name;
     this.page = page;
+    this.sharedSeries = sharedSeries;
     this.charts = new Set();
     this.smoothing = clampSmoothing(stored(SMOOTHING_KEY, 0));
     this.zoom = null; // [min, max] of the step axis, or null: every step

@@ -23,8 +23,9 @@ const select = document.querySelector("[data-compare-key]");
 const POINTS = 800;
 const overlays = []; // {key, section, plotEl, readout, chart, series}
 const charts = [];
-// One view over the overlays: smoothing, cursor, zoom (chart_view.js).
-const view = new ChartGroup("compare-charts", "compare");
+// One view over the overlays: smoothing, cursor, zoom, and a run hidden from one
+// chart's legend hidden from all (chart_view.js).
+const view = new ChartGroup("compare-charts", "compare", { sharedSeries: true });
 chartTools(document.querySelector("[data-chart-tools]"), view);
 window.__chartView = view; // tests read it
 // For tests: each overlay's uPlot (scales, axis labels) and its MetricChart.

@@ -166,6 +166,24 @@ def test_smoothing_cursor_zoom_and_log_scale_across_the_charts(live, page, shots
     )
     assert c["rawAt"] is not None and any("(logged)" in lbl for lbl in c["labels"])
     ui.shot(page, shots, "chart_view_compare", full=False)
+    # A run hidden from one chart's legend is hidden from every chart, its faint
+    # logged line with it.
+    page.goto(f"{live.url}/compare/?runs={run},{other}&charts=reward,kl")
+    ui.until(
+        page,
+        "window.__compareMetricCharts?.length === 2"
+        " && window.__compareMetricCharts.every(c => c.plot && c.rawAt !== null)",
+        30,
+    )
+    page.locator("[data-compare-chart=reward] .u-legend tr.u-series").nth(2).click()
+    shown = (
+        "window.__compareMetricCharts.map(c =>"
+        " [c.plot.series[2].show, c.plot.series[c.rawAt + 1].show,"
+        " c.plot.series[1].show])"
+    )
+    ui.until(page, f"{shown}.every(([b, braw, a]) => !b && !braw && a)", 5)
+    page.locator("[data-compare-chart=kl] .u-legend tr.u-series").nth(2).click()
+    ui.until(page, f"{shown}.every(([b, braw, a]) => b && braw && a)", 5)
     # Back to 0: the logged values alone, as before.
     page.fill("[data-smoothing-value]", "0")
     page.press("[data-smoothing-value]", "Enter")
