@@ -301,13 +301,12 @@ def warm_line(run: Any) -> str:
 
 
 def with_waiting(rows: list[Any]) -> list[Any]:
-    """The runs list's rows, each queued one with its place in line, each external
-    one gone quiet with ``quiet_for``."""
+    """The runs list's rows, each queued one with its place in line (a paused demo's
+    saying where it paused first), each external one gone quiet with
+    ``quiet_for``."""
     for r in rows:
         line = waiting(r)
-        text = line["text"] if line else ""
-        paused = paused_at(r)
-        r.waiting_text = f"{paused}; {text}" if paused and text else text
+        r.waiting_text = "; ".join(filter(None, [paused_at(r), line and line["text"]]))
     return run_state.with_quiet(rows)
 
 

@@ -249,6 +249,22 @@ def requeue(claim: Claim, note: str, detail: str = "") -> bool:
     return True
 
 
+_PAUSED_FOR = " for a user's run"
+
+
+def pause_note(where: str) -> str:
+    """The note a paused demo keeps while it waits (``where``: "at step 12")."""
+    return f"paused {where}{_PAUSED_FOR}; resumes after it, from where it was"
+
+
+def paused_where(note: str) -> str:
+    """Where a :func:`pause_note` says its run paused ("at step 12"); "" for any
+    other note."""
+    if not note.startswith("paused ") or _PAUSED_FOR not in note:
+        return ""
+    return note.removeprefix("paused ").split(_PAUSED_FOR, 1)[0]
+
+
 def pause(claim: Claim, last_step: int) -> bool:
     """A demo run yields to a user's run (the embedded executor): this attempt ends
     ``paused``, the run is queued again and resumes when its turn comes, from the
@@ -268,7 +284,7 @@ def pause(claim: Claim, last_step: int) -> bool:
             if warm.get("of")
             else "before step 1"
         )
-        note = f"paused {where} for a user's run; resumes after it, from where it was"
+        note = pause_note(where)
         end_attempt(run.id, run.attempt, PAUSED, note, now=now)
         run.status, run.lease, run.enqueued_at = RunStatus.QUEUED, None, now
         run.error, run.last_step = note, last_step

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from dashboard.models import Run, RunStatus
+from dashboard.runs.lease import paused_where
 
 AHEAD_SHOWN = 3
 
@@ -136,8 +137,7 @@ def paused_at(run: Run) -> str:
     """A queued demo that yielded to a user's run (:func:`dashboard.runs.lease.pause`
     queued it again with a note): where it paused, for the runs list, where "queued"
     alone read as never started (the run page shows the note itself)."""
-    note = run.error or ""
-    if not (run.demo and run.status == RunStatus.QUEUED and note.startswith("paused ")):
+    where = paused_where(run.error or "")
+    if not (run.demo and run.status == RunStatus.QUEUED and where):
         return ""
-    where = note.split(" for a user's run", 1)[0]
-    return f"{where} for a user's run, resumes from there"
+    return f"paused {where} for a user's run, resumes from there"

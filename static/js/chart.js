@@ -56,6 +56,8 @@ export class MetricChart {
     this.log = false; // asked for a log y scale (chart_view.logToggle)
     this.onLogRoom = null; // told after each render why a log scale cannot be (or null)
     this.rawAt = null; // smoothed: the column of the first key's logged values
+    this.hidden = new Set(); // series (1-based) hidden from the legend, kept when the plot is made again
+    this.dead = false;
   }
 
   /** The smoothing weight of the page's view (0: none). */
@@ -70,6 +72,7 @@ export class MetricChart {
 
   /** Replace everything with an API response of /metrics (series per key). */
   load(series, bucketWidth = 1) {
+    if (this.dead) return;
     this.points.clear();
     this.minmax.clear();
     this.odd.forEach((m) => m.clear());
@@ -157,10 +160,28 @@ export class MetricChart {
   _logRefusal(data) {
     let low = Infinity;
     for (const col of data.slice(1)) for (const v of col) if (v !== null && v < low) low = v;
+    if (low === Infinity) return "nothing to draw on a log scale yet";
     return low <= 0 ? `a log scale needs every value above 0 (lowest here: ${fmt(low)})` : null;
   }
 
+  /** Gone from the page (the "any metric" chart made again, a compare chart
+   *  removed): its plot, its resize observer and its place in the view, and no
+   *  load or frame still on its way draws it again. */
+  destroy() {
+    this.dead = true;
+    this.resize?.disconnect();
+    this.plot?.destroy();
+    this.plot = null;
+    this.group?.remove(this);
+  }
+
+  /** The series hidden from the legend: the view's when its charts share series. */
+  get hiddenSeries() {
+    return this.group?.sharedSeries ? this.group.hidden : this.hidden;
+  }
+
   render() {
+    if (this.dead) return;
     const data = this.data();
     this.onData(data[0].length);
     if (!data[0].length) return;
@@ -198,19 +219,35 @@ export class MetricChart {
     u.setScale("x", { min: lo, max: hi });
   }
 
-  /** A line hidden or shown from the legend: its faint logged line with it. */
+  /** A line hidden or shown from the legend: remembered (a plot made again keeps
+   *  it), and its faint logged line and band follow it, also when uPlot's isolate
+   *  (Ctrl/Cmd-click) walks every series. */
   _seriesShown(u, si, o) {
-    if (this.rawAt === null || !(si >= 1 && si <= this.keys.length) || o?.show === undefined) return;
-    const raw = this.rawAt + si - 1;
-    if (u.series[raw] && u.series[raw].show !== o.show) u.setSeries(raw, { show: o.show }, false, false);
+    const n = this.keys.length;
+    if (!(si >= 1) || o?.show === undefined) return;
+    const follow = (i, show) => {
+      if (u.series[i] && u.series[i].show !== show) u.setSeries(i, { show }, false, false);
+    };
+    if (si <= n) {
+      if (o.show) this.hiddenSeries.delete(si);
+      else this.hiddenSeries.add(si);
+      if (this.rawAt !== null) follow(this.rawAt + si - 1, o.show);
+      if (si === 1 && this.bandAt !== null) [0, 1].forEach((j) => follow(this.bandAt + j, o.show));
+    } else if (this.rawAt !== null && si >= this.rawAt) {
+      follow(si, u.series[si - this.rawAt + 1].show);
+    } else if (this.bandAt !== null && si >= this.bandAt) {
+      follow(si, u.series[1].show);
+    }
   }
 
-  /** A drag across the plot: every chart of the view zoomed to its steps. */
+  /** A drag across the plot: every chart of the view zoomed to its steps (a
+   *  range holding fewer than two of this chart's steps is not a zoom). */
   _selected(u) {
     if (!this.group || !(u.select.width > 0)) return;
     const a = u.posToVal(u.select.left, "x");
     const b = u.posToVal(u.select.left + u.select.width, "x");
     u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+    if (u.data[0].filter((x) => x >= a && x <= b).length < 2) return;
     this.group.zoomTo([a, b]);
   }
 
@@ -221,7 +258,7 @@ export class MetricChart {
     // The step axis 40 px tall (uPlot's 50 left 20 px unused): the plot, and the room
     // of a y axis title along it, 10 px taller.
     const x = { ...axis, incrs: STEP_INCRS, label: this.xTitle, labelSize: 20, size: 40 };
-    // What each axis title says in full ([names, suffix]); _fitTitles shortens them
+    // What each axis title says in full ([names, suffix]); fitTitles (chart_axes.js) shortens them
     // to the room the plot has.
     if (!right) {
       this.titles = [[[this.xTitle], ""], [[this.yTitle], ""]];
@@ -243,10 +280,13 @@ export class MetricChart {
     // Points drawn where they are sparse (uPlot's default): a lone point shows.
     const scaleOf = (k) => (right && right[k] ? "y2" : "y");
     const stroke = (k) => this.colourOf(k);
+    const hidden = this.hiddenSeries;
+    const shown = (k) => !hidden.has(k + 1);
     // The legend's value at a step a series logged NaN (or ±∞) for says so, not "";
     // smoothed, the value logged there follows.
     const rawAt = 1 + this.keys.length + (withBand ? 2 : 0);
     this.rawAt = smooth ? rawAt : null;
+    this.bandAt = withBand ? 1 + this.keys.length : null;
     const value = (k) => (u, v, si, idx) => {
       if (idx === null || idx === undefined) return "--";
       const logged = smooth ? u.data[rawAt + k][idx] : null;
@@ -267,14 +307,15 @@ export class MetricChart {
       ...(this.present?.[k] === false ? { class: "u-absent-series" } : {}),
       label: right && right[k] ? `${this.labels[k]} (right axis)` : this.labels[k],
       scale: scaleOf(k), stroke: stroke(k), width: 1.5, spanGaps: false, gaps: gaps(k), points: { size: 6, fill: stroke(k) },
+      show: shown(k),
       value: value(k),
     }));
     const bands = [];
     if (withBand) {
       const n = this.keys.length;
-      const hidden = { stroke: "transparent", points: { show: false }, spanGaps: true, class: "u-band-series", scale: scaleOf(0) };
-      series.push({ ...hidden, label: `${this.labels[0]} min` });
-      series.push({ ...hidden, label: `${this.labels[0]} max` });
+      const edge = { stroke: "transparent", points: { show: false }, spanGaps: true, class: "u-band-series", scale: scaleOf(0), show: shown(0) };
+      series.push({ ...edge, label: `${this.labels[0]} min` });
+      series.push({ ...edge, label: `${this.labels[0]} max` });
       bands.push({ series: [n + 2, n + 1], fill: "rgba(61,90,254,0.12)" });
     }
     // Smoothed: the logged values as faint lines under the smoothed ones, out of the
@@ -282,10 +323,17 @@ export class MetricChart {
     if (smooth) {
       this.keys.forEach((key, k) => series.push({
         label: `${this.labels[k]} (logged)`, class: "u-raw-series", scale: scaleOf(k), stroke: `${stroke(k)}59`,
-        width: 1, spanGaps: false, gaps: gaps(k), points: { show: false },
+        width: 1, spanGaps: false, gaps: gaps(k), points: { show: false }, show: shown(k),
       }));
     }
-    const yScale = (u, min, max) => (logOn ? uPlot.rangeLog(min, max, 10, true) : roomForMarks(self, u, yRange(min, max)));
+    // Log: uPlot's decades, with the room for NaN/±∞ marks made in log space (a
+    // scale with no value above 0, every line hidden, gets one decade).
+    const logRange = (u, min, max) => {
+      if (!(min > 0 && max > 0)) return [1, 10];
+      const [lo, hi] = uPlot.rangeLog(min, max, 10, true).map(Math.log10);
+      return roomForMarks(self, u, [lo, hi]).map((v) => 10 ** v);
+    };
+    const yScale = (u, min, max) => (logOn ? logRange(u, min, max) : roomForMarks(self, u, yRange(min, max)));
     const width = Math.max(240, this.el.clientWidth || 400);
     const self = this;
     const opts = {
@@ -297,7 +345,17 @@ export class MetricChart {
       // In a view: the cursor shared by the view's charts, a drag zooms all of them
       // (_selected), a double click shows every step again on all of them.
       cursor: {
-        drag: { x: true, y: false, setScale: !this.group },
+        // A click that wobbles a pixel or two is a click, not a zoom to a sliver.
+        // (uPlot swallows the click at the end of any drag: one under 5 px opens
+        // its step.)
+        drag: {
+          x: true, y: false, setScale: !this.group, dist: 5,
+          click: (u, e) => {
+            if (Math.abs(e.clientX - (self.downX ?? e.clientX)) < 5) return;
+            e.stopPropagation();
+            e.stopImmediatePropagation();
+          },
+        },
         points: { size: 6 },
         ...(this.group ? {
           // The step line alone: a value line drawn across the other charts at the
@@ -310,7 +368,8 @@ export class MetricChart {
       scales: {
         // One step alone: a range around it, not a zero-width scale.
         x: { time: false, range: (u, min, max) => (min === max ? [min - 1, max + 1] : [min, max]) },
-        // Room at the top (bottom) edge for the marks of NaN, +∞ (−∞): none covers a point.
+        // Room at the top (bottom) edge for the marks of NaN, +∞ (−∞): none covers a
+        // point (on a log scale too: yScale).
         y: { range: yScale, distr: logOn ? 3 : 1, log: 10 },
         y2: { range: yScale, distr: logOn ? 3 : 1, log: 10 },
       },
@@ -333,22 +392,20 @@ export class MetricChart {
     return plot;
   }
 
-  /** A click on the plot opens the step under the cursor (``onPick``); not the end
-   *  of a drag (a zoom), and in a view not a double click (every step again): a
-   *  click waits that long before it opens. */
+  /** A click on the plot opens the step under the cursor (``onPick``; uPlot
+   *  swallows the click that ends a drag). While a view is zoomed a double click
+   *  shows every step again: there a click waits that long before it opens. */
   _pickOnClick(u) {
+    u.over.addEventListener("mousedown", (e) => { this.downX = e.clientX; });
     if (!this.onPick) return;
-    let downX = null;
     let timer = 0;
-    u.over.addEventListener("mousedown", (e) => { downX = e.clientX; });
     u.over.addEventListener("click", (e) => {
-      if (downX !== null && Math.abs(e.clientX - downX) > 3) return;
       const idx = u.cursor.idx;
       if (idx === null || idx === undefined) return;
       const step = u.data[0][idx];
       clearTimeout(timer);
-      if (!this.group) this.onPick(step);
-      else if (e.detail < 2) timer = setTimeout(() => this.onPick(step), 300);
+      if (!this.group?.zoom) this.onPick(step);
+      else if (e.detail < 2) timer = setTimeout(() => this.onPick(step), 450);
     });
     u.over.addEventListener("dblclick", () => clearTimeout(timer));
   }
@@ -370,20 +427,22 @@ export class MetricChart {
   _key(ev) {
     const u = this.plot;
     if (!u || !u.data[0].length) return;
-    const n = u.data[0].length;
-    const at = this.cursorIdx ?? null;
+    // The steps shown (a zoom shows some): the keys read those.
+    const [first, last] = u.series[0].idxs || [0, u.data[0].length - 1];
+    const inView = this.cursorIdx !== null && this.cursorIdx !== undefined && this.cursorIdx >= first && this.cursorIdx <= last;
+    const at = inView ? this.cursorIdx : null;
     const moves = { ArrowRight: 1, ArrowLeft: -1, PageUp: 10, PageDown: -10 };
     let idx = at;
-    if (ev.key in moves) idx = at === null ? (moves[ev.key] > 0 ? 0 : n - 1) : at + moves[ev.key];
-    else if (ev.key === "Home") idx = 0;
-    else if (ev.key === "End") idx = n - 1;
+    if (ev.key in moves) idx = at === null ? (moves[ev.key] > 0 ? first : last) : at + moves[ev.key];
+    else if (ev.key === "Home") idx = first;
+    else if (ev.key === "End") idx = last;
     else if (ev.key === "Enter" && at !== null && this.onPick) {
       ev.preventDefault();
       this.onPick(u.data[0][at]);
       return;
     } else return;
     ev.preventDefault();
-    this.readAt(Math.max(0, Math.min(n - 1, idx)));
+    this.readAt(Math.max(first, Math.min(last, idx)));
   }
 
   /** Move the cursor (and the legend) to point ``idx`` and say its values. */
@@ -395,7 +454,7 @@ export class MetricChart {
     const scale = this.right && this.right[Math.max(0, k0)] ? "y2" : "y";
     const v = k0 >= 0 ? u.data[k0 + 1][idx] : null;
     const top = v === null ? u.bbox.height / devicePixelRatio / 2 : u.valToPos(v, scale);
-    u.setCursor({ left: u.valToPos(step, "x"), top });
+    u.setCursor({ left: u.valToPos(step, "x"), top }, true, true); // the view's other charts follow
     const valueAt = (k) => u.data[k + 1][idx] ?? this.odd[k].get(step) ?? null;
     const logged = (k) => (this.rawAt !== null && u.data[k + 1][idx] !== null ? ` (logged ${fmt(u.data[this.rawAt + k][idx])})` : "");
     const parts = this.keys.flatMap((_, k) => (this.present?.[k] === false ? [] : [`${this.labels[k]} ${fmt(valueAt(k))}${logged(k)}`]));

@@ -4,8 +4,8 @@
 // a log scale per chart. The page's choices are kept in the browser (localStorage),
 // the same for every run: a reload, another run or the compare page opens as left.
 //
-// Smoothing is TensorBoard's: an exponential moving average over the points shown,
-// debiased at the start (so the first point is its own value, not pulled to 0), with
+// Smoothing is TensorBoard's: an exponential moving average over the points the page
+// loaded (a downsampled series' buckets, steps outside a zoom too), debiased at the start (so the first point is its own value, not pulled to 0), with
 // a value that is not a number skipped (its gap stays a gap). The logged values stay
 // on the plot as a faint line, and the legend and readout say both.
 
@@ -51,7 +51,7 @@ export function ema(values, weight) {
 /** A smoothing weight as given (a number or text) clamped to [0, MAX_SMOOTHING];
  *  0 for anything that is not a number. */
 export function clampSmoothing(w) {
-  const x = Number(w);
+  const x = typeof w === "number" || typeof w === "string" ? Number(w) : NaN;
   return Number.isFinite(x) ? Math.min(MAX_SMOOTHING, Math.max(0, x)) : 0;
 }
 
@@ -67,6 +67,7 @@ export class ChartGroup {
     this.charts = new Set();
     this.smoothing = clampSmoothing(stored(SMOOTHING_KEY, 0));
     this.zoom = null; // [min, max] of the step axis, or null: every step
+    this.hidden = new Set(); // sharedSeries: the series hidden from the legends
     const logs = stored(LOG_KEY, {})?.[page];
     this.logs = new Set(Array.isArray(logs) ? logs.map(String) : []);
   }
@@ -84,7 +85,7 @@ export class ChartGroup {
     if (next === this.smoothing) return;
     this.smoothing = next;
     store(SMOOTHING_KEY, next);
-    for (const c of this.charts) c.render();
+    for (const c of this.charts) c.schedule(); // a slider's every pixel: one draw a frame
   }
 
   /** Is chart ``id`` asked to be on a log scale? */
@@ -144,12 +145,19 @@ export function chartTools(holder, group) {
   );
 }
 
-/** A "log scale" box in a chart's heading: on when the chart's values allow it (all
- *  above 0), off with the reason when they do not. */
-export function logToggle(heading, chart, id, group) {
-  const box = el("input", { type: "checkbox", "data-log-scale": id });
+let logBoxes = 0; // for each box's own description id
+
+/** A "log scale" box in a chart's heading (``name``: the chart's, for its label):
+ *  on when the chart's values allow it (all above 0), off with the reason when they
+ *  do not (its tooltip, and its description for a screen reader). */
+export function logToggle(heading, chart, id, group, name) {
+  logBoxes += 1;
+  const why = el("span", { class: "sr-only", id: `log-why-${logBoxes}` });
+  const box = el("input", {
+    type: "checkbox", "data-log-scale": id, "aria-label": `log scale: ${name}`, "aria-describedby": why.id,
+  });
   // Shown once the chart has values to judge by.
-  const label = el("label", { class: "small log-toggle", hidden: "" }, box, " log scale");
+  const label = el("label", { class: "small log-toggle", hidden: "" }, box, " log scale", why);
   const button = heading.querySelector("button"); // compare's "remove" stays last
   if (button) button.before(label, " ");
   else heading.append(" ", label);
@@ -161,11 +169,12 @@ export function logToggle(heading, chart, id, group) {
     chart.render();
   });
   // The chart says after each render whether its values allow a log scale.
-  chart.onLogRoom = (why) => {
+  chart.onLogRoom = (reason) => {
     label.hidden = false;
-    box.disabled = !!why && !box.checked;
-    label.title = why ? `${why}: shown on a linear scale` : "";
-    label.classList.toggle("muted", !!why);
-    label.dataset.logRefused = why || "";
+    box.disabled = !!reason && !box.checked;
+    label.title = reason ? `${reason}: shown on a linear scale` : "";
+    why.textContent = reason ? `${reason}: shown on a linear scale` : "";
+    label.classList.toggle("muted", !!reason);
+    label.dataset.logRefused = reason || "";
   };
 }

@@ -89,7 +89,7 @@ function draw(o) {
       right: false,
       group: view,
     });
-    logToggle(o.section.querySelector("h3"), o.chart, `metric:${o.key}`, view);
+    logToggle(o.section.querySelector("h3"), o.chart, `metric:${o.key}`, view, o.key);
     charts.push(o.chart);
   }
   o.chart.load(o.series);
@@ -120,10 +120,7 @@ async function overlay(key, { save = true } = {}) {
     overlays.splice(overlays.indexOf(o), 1);
     const i = charts.indexOf(o.chart);
     if (i >= 0) charts.splice(i, 1);
-    if (o.chart) {
-      view.remove(o.chart);
-      o.chart.plot?.destroy(); // out of the shared cursor
-    }
+    o.chart?.destroy(); // out of the view and the shared cursor; a draw on its way does nothing
     saveCharts();
   });
   await Promise.all(data.runs.map((r) => readLine(o, r)));

@@ -64,7 +64,7 @@ function makeChart(section, spec, logId = spec.id) {
   chart.setAlerts(alertSteps);
   const heading = section.querySelector("h3");
   heading.querySelector(".log-toggle")?.remove(); // the "any metric" chart made again
-  logToggle(heading, chart, logId, view);
+  logToggle(heading, chart, logId, view, spec.title);
   return chart;
 }
 
@@ -230,7 +230,7 @@ async function settleWall() {
     const run = await getJSON(data.run_api);
     const [start, end] = [Date.parse(run.started_at), Date.parse(run.finished_at)];
     if (!FINAL.has(run.status) || !Number.isFinite(start) || !Number.isFinite(end)) return;
-    clock.settle((end - start) / 1000);
+    if (!clock.settle((end - start) / 1000)) return;
     setStat("duration", clock.wallText());
     document.body.dataset.wallSettled = "1";
   } catch { /* a reload shows it */ }
@@ -337,10 +337,8 @@ let customChart = null;
 pick?.addEventListener("change", async () => {
   if (!pick.value) return;
   if (customChart) {
-    customChart.plot?.destroy();
-    customChart.resize?.disconnect();
+    customChart.destroy(); // a load still on its way draws nothing
     charts.splice(charts.indexOf(customChart), 1);
-    view.remove(customChart);
   }
   customChart = makeChart(custom, { keys: [pick.value], title: `Any metric: ${pick.value}`, y_title: pick.value }, `metric:${pick.value}`);
   charts.push(customChart);

@@ -118,9 +118,10 @@ export class RunClock {
    * both the server's clock), not the moment this page heard of the end (a second
    * or so later: "20s" live read "19s" after a reload). */
   settle(seconds) {
-    if (this.external || !FINAL.has(this.status) || !Number.isFinite(seconds)) return;
+    if (this.external || !FINAL.has(this.status) || !Number.isFinite(seconds)) return false;
     this.frozen = Math.max(0, seconds);
     this.runningSince = null;
+    return true;
   }
 
   setStatus(status) {

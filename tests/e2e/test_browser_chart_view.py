@@ -115,6 +115,13 @@ def test_smoothing_cursor_zoom_and_log_scale_across_the_charts(live, page, shots
     for cid in ("reward", "kl", "loss"):
         assert page.evaluate(CHART, cid)["x"] == pytest.approx(zoom), cid
     assert page.locator("[data-zoom-reset]").is_visible()
+    # The keys read the steps shown: Home is the zoom's first step, not step 1.
+    page.focus("[data-chart=reward] [data-plot]")
+    page.keyboard.press("Home")
+    first = int(
+        page.text_content("[data-chart=reward] [data-readout]").split(":")[0][5:]
+    )
+    assert zoom[0] <= first <= zoom[0] + 1, (first, zoom)
     # A live point does not undo it.
     page.evaluate("window.__runCharts[0].add(61, {reward: 0.5})")
     page.wait_for_timeout(300)
@@ -142,10 +149,15 @@ def test_smoothing_cursor_zoom_and_log_scale_across_the_charts(live, page, shots
     page.locator("[data-chart=kl]").scroll_into_view_if_needed()
     ui.shot(page, shots, "chart_view_log", full=False)
 
-    # A single click still opens the step (after the double-click wait).
+    # A click that wobbles two pixels is a click: no zoom to a sliver, and it opens
+    # the step under it.
     page.locator("[data-chart=reward]").scroll_into_view_if_needed()
     box = page.locator("[data-chart=reward] .u-over").bounding_box()
-    page.mouse.click(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    x, y = box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x + 2, y, steps=2)
+    page.mouse.up()
     page.wait_for_url(f"{live.url}/runs/{run}/trajectories/?step=*")
 
     # Kept: smoothing and the log scale after a reload; the smoothing on compare.
@@ -181,6 +193,10 @@ def test_smoothing_cursor_zoom_and_log_scale_across_the_charts(live, page, shots
         " [c.plot.series[2].show, c.plot.series[c.rawAt + 1].show,"
         " c.plot.series[1].show])"
     )
+    ui.until(page, f"{shown}.every(([b, braw, a]) => !b && !braw && a)", 5)
+    # A chart made again (a log scale asked for) keeps the run hidden.
+    page.check("[data-log-scale='metric:kl']")
+    ui.until(page, "window.__compareMetricCharts.some(c => c.logOn)", 5)
     ui.until(page, f"{shown}.every(([b, braw, a]) => !b && !braw && a)", 5)
     page.locator("[data-compare-chart=kl] .u-legend tr.u-series").nth(2).click()
     ui.until(page, f"{shown}.every(([b, braw, a]) => b && braw && a)", 5)
