@@ -16,7 +16,7 @@ import {
   STEP_INCRS, tickLabels, yRange,
 } from "./chart_axes.js";
 import { noteOdd, placeOddMarks, roomForMarks } from "./chart_nonfinite.js";
-import { ema } from "./chart_view.js";
+import { ema, pickOnClick, selected, seriesShown } from "./chart_view.js";
 
 export class MetricChart {
   /**
@@ -219,38 +219,6 @@ export class MetricChart {
     u.setScale("x", { min: lo, max: hi });
   }
 
-  /** A line hidden or shown from the legend: remembered (a plot made again keeps
-   *  it), and its faint logged line and band follow it, also when uPlot's isolate
-   *  (Ctrl/Cmd-click) walks every series. */
-  _seriesShown(u, si, o) {
-    const n = this.keys.length;
-    if (!(si >= 1) || o?.show === undefined) return;
-    const follow = (i, show) => {
-      if (u.series[i] && u.series[i].show !== show) u.setSeries(i, { show }, false, false);
-    };
-    if (si <= n) {
-      if (o.show) this.hiddenSeries.delete(si);
-      else this.hiddenSeries.add(si);
-      if (this.rawAt !== null) follow(this.rawAt + si - 1, o.show);
-      if (si === 1 && this.bandAt !== null) [0, 1].forEach((j) => follow(this.bandAt + j, o.show));
-    } else if (this.rawAt !== null && si >= this.rawAt) {
-      follow(si, u.series[si - this.rawAt + 1].show);
-    } else if (this.bandAt !== null && si >= this.bandAt) {
-      follow(si, u.series[1].show);
-    }
-  }
-
-  /** A drag across the plot: every chart of the view zoomed to its steps (a
-   *  range holding fewer than two of this chart's steps is not a zoom). */
-  _selected(u) {
-    if (!this.group || !(u.select.width > 0)) return;
-    const a = u.posToVal(u.select.left, "x");
-    const b = u.posToVal(u.select.left + u.select.width, "x");
-    u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
-    if (u.data[0].filter((x) => x >= a && x <= b).length < 2) return;
-    this.group.zoomTo([a, b]);
-  }
-
   /** The y axes: one titled with the chart's unit, or (split) one per side titled
    *  with the keys it carries, or with ``yTitles`` (what each side counts). */
   _axes(axis, right, logOn) {
@@ -343,7 +311,7 @@ export class MetricChart {
       bands,
       legend: { live: true },
       // In a view: the cursor shared by the view's charts, a drag zooms all of them
-      // (_selected), a double click shows every step again on all of them.
+      // (chart_view.selected), a double click shows every step again on all of them.
       cursor: {
         // A click that wobbles a pixel or two is a click, not a zoom to a sliver.
         // (uPlot swallows the click at the end of any drag: one under 5 px opens
@@ -376,9 +344,9 @@ export class MetricChart {
       axes: this._axes(axis, right, logOn),
       hooks: {
         draw: [(u) => self._drawAlerts(u), (u) => placeOddMarks(self, u), (u) => placeTitleTips(self, u)],
-        setSelect: [(u) => self._selected(u)],
-        setSeries: [(u, si, o) => self._seriesShown(u, si, o)],
-        ready: [(u) => fitTitles(self, u), (u) => self._pickOnClick(u)],
+        setSelect: [(u) => selected(self, u)],
+        setSeries: [(u, si, o) => seriesShown(self, u, si, o)],
+        ready: [(u) => fitTitles(self, u), (u) => pickOnClick(self, u)],
       },
     };
     const plot = new uPlot(opts, data, this.el);
@@ -390,24 +358,6 @@ export class MetricChart {
       this.resize.observe(this.el);
     }
     return plot;
-  }
-
-  /** A click on the plot opens the step under the cursor (``onPick``; uPlot
-   *  swallows the click that ends a drag). While a view is zoomed a double click
-   *  shows every step again: there a click waits that long before it opens. */
-  _pickOnClick(u) {
-    u.over.addEventListener("mousedown", (e) => { this.downX = e.clientX; });
-    if (!this.onPick) return;
-    let timer = 0;
-    u.over.addEventListener("click", (e) => {
-      const idx = u.cursor.idx;
-      if (idx === null || idx === undefined) return;
-      const step = u.data[0][idx];
-      clearTimeout(timer);
-      if (!this.group?.zoom) this.onPick(step);
-      else if (e.detail < 2) timer = setTimeout(() => this.onPick(step), 450);
-    });
-    u.over.addEventListener("dblclick", () => clearTimeout(timer));
   }
 
   /** Keyboard: the plot is a focusable group named after the chart; ← → move along

@@ -8,6 +8,9 @@
 // loaded (a downsampled series' buckets, steps outside a zoom too), debiased at the start (so the first point is its own value, not pulled to 0), with
 // a value that is not a number skipped (its gap stays a gap). The logged values stay
 // on the plot as a faint line, and the legend and readout say both.
+//
+// Also here, for chart.js: what a chart in a view does with the legend (seriesShown),
+// a drag (selected) and a click (pickOnClick).
 
 import { el } from "./util.js";
 
@@ -177,4 +180,54 @@ export function logToggle(heading, chart, id, group, name) {
     label.classList.toggle("muted", !!reason);
     label.dataset.logRefused = reason || "";
   };
+}
+
+/** A chart's (MetricChart's) line hidden or shown from the legend: remembered (a plot made again keeps
+ *  it), and its faint logged line and band follow it, also when uPlot's isolate
+ *  (Ctrl/Cmd-click) walks every series. */
+export function seriesShown(chart, u, si, o) {
+  const n = chart.keys.length;
+  if (!(si >= 1) || o?.show === undefined) return;
+  const follow = (i, show) => {
+    if (u.series[i] && u.series[i].show !== show) u.setSeries(i, { show }, false, false);
+  };
+  if (si <= n) {
+    if (o.show) chart.hiddenSeries.delete(si);
+    else chart.hiddenSeries.add(si);
+    if (chart.rawAt !== null) follow(chart.rawAt + si - 1, o.show);
+    if (si === 1 && chart.bandAt !== null) [0, 1].forEach((j) => follow(chart.bandAt + j, o.show));
+  } else if (chart.rawAt !== null && si >= chart.rawAt) {
+    follow(si, u.series[si - chart.rawAt + 1].show);
+  } else if (chart.bandAt !== null && si >= chart.bandAt) {
+    follow(si, u.series[1].show);
+  }
+}
+
+/** A drag across the plot: every chart of the view zoomed to its steps (a
+ *  range holding fewer than two of this chart's steps is not a zoom). */
+export function selected(chart, u) {
+  if (!chart.group || !(u.select.width > 0)) return;
+  const a = u.posToVal(u.select.left, "x");
+  const b = u.posToVal(u.select.left + u.select.width, "x");
+  u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+  if (u.data[0].filter((x) => x >= a && x <= b).length < 2) return;
+  chart.group.zoomTo([a, b]);
+}
+
+/** A click on the plot opens the step under the cursor (``onPick``; uPlot
+ *  swallows the click that ends a drag). While a view is zoomed a double click
+ *  shows every step again: there a click waits that long before it opens. */
+export function pickOnClick(chart, u) {
+  u.over.addEventListener("mousedown", (e) => { chart.downX = e.clientX; });
+  if (!chart.onPick) return;
+  let timer = 0;
+  u.over.addEventListener("click", (e) => {
+    const idx = u.cursor.idx;
+    if (idx === null || idx === undefined) return;
+    const step = u.data[0][idx];
+    clearTimeout(timer);
+    if (!chart.group?.zoom) chart.onPick(step);
+    else if (e.detail < 2) timer = setTimeout(() => chart.onPick(step), 450);
+  });
+  u.over.addEventListener("dblclick", () => clearTimeout(timer));
 }
