@@ -37,6 +37,10 @@ def test_the_demo_bootstrap_launches_a_quick_demo_and_a_long_one_once(
 def test_the_live_demo_config_is_valid():
     cfg = TrainConfig.model_validate(LIVE_DEMO_CONFIG)
     assert cfg.env.name == "swarm" and cfg.steps == 1500
+    # Paid for the task alone: with the default swarm reward's annealed r_parallel and
+    # r_finish the tiny model learned those and its success fell to 0.
+    names = [c.name for c in cfg.reward.components]
+    assert names == ["r_perf", "format"]
 
 
 def test_the_home_page_leads_to_the_run_training_now(enqueued):
