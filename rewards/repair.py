@@ -265,9 +265,9 @@ def suggest(
     else:
         weight = max(fix.floor, fix.factor * (current or 0.0))
         if fix.match is not None:
+            # (a list: with no such component, max() of one float raised)
             weight = max(
-                weight,
-                *(c.weight for c in components if c.name == fix.match),
+                [weight, *(c.weight for c in components if c.name == fix.match)]
             )
     if current is not None and weight == current and not fix.lower:
         weight = max(2.0 * current, fix.floor)  # already there and still hacked

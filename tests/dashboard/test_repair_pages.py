@@ -89,3 +89,18 @@ def test_an_external_runs_alert_does_not_send_its_owner_to_a_clone(owner):
     html = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
     assert "data-repair-none" in html and "an overlong penalty" in html
     assert "Clone and edit" not in html
+
+
+def test_a_swarm_run_paid_for_the_task_alone_shows_its_alerts(owner):
+    """The live demo (r_perf and format, no r_parallel): its page answered 500 once
+    an alert had fired (the spurious-parallelism fix matches r_parallel's weight)."""
+    from dashboard.management.commands.bootstrap_demo import LIVE_DEMO_CONFIG
+
+    run = Run.objects.create(
+        owner=owner, name="swarm", config=LIVE_DEMO_CONFIG, status="running"
+    )
+    Alert.objects.create(run=run, step=4, detector="serial_collapse",
+                         message="serial collapse", evidence={})  # fmt: skip
+    response = client_for(owner).get(f"/runs/{run.pk}/")
+    assert response.status_code == 200
+    assert "serial collapse" in response.content.decode()

@@ -36,6 +36,14 @@ def test_spurious_parallelism_raises_an_existing_r_finish():
     assert (s.component, s.weight, s.current) == ("fin", 0.8, 0.1)  # its label
 
 
+def test_spurious_parallelism_in_a_reward_without_r_parallel_adds_r_finish():
+    """A swarm run paid by r_perf alone (the live demo): the run page's suggestions
+    raised TypeError (max() of one float) once any alert had fired."""
+    run = [Component("r_perf", "r_perf", 1.0), Component("format", "format", 0.05)]
+    s = suggest("spurious_parallelism", run, SWARM)
+    assert (s.component, s.weight, s.current) == ("r_finish", 0.3, None)
+
+
 def test_a_weight_already_at_the_suggestion_is_doubled():
     run = components(default_reward_config("swarm"))  # r_parallel 0.3, r_finish 0.3
     s = suggest("spurious_parallelism", run, SWARM)
