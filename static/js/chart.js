@@ -18,6 +18,9 @@ import {
 import { noteOdd, placeOddMarks, roomForMarks } from "./chart_nonfinite.js";
 import { ema, pickOnClick, selected, seriesShown } from "./chart_view.js";
 
+/** The step axis's range: one step alone gets a range around it, not a zero width. */
+const stepRange = (min, max) => (min === max ? [min - 1, max + 1] : [min, max]);
+
 export class MetricChart {
   /**
    * @param {HTMLElement} plotEl where the plot goes
@@ -187,7 +190,8 @@ export class MetricChart {
     if (!data[0].length) return;
     const withBand = this.band && this.minmax.size > 0;
     const smooth = this.smoothing > 0;
-    const refusal = this._logRefusal(data);
+    // Judged only where a log box asks or listens (not on every frame of every chart).
+    const refusal = this.log || this.onLogRoom ? this._logRefusal(data) : null;
     const logOn = this.log && !refusal;
     this.onLogRoom?.(refusal);
     const fixed = this.fixedRight;
@@ -215,7 +219,7 @@ export class MetricChart {
     const xs = u?.data[0];
     if (!xs || !xs.length) return;
     const z = this.group?.zoom;
-    const [lo, hi] = z || (xs[0] === xs[xs.length - 1] ? [xs[0] - 1, xs[0] + 1] : [xs[0], xs[xs.length - 1]]);
+    const [lo, hi] = z || stepRange(xs[0], xs[xs.length - 1]);
     u.setScale("x", { min: lo, max: hi });
   }
 
@@ -280,11 +284,10 @@ export class MetricChart {
     }));
     const bands = [];
     if (withBand) {
-      const n = this.keys.length;
       const edge = { stroke: "transparent", points: { show: false }, spanGaps: true, class: "u-band-series", scale: scaleOf(0), show: shown(0) };
       series.push({ ...edge, label: `${this.labels[0]} min` });
       series.push({ ...edge, label: `${this.labels[0]} max` });
-      bands.push({ series: [n + 2, n + 1], fill: "rgba(61,90,254,0.12)" });
+      bands.push({ series: [this.bandAt + 1, this.bandAt], fill: "rgba(61,90,254,0.12)" });
     }
     // Smoothed: the logged values as faint lines under the smoothed ones, out of the
     // legend (each smoothed entry names its logged value).
@@ -334,8 +337,7 @@ export class MetricChart {
         } : {}),
       },
       scales: {
-        // One step alone: a range around it, not a zero-width scale.
-        x: { time: false, range: (u, min, max) => (min === max ? [min - 1, max + 1] : [min, max]) },
+        x: { time: false, range: (u, min, max) => stepRange(min, max) },
         // Room at the top (bottom) edge for the marks of NaN, +∞ (−∞): none covers a
         // point (on a log scale too: yScale).
         y: { range: yScale, distr: logOn ? 3 : 1, log: 10 },

@@ -5,9 +5,10 @@
 // the same for every run: a reload, another run or the compare page opens as left.
 //
 // Smoothing is TensorBoard's: an exponential moving average over the points the page
-// loaded (a downsampled series' buckets, steps outside a zoom too), debiased at the start (so the first point is its own value, not pulled to 0), with
-// a value that is not a number skipped (its gap stays a gap). The logged values stay
-// on the plot as a faint line, and the legend and readout say both.
+// loaded (a downsampled series' buckets, steps outside a zoom too), debiased at the
+// start (so the first point is its own value, not pulled to 0), with a value that is
+// not a number skipped (its gap stays a gap). The logged values stay on the plot as a
+// faint line, and the legend and readout say both.
 //
 // Also here, for chart.js: what a chart in a view does with the legend (seriesShown),
 // a drag (selected) and a click (pickOnClick).
@@ -37,8 +38,8 @@ function store(key, value) {
 
 /** The smoothed values of ``values`` (nulls kept null) at ``weight`` in [0, 1). */
 export function ema(values, weight) {
-  const out = new Array(values.length).fill(null);
   if (!(weight > 0)) return values.slice();
+  const out = new Array(values.length).fill(null);
   let last = 0;
   let n = 0;
   for (let i = 0; i < values.length; i++) {
@@ -175,16 +176,17 @@ export function logToggle(heading, chart, id, group, name) {
   chart.onLogRoom = (reason) => {
     label.hidden = false;
     box.disabled = !!reason && !box.checked;
-    label.title = reason ? `${reason}: shown on a linear scale` : "";
-    why.textContent = reason ? `${reason}: shown on a linear scale` : "";
+    const said = reason ? `${reason}: shown on a linear scale` : "";
+    label.title = said;
+    why.textContent = said;
     label.classList.toggle("muted", !!reason);
     label.dataset.logRefused = reason || "";
   };
 }
 
-/** A chart's (MetricChart's) line hidden or shown from the legend: remembered (a plot made again keeps
- *  it), and its faint logged line and band follow it, also when uPlot's isolate
- *  (Ctrl/Cmd-click) walks every series. */
+/** A chart's (MetricChart's) line hidden or shown from the legend: remembered (a
+ *  plot made again keeps it), and its faint logged line and band follow it, also
+ *  when uPlot's isolate (Ctrl/Cmd-click) walks every series. */
 export function seriesShown(chart, u, si, o) {
   const n = chart.keys.length;
   if (!(si >= 1) || o?.show === undefined) return;
