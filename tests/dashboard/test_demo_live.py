@@ -8,8 +8,8 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from dashboard.management.commands.bootstrap_demo import DEMO_CONFIG, LIVE_DEMO_CONFIG
 from dashboard.models import Run, RunStatus
+from dashboard.runs.demos import DEMO_CONFIG, LIVE_DEMO_CONFIG
 from trainer.config import TrainConfig
 
 pytestmark = pytest.mark.django_db

@@ -94,7 +94,7 @@ def test_an_external_runs_alert_does_not_send_its_owner_to_a_clone(owner):
 def test_a_swarm_run_paid_for_the_task_alone_shows_its_alerts(owner):
     """The live demo (r_perf and format, no r_parallel): its page answered 500 once
     an alert had fired (the spurious-parallelism fix matches r_parallel's weight)."""
-    from dashboard.management.commands.bootstrap_demo import LIVE_DEMO_CONFIG
+    from dashboard.runs.demos import LIVE_DEMO_CONFIG
 
     run = Run.objects.create(
         owner=owner, name="swarm", config=LIVE_DEMO_CONFIG, status="running"
