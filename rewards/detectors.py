@@ -54,8 +54,15 @@ from typing import Any
 from rewards.config import DetectorConfig
 from rewards.registry import Registry
 from rewards.types import Episode, RewardResult
-
-Summary = Mapping[str, float]
+from rewards.window_stats import (
+    Summary,
+    enough,
+    halves,
+    past_warmup,
+    risen,
+    series,
+    tail,
+)
 
 # Per-step metric -> summary key, read when the results do not carry the value.
 _FROM_METRICS = {
@@ -144,76 +151,6 @@ def component_means(metrics: Mapping[str, Any]) -> dict[str, float]:
     }  # fmt: skip
 
 
-def series(window: Sequence[Summary], key: str) -> list[float]:
-    return [s[key] for s in window if key in s]
-
-
-def halves(xs: Sequence[float]) -> tuple[float, float]:
-    """Means of the early and the late half (the late half gets the odd one).
-
-    >>> halves([4.0, 2.0, 1.0, 1.0, 1.0])
-    (3.0, 1.0)
-    """
-    mid = len(xs) // 2
-    early, late = xs[:mid] or xs, xs[mid:]
-    return sum(early) / len(early), sum(late) / len(late)
-
-
-def trend(xs: Sequence[float]) -> float:
-    """How much a series rose across the window: its least-squares slope times its
-    span (a steady climb counts whole, where the halves' means see half of it).
-
-    >>> round(trend([0.0, 0.1, 0.2, 0.3]), 6), trend([1.0])
-    (0.3, 0.0)
-    """
-    n = len(xs)
-    if n < 2:
-        return 0.0
-    mx, my = (n - 1) / 2, sum(xs) / n
-    sxx = sum((i - mx) ** 2 for i in range(n))
-    return sum((i - mx) * (x - my) for i, x in enumerate(xs)) / sxx * (n - 1)
-
-
-def tail(xs: Sequence[float], n: int = 10) -> list[float]:
-    return [round(x, 4) for x in xs[-n:]]
-
-
-def _past_warmup(window: Sequence[Summary], cfg: DetectorConfig, name: str) -> bool:
-    """The run is past ``<name>.after_windows`` windows: a state detector (not a change
-    detector) does not judge a fresh policy by where it starts."""
-    after = cfg.threshold(f"{name}.after_windows") * cfg.window
-    return bool(window) and window[-1].get("step", 0) > after
-
-
-def risen(
-    window: Sequence[Summary],
-    cfg: DetectorConfig,
-    key: str,
-    limit: float,
-    rise: float,
-    warmup: str | None = None,
-) -> tuple[float, float, list[float]] | None:
-    """``(early, late, series)`` of ``key`` when its late half is at least ``limit``
-    and got there by rising ``rise`` across the window (a learned change, at any
-    age: the late half's mean above the early half's, or the least-squares
-    :func:`trend`, which counts a steady climb whole where the halves see half of
-    it) or, with ``warmup`` (a detector's name), stays there past that detector's
-    warm-up; else None."""
-    xs = series(window, key)
-    if not enough(cfg, xs):
-        return None
-    early, late = halves(xs)
-    past = warmup is not None and _past_warmup(window, cfg, warmup)
-    climbed = max(late - early, trend(xs)) >= rise
-    if late < limit or not (climbed or past):
-        return None
-    return early, late, xs
-
-
-def enough(cfg: DetectorConfig, *xs: Sequence[float]) -> bool:
-    return all(len(x) >= cfg.min_steps for x in xs)
-
-
 @register("serial_collapse", "warning", {"swarm"})
 def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
     """Sub-agents per stage fell to about one, or most episodes do all their work one
@@ -234,7 +171,7 @@ def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding |
     fell = early - late >= cfg.threshold("serial_collapse.min_fall")
     if late > limit or late > early + 1e-9 or late < floor:
         return None
-    if not fell and (early < floor or not _past_warmup(window, cfg, "serial_collapse")):
+    if not fell and (early < floor or not past_warmup(window, cfg, "serial_collapse")):
         return None
     subs = series(window, "subagents")
     return Finding(
@@ -331,7 +268,7 @@ def length_drift(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | No
     length, trunc = series(window, "length"), series(window, "truncated")
     # A fresh policy's rollouts lengthen as it learns to use its tools (more
     # searches, a calculator call before answering): not drift.
-    if not _past_warmup(window, cfg, "length_drift"):
+    if not past_warmup(window, cfg, "length_drift"):
         return None
     growth_limit = cfg.threshold("length_drift.max_growth")
     trunc_limit = cfg.threshold("length_drift.max_truncated")

@@ -15,7 +15,7 @@ imports this module), judged over the same window of step summaries. Thresholds
   ``.max_outcome_share`` 0.25: what the proxy terms pay (``proxy_reward``: the
   components registered as ``proxy``, such as ``format``, ``judge``, ``r_parallel``)
   rose by at least ``min_reward_rise`` across the window (its trend:
-  :func:`rewards.detectors.trend`) while success rose by no more than the larger of
+  :func:`rewards.window_stats.trend`) while success rose by no more than the larger of
   ``max_outcome_rise`` and ``max_outcome_share`` of it (format-only rewards, a gamed
   judge, a bonus the task does not need); names the term that rose most.
 * ``shortcut.max_ratio`` 0.67, ``.max_outcome_rise`` 0.02, ``.min_separation`` 2:
@@ -40,22 +40,22 @@ imports this module), judged over the same window of step summaries. Thresholds
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from rewards.config import DetectorConfig
-from rewards.detectors import (
-    Finding,
+from rewards.detectors import Finding, register
+from rewards.start_levels import start_level
+from rewards.window_stats import (
     Summary,
+    below,
     enough,
     halves,
-    register,
     risen,
+    separation,
     series,
     tail,
     trend,
 )
-from rewards.start_levels import mean_se, start_level
 
 
 @register("entropy_collapse", "warning")
@@ -182,43 +182,6 @@ def repetition(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None
         {"repetition_early": r0, "repetition_late": r1, "repetition_start": start,
          "threshold": limit, "min_rise": rise, "repetition": tail(rep)},
     )  # fmt: skip
-
-
-def separation(xs: Sequence[float]) -> float:
-    """How far the early half's mean is above the late half's, in standard errors of
-    their difference (Welch's t; the halves as :func:`~rewards.detectors.halves`
-    splits them). Halves with no spread at all are as far apart as their means say:
-    inf when they differ.
-
-    >>> round(separation([7.5, 7.4, 5.7, 4.3, 4.5, 3.6]), 1)
-    4.2
-    >>> round(separation([10, 4.6, 2.9, 5.1, 2.6, 4.1, 4.9, 2.0]), 1)
-    1.4
-    """
-    mid = len(xs) // 2
-    if mid < 2:
-        return 0.0
-    m0, se0 = mean_se(xs[:mid])
-    return below(xs[mid:], m0, se0 or 0.0)
-
-
-def below(xs: Sequence[float], level: float, level_se: float = 0.0) -> float:
-    """How far ``xs``'s mean is below ``level``, in standard errors of their
-    difference (the late half of a window against the run's start level, known
-    to ``level_se``). No spread at all: inf when below.
-
-    >>> round(below([3.6, 3.5, 3.4, 3.5], 7.8), 1)
-    105.3
-    >>> round(below([3.6, 3.5, 3.4, 3.5], 7.8, level_se=1.5), 1)
-    2.9
-    """
-    if len(xs) < 2:
-        return 0.0
-    m, se_m = mean_se(xs)
-    se = ((se_m or 0.0) ** 2 + level_se**2) ** 0.5
-    if se == 0:
-        return math.inf if m < level else 0.0
-    return (level - m) / se
 
 
 @register("shortcut", "warning")

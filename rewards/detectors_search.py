@@ -9,16 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rewards.config import DetectorConfig
-from rewards.detectors import (
-    Finding,
-    Summary,
-    enough,
-    halves,
-    register,
-    risen,
-    series,
-    tail,
-)
+from rewards.detectors import Finding, register
+from rewards.window_stats import Summary, enough, halves, risen, series, tail
 
 
 @register("single_search_exit", "warning", {"search"})
