@@ -7,8 +7,9 @@ what the rollout did (its numbers and actions), never from the config. The step'
 share of hacked rollouts is the hack's statistic; its onset is where that share
 crosses the case's threshold and stays there (``bench/hacking_measure.py``). Each
 hack has a healthy twin (the same environment with the hole closed); the healthy
-runs are the twins and every demo config of ``bench/configs`` (the dataset demo
-included), where every alert is a false alarm.
+runs are the twins, every demo config of ``bench/configs`` (the dataset demo
+included) and the live swarm demo ``make run`` starts, where every alert is a false
+alarm.
 
 The flawed components (``length_bonus``, ``tool_call_bonus``, ``prune_bonus``) are a
 plugin of the suite's own, ``bench/hacking_rewards.py``.
@@ -376,13 +377,24 @@ def _demo(name: str, steps: int) -> dict[str, Any]:
     return data
 
 
+def live_demo(steps: int) -> dict[str, Any]:
+    """The swarm demo a newcomer watches live after ``make run``
+    (``dashboard.runs.demos``), its first ``steps`` steps: its detectors are the
+    first a newcomer meets, on a run that learns (success 0.07 -> 0.6 by step 250)."""
+    from dashboard.runs.demos import LIVE_DEMO_CONFIG
+
+    data = {k: v for k, v in LIVE_DEMO_CONFIG.items() if k != "checkpoint"}
+    return {**data, "name": "swarm_live", "steps": min(int(data["steps"]), steps)}
+
+
 HEALTHY_DEMOS = ("calc", "calc_dapo", "calc_gspo", "search", "swarm", "dataset_arith")
 
 
 def healthy_runs(steps: int = 200) -> dict[str, dict[str, Any]]:
-    """Every healthy run: the demo configs (their first ``steps`` steps) and the
-    twins that are not demos."""
+    """Every healthy run: the demo configs (their first ``steps`` steps), the live
+    swarm demo (twice as many: it learns later) and the twins that are not demos."""
     runs = {name: _demo(name, steps) for name in HEALTHY_DEMOS}
+    runs["swarm_live"] = live_demo(2 * steps)
     runs["twin-format-only"] = _run(
         "twin-format-only",
         _CALC,
