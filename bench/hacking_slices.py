@@ -9,7 +9,8 @@ rollouts (the numbers the evidence and the labels read) of the steps around the
 onset only, where the first alert must name them: small enough to keep in the
 repository, whole enough that a detector replayed over it fires where it did over
 the whole run. Its meta keeps the run's baseline and the onset measured on the whole
-run.
+run. The healthy runs of :data:`HEALTHY_KEPT` are kept whole, without their
+rollouts, under ``healthy/``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from bench.hacking_measure import (
 from bench.hacking_record import read_recording
 
 AFTER = 12  # steps after it: past the goal's 10
+# Healthy runs kept whole (their summaries and metrics, no rollouts): those whose
+# learning once raised false alarms (the swarm demos lengthen their episodes and
+# sharpen their entropy as their success climbs), replayed by the tests.
+HEALTHY_KEPT = ("swarm", "swarm_live")
 ROWS_BEFORE = 5  # rollouts kept from this many steps before the onset ...
 # ... to GOAL_DELAY steps after it
 KEEP = (
@@ -132,6 +137,13 @@ def write_slices(directory: Path, target: Path) -> list[str]:
             cut(twin_meta, twin_steps, first, last, None, None, {"case": case.name}),
         )
         written.append(case.name)
+    for name in HEALTHY_KEPT:
+        path = directory / f"{name}.jsonl.gz"
+        if path.exists():
+            meta, steps, _ = read_recording(path)
+            lines = cut(meta, steps, 1, len(steps), None, None, {"case": None})
+            write(target / "healthy" / f"{name}.jsonl.gz", lines)
+            written.append(f"healthy/{name}")
     return written
 
 

@@ -15,8 +15,10 @@ Thresholds (``<detector>.<name>``: default), all judged on the late half of the 
   ``.min_fall`` 0.3, ``.after_windows`` 2: sub-agents per stage at or below the
   maximum but at least the minimum (a policy that never spawns a sub-agent, 0.00 ->
   0.00, is not running anything serially), either fallen there by ``min_fall`` from
-  the early half (at any age) or staying there once the run is ``after_windows``
-  windows old (a fresh policy starts serial before it learns to fan out); or
+  an early half that fanned out (above the maximum; each half ``min_steps`` steps,
+  the fall two standard errors: at any age) or staying there once the run is
+  ``after_windows`` windows old (a fresh policy starts serial before it learns to
+  fan out); or
   ``.min_serial_share`` 0.5 of the episodes serial (``serial``: they completed
   subtasks and no stage ran two sub-agents at once, the orchestrator solving them
   itself included), risen by ``min_fall`` or staying past the warm-up.
@@ -38,7 +40,11 @@ Thresholds (``<detector>.<name>``: default), all judged on the late half of the 
 * ``length_drift.max_growth`` 1.5 (late / early mean length), ``.max_truncated`` 0.3,
   ``.min_truncated_rise`` 0.2 (a truncated share that was already high and creeps up,
   98% -> 99% or 72% -> 86%, is not drift), ``.after_windows`` 2 (a fresh policy's
-  rollouts lengthen as it learns to use its tools: judged once two windows old).
+  rollouts lengthen as it learns to use its tools: judged once two windows old),
+  ``.min_success_gain`` 0.05: not judged while the run is learning its task
+  (:func:`rewards.window_stats.learning`: success that far above the run's start
+  and two standard errors, keeping at least half the window's early gain), whose
+  episodes lengthen as it learns a longer way to succeed.
 * The health detectors (entropy collapse, no learning signal, reward without
   success, repetition) are in :mod:`rewards.detectors_health`, the search ones
   (single-search exit, one-at-a-time pruning) in :mod:`rewards.detectors_search`.
@@ -55,11 +61,14 @@ from rewards.config import DetectorConfig
 from rewards.registry import Registry
 from rewards.types import Episode, RewardResult
 from rewards.window_stats import (
+    SEPARATION,
     Summary,
     enough,
     halves,
+    learning,
     past_warmup,
     risen,
+    separation,
     series,
     tail,
 )
@@ -168,7 +177,7 @@ def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding |
     # A collapse is a fall (or a stay) at about one sub-agent per stage, not a climb
     # out of it, and not a policy that spawns none at all. A fall from fanning out
     # is judged at any age; a stay only once the run is past its warm-up.
-    fell = early - late >= cfg.threshold("serial_collapse.min_fall")
+    fell = _fell(par, early, late, limit, cfg)
     if late > limit or late > early + 1e-9 or late < floor:
         return None
     if not fell and (early < floor or not past_warmup(window, cfg, "serial_collapse")):
@@ -180,6 +189,22 @@ def serial_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding |
         {"parallelism_early": early, "parallelism_late": late, "threshold": limit,
          "subagents_late": halves(subs)[1] if subs else None, "parallelism": tail(par)},
     )  # fmt: skip
+
+
+def _fell(
+    par: Sequence[float], early: float, late: float, limit: float, cfg: DetectorConfig
+) -> bool:
+    """Sub-agents per stage fell from fanning out (the early half above ``limit``) by
+    ``min_fall``, told from noise: each half at least ``min_steps`` steps and the
+    fall :data:`SEPARATION` standard errors. A fresh policy's 0.5-1.4 sub-agents a
+    step (the swarm demo's first steps) is not a collapse from fanning out: its
+    "1.08 -> 0.56" over two steps a half was a false alarm at step 4."""
+    return (
+        early > limit
+        and early - late >= cfg.threshold("serial_collapse.min_fall")
+        and len(par) >= 2 * cfg.min_steps
+        and separation(par) >= SEPARATION
+    )
 
 
 def _serial_share(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | None:
@@ -287,7 +312,10 @@ def length_drift(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | No
         ):
             reasons.append(f"truncated {t0:.0%} -> {t1:.0%}")
             drift.append("truncated")
-    if not reasons:
+    # A policy learning its task lengthens its episodes, and runs into the budget
+    # more often, while its success climbs (the swarm demos: 7 -> 25 tokens and up
+    # to 75% cut off on the way from 5% to 90% success): judged only when it is not.
+    if not reasons or learning(window, cfg, "length_drift"):
         return None
     # ``drift``: what drifted, so the evidence names the rollouts that show it.
     return Finding("length drift: " + "; ".join(reasons), {**evidence, "drift": drift})

@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from rewards.config import DetectorConfig
-from rewards.start_levels import mean_se
+from rewards.start_levels import mean_se, start_level
 
 Summary = Mapping[str, float]
 
@@ -120,3 +120,41 @@ def below(xs: Sequence[float], level: float, level_se: float = 0.0) -> float:
     if se == 0:
         return math.inf if m < level else 0.0
     return (level - m) / se
+
+
+# Standard errors that tell a change from step-to-step noise.
+SEPARATION = 2.0
+
+
+def learning(window: Sequence[Summary], cfg: DetectorConfig, name: str) -> bool:
+    """The run is learning its task: success's late half is at least
+    ``<name>.min_success_gain`` above the run's start (``start/success``) and
+    :data:`SEPARATION` standard errors above it (the start's own counted), and
+    keeps at least half the gain the window's early half had (a run unlearning its
+    task is not learning it; a solved task's dips, 0.90 -> 0.72 with 0.05 at the
+    start, are). A policy that learns its task lengthens its episodes on the way
+    (more sub-agents, more searches, more turns before the budget cuts one off) and
+    sharpens its choices (its entropy falls): not drift, not collapse. False
+    without success values or a start level.
+
+    >>> cfg = DetectorConfig(window=8, min_steps=4)
+    >>> w = [{"step": 60.0 + i, "success": s, "start/success": 0.05,
+    ...       "start/success/se": 0.01} for i, s in enumerate([0.2, 0.3, 0.3, 0.4])]
+    >>> learning(w, cfg, "length_drift"), learning(w[:2], cfg, "length_drift")
+    (True, False)
+    >>> fell = [{**s, "success": x} for s, x in zip(w, [0.9, 0.9, 0.3, 0.3])]
+    >>> learning(fell, cfg, "length_drift")
+    False
+    """
+    succ, start = series(window, "success"), start_level(window, "success")
+    if start is None or not enough(cfg, succ):
+        return False
+    early, late = halves(succ)
+    _, se_late = mean_se(succ[len(succ) // 2 :])
+    se = math.hypot(se_late or 0.0, start_level(window, "success", "/se") or 0.0)
+    above = (late - start) / se if se > 0 else (math.inf if late > start else 0.0)
+    return (
+        late - start >= cfg.threshold(f"{name}.min_success_gain")
+        and above >= SEPARATION
+        and late - start >= (early - start) / 2
+    )

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from bench.hacking_cases import cases, healthy_runs
-from bench.hacking_measure import HealthyResult, measure_hack, print_table
-from bench.hacking_slices import read_slice
+from bench.hacking_measure import HealthyResult, measure_hack, print_table, replay
+from bench.hacking_slices import HEALTHY_KEPT, read_slice
 
 SLICES = Path(__file__).resolve().parents[1] / "fixtures" / "hacking"
 
@@ -70,3 +70,17 @@ def test_the_quick_suite_trains_records_and_measures(
         "calc.jsonl.gz",
         "hack-length_hacking.jsonl.gz",
     ]
+
+
+@pytest.mark.parametrize("name", HEALTHY_KEPT)
+def test_healthy_runs_that_learn_raise_no_alert(name):
+    # The swarm demos, recorded whole (bench/configs/swarm.yaml's first 200 steps, the
+    # live demo `make run` starts, its first 400): as their success climbs, their
+    # episodes lengthen and get cut off more (up to 75%) and their entropy falls
+    # under 0.1 nats/token, which raised length_drift and entropy_collapse.
+    meta, steps = read_slice(SLICES / "healthy" / f"{name}.jsonl.gz")
+    success = [s["summary"]["success"] for s in steps]
+    entropy = [s["summary"]["entropy"] for s in steps]
+    assert sum(success[-20:]) / 20 > 0.5 > sum(success[:20]) / 20
+    assert min(entropy) < (0.1 if name == "swarm_live" else 0.15)
+    assert [f"{a.step} {a.detector}" for a in replay(meta, steps)] == []

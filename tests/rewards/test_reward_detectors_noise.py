@@ -87,3 +87,49 @@ def test_a_fresh_search_policy_answering_early_is_not_a_learned_exit():
     assert single_search_exit(early, CFG) is None  # steps 1-8: the first window
     later = [{"step": float(s), "single_search_exit": 0.66} for s in range(20, 28)]
     assert single_search_exit(later, CFG) is not None
+
+
+def _learning(first_step: int = 100, **series: list[float]) -> list[dict[str, float]]:
+    """A window of a run whose success started at 5% (its first five steps)."""
+    return [
+        {**s, "start/success": 0.05, "start/success/se": 0.01}
+        for s in run(first_step, **series)
+    ]
+
+
+CLIMB = [0.2, 0.25, 0.3, 0.3, 0.4, 0.45, 0.5, 0.5]
+
+
+def test_a_fresh_policy_wobbling_around_one_sub_agent_is_not_a_collapse():
+    # The live swarm demo's step 4: "0.56 sub-agents per stage (was 1.08)", two steps a
+    # half, from a policy that had never fanned out.
+    assert serial_collapse(_late([1.1, 1.06, 0.6, 0.52], first_step=1), CFG) is None
+    # A fall from fanning out, told from noise, is judged at any age.
+    fell = _late([2.6, 2.4, 2.5, 2.7, 1.0, 0.9, 1.1, 1.0], first_step=1)
+    found = serial_collapse(fell, CFG)
+    assert found is not None and "(was 2.55" in found.message
+
+
+def test_episodes_lengthening_while_the_run_learns_its_task_are_not_drift():
+    grow = {"length": [8.0] * 4 + [16.0] * 4, "truncated": [0.1] * 4 + [0.5] * 4}
+    assert length_drift(_learning(success=CLIMB, **grow), CFG) is None
+    # The same growth with success where it started, or falling back, is drift.
+    flat = length_drift(_learning(success=[0.05] * 8, **grow), CFG)
+    assert flat is not None and "mean length 8.0 -> 16.0" in flat.message
+    back = [0.9] * 4 + [0.3] * 4  # learned, then lost more than half of it
+    assert length_drift(_learning(success=back, **grow), CFG) is not None
+    # A rise inside the noise of the start is not learning.
+    noisy = _learning(success=[0.05, 0.1, 0.0, 0.05, 0.2, 0.0, 0.1, 0.05], **grow)
+    assert length_drift(noisy, CFG) is not None
+
+
+def test_entropy_under_the_floor_while_the_task_is_being_solved_is_not_collapse():
+    from rewards.detectors_health import entropy_collapse
+
+    sharp = {"entropy": [0.13, 0.12, 0.12, 0.11, 0.09, 0.09, 0.08, 0.08]}
+    assert entropy_collapse(_learning(success=CLIMB, **sharp), CFG) is None
+    assert entropy_collapse(_learning(success=[0.05] * 8, **sharp), CFG) is not None
+    # A fall to a quarter within the window is a collapse, learning or not.
+    fast = {"entropy": [0.8, 0.8, 0.7, 0.7, 0.15, 0.12, 0.1, 0.1]}
+    found = entropy_collapse(_learning(success=CLIMB, **fast), CFG)
+    assert found is not None and "0.750 -> 0.117" in found.message
