@@ -79,8 +79,17 @@ def entropy_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding 
     fast = e0 > 0 and e1 / e0 <= ratio
     if not fast and (e1 > floor or learning(window, cfg, "entropy_collapse")):
         return None
+    # Under the floor, say why now: what success did meanwhile (a run that never
+    # learned, or one unlearning; entropy itself may have sat there for a while).
+    succ = series(window, "success")
+    why = ""
+    if not fast:
+        why = f" (under {floor:g})"
+        if enough(cfg, succ):
+            s0, s1 = halves(succ)
+            why += f" while success {s0:.2f} -> {s1:.2f}"
     return Finding(
-        f"entropy collapse: {e0:.3f} -> {e1:.3f} nats/token",
+        f"entropy collapse: {e0:.3f} -> {e1:.3f} nats/token{why}",
         {
             "entropy_early": e0,
             "entropy_late": e1,
