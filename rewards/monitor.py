@@ -3,7 +3,11 @@
 Called once per training step after the update. A detector's alert fires at onset and
 not again while the pattern persists; it re-arms only after the pattern has been
 absent for ``window`` consecutive steps (hysteresis: a finding that flickers at its
-threshold, or a state that lasts the whole run, is one alert, not one per window).
+threshold, or a state that lasts the whole run, is one alert, not one per window),
+and, once it has fired n times, for n windows (at most :data:`MAX_REARM_WINDOWS`): a
+state that keeps coming back (a converged policy whose groups are alike most steps,
+``no_learning_signal`` at steps 548, 603, 641 and 674 of the live swarm demo) says so
+a few times, not every other window for the rest of the run.
 Given where the step's rollouts are stored, an alert names those of its step that show
 the pattern (``rewards.evidence``), which the recording policy then keeps.
 """
@@ -32,6 +36,19 @@ from rewards.types import (
     TrajectoryRef,
 )
 
+MAX_REARM_WINDOWS = 4
+
+
+def rearm_steps(window: int, fired: int) -> int:
+    """Steps a pattern must be absent before a detector that fired ``fired`` times
+    fires again: a window, then one more for each alert, up to
+    :data:`MAX_REARM_WINDOWS` windows (the server's detection uses the same).
+
+    >>> [rearm_steps(20, n) for n in (0, 1, 2, 3, 9)]
+    [20, 20, 40, 60, 80]
+    """
+    return window * min(max(fired, 1), MAX_REARM_WINDOWS)
+
 
 def enabled_detectors(cfg: DetectorConfig, env_name: str) -> list[DetectorSpec]:
     """The configured detectors, or (``enabled`` None) every one that applies to the
@@ -52,6 +69,7 @@ class RewardMonitor:
         self.first: dict[str, list[float]] = {}
         # detector -> last step its pattern was seen, while it is not re-armed
         self._active: dict[str, int] = {}
+        self._fired: dict[str, int] = {}  # detector -> alerts it raised
 
     def __call__(
         self,
@@ -87,13 +105,15 @@ class RewardMonitor:
         for spec in self.detectors:
             finding = spec.fn(window, self.cfg)
             if finding is None:
-                if step - self._active.get(spec.name, step) >= self.cfg.window:
-                    del self._active[spec.name]  # absent a whole window: re-armed
+                rearm = rearm_steps(self.cfg.window, self._fired.get(spec.name, 0))
+                if step - self._active.get(spec.name, step) >= rearm:
+                    del self._active[spec.name]  # absent long enough: re-armed
                 continue
             fired = spec.name in self._active
             self._active[spec.name] = step  # last step the pattern was seen
             if fired:
                 continue
+            self._fired[spec.name] = self._fired.get(spec.name, 0) + 1
             evidence = {
                 "window": [int(window[0]["step"]), int(window[-1]["step"])],
                 **finding.evidence,

@@ -6,9 +6,11 @@ TRL, verl and imported runs do not, so the dashboard runs the same pure detector
 the run's own detector settings (its config's ``reward.detectors``, else the
 defaults). It keeps no state between requests: the windows are read back from the
 database, and the monitor's firing rule (at onset, then not again until the pattern
-has been absent for a whole window) is worked out from the findings of the steps
-before, so the server raises the alerts the trainer would have raised for the same
-numbers; an alert already stored at its step is not raised again (a replayed batch).
+has been absent for a whole window, or for n windows once it fired n times:
+:func:`rewards.monitor.rearm_steps`) is worked out from the findings of the steps
+before and the alerts stored before them, so the server raises the alerts the
+trainer would have raised for the same numbers; an alert already stored at its step
+is not raised again (a replayed batch).
 
 An alert names the trajectories of its step that show its pattern
 (``rewards.evidence``): those arriving in the same batch and those stored before.
@@ -185,16 +187,27 @@ def detect_external(run: Run, events: list[dict[str, Any]]) -> list[dict[str, An
     new_steps = sorted({e["step"] for e in events if e["type"] == "step"})
     if not new_steps:
         return []
+    from rewards.monitor import rearm_steps
+
     cfg, specs = _settings(run)
-    # The findings of the window of steps before each new one decide whether it
-    # fires, and each of those steps reads a window of its own: two windows back.
-    first = max(new_steps[0] - 2 * cfg.window + 1, 0)
-    by_step = with_run_start(run, summaries(run, first, new_steps[-1], events), events)
-    stored = set(
-        Alert.objects.filter(run=run, step__in=new_steps).values_list(
+    # Each detector's alerts so far (how long its pattern must be absent to fire
+    # again), and those at the new steps (a replayed batch raises them not again).
+    before = list(
+        Alert.objects.filter(run=run, step__lte=new_steps[-1]).values_list(
             "detector", "step"
         )
     )
+    new = set(new_steps)
+    stored = {(d, s) for d, s in before if s in new}
+    fired: dict[str, list[int]] = defaultdict(list)
+    for detector, at in before:
+        fired[detector].append(at)
+    # The findings of the steps before each new one (as far back as its re-arming
+    # asks) decide whether it fires, and each of those reads a window of its own.
+    back = max((rearm_steps(cfg.window, len(v)) for v in fired.values()), default=0)
+    back = max(back, cfg.window)
+    first = max(new_steps[0] - back - cfg.window + 1, 0)
+    by_step = with_run_start(run, summaries(run, first, new_steps[-1], events), events)
     findings = _Findings(by_step, cfg)
     out = []
     for step in new_steps:
@@ -203,10 +216,13 @@ def detect_external(run: Run, events: list[dict[str, Any]]) -> list[dict[str, An
             finding = findings.at(spec, step)
             if finding is None or (spec.name, step) in stored:
                 continue
+            n = sum(at < step for at in fired[spec.name])
             if any(
-                findings.at(spec, t) is not None for t in range(step - cfg.window, step)
+                findings.at(spec, t) is not None
+                for t in range(step - rearm_steps(cfg.window, n), step)
             ):
-                continue  # the pattern was seen within a window: still the same one
+                continue  # the pattern was seen too recently: still the same one
+            fired[spec.name].append(step)
             window = findings.window(step)
             evidence = {
                 "window": [int(window[0]["step"]), int(window[-1]["step"])],

@@ -70,3 +70,28 @@ def test_the_warning_is_hidden_on_a_run_without_the_alert(owner, tiny_config, en
     run = services.launch_run(owner, tiny_config)
     page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
     assert "data-no-signal hidden" in page
+
+
+def test_a_signal_that_keeps_going_and_coming_back_alerts_as_the_trainer_does(api):
+    # A converged policy: groups alike for stretches, with steps where a few differ
+    # (the live swarm demo past step 500). The server's alerts, sent in batches of
+    # 7 steps, are the trainer's monitor's: fewer as the pattern keeps returning.
+    from rewards.config import DetectorConfig
+    from rewards.monitor import RewardMonitor
+
+    alike, differ = [1.0] * 12, [0.5]
+    fracs = alike + differ * 25 + alike + differ * 25 + alike + differ * 45 + alike
+    monitor = RewardMonitor(DetectorConfig(), "calc")
+    expected = []
+    for step, f in enumerate(fracs, start=1):
+        alerts = monitor.observe({"step": float(step), "zero_std": f, "reward": 0.25})
+        expected += [a.step for a in alerts]
+    # Absent 25 steps after one alert: fires (a window, 20); after two, 25 and 32
+    # absent steps are not enough (two windows), 52 are. Before: 8, 45, 82, 139.
+    assert expected == [8, 45, 139]
+    run_id = new_run(api)
+    events = steps(fracs)
+    for i in range(0, len(events), 7):
+        assert api.post_events(run_id, events[i : i + 7]).status_code == 200
+    alerts = Alert.objects.filter(run_id=run_id, detector="no_learning_signal")
+    assert sorted(a.step for a in alerts) == expected

@@ -137,3 +137,16 @@ def test_entropy_under_the_floor_while_the_task_is_being_solved_is_not_collapse(
     fast = {"entropy": [0.8, 0.8, 0.7, 0.7, 0.15, 0.12, 0.1, 0.1]}
     found = entropy_collapse(_learning(success=CLIMB, **fast), CFG)
     assert found is not None and "0.750 -> 0.117" in found.message
+
+
+def test_a_state_that_keeps_coming_back_alerts_less_and_less_often():
+    # Window 10: the first return after 15 steps absent fires (one window, as
+    # before); once it fired twice, 15 absent steps are not enough (two windows);
+    # 25 are.
+    monitor = _monitor(window=10)
+    values = [0.05] * 10 + [2.0] * 15 + [0.05] * 10 + [2.0] * 15 + [0.05] * 10
+    values += [2.0] * 25 + [0.05] * 10
+    fired = []
+    for step, e in enumerate(values, start=1):
+        fired += [a.step for a in monitor.observe({"step": step, "entropy": e})]
+    assert fired == [4, 29, 89]
