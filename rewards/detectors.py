@@ -43,8 +43,11 @@ Thresholds (``<detector>.<name>``: default), all judged on the late half of the 
   rollouts lengthen as it learns to use its tools: judged once two windows old),
   ``.min_success_gain`` 0.05: not judged while the run is learning its task
   (:func:`rewards.window_stats.learning`: success that far above the run's start
-  and two standard errors, keeping at least half the window's early gain), whose
-  episodes lengthen as it learns a longer way to succeed.
+  and two standard errors, keeping at least half the window's early gain and not
+  fallen within the window by two standard errors), whose episodes lengthen as it
+  learns a longer way to succeed. Growth after the task is solved, while success
+  holds, is not drift by this rule (its cost is compute; a term that pays for
+  length is ``reward_without_success``'s).
 * The health detectors (entropy collapse, no learning signal, reward without
   success, repetition) are in :mod:`rewards.detectors_health`, the search ones
   (single-search exit, one-at-a-time pruning) in :mod:`rewards.detectors_search`.
@@ -195,14 +198,15 @@ def _fell(
     par: Sequence[float], early: float, late: float, limit: float, cfg: DetectorConfig
 ) -> bool:
     """Sub-agents per stage fell from fanning out (the early half above ``limit``) by
-    ``min_fall``, told from noise: each half at least ``min_steps`` steps and the
+    ``min_fall``, told from noise: each half at least ``min_steps`` steps (at most
+    half the window) and the
     fall :data:`SEPARATION` standard errors. A fresh policy's 0.5-1.4 sub-agents a
     step (the swarm demo's first steps) is not a collapse from fanning out: its
     "1.08 -> 0.56" over two steps a half was a false alarm at step 4."""
     return (
         early > limit
         and early - late >= cfg.threshold("serial_collapse.min_fall")
-        and len(par) >= 2 * cfg.min_steps
+        and len(par) >= 2 * min(cfg.min_steps, cfg.window // 2)
         and separation(par) >= SEPARATION
     )
 
@@ -314,8 +318,9 @@ def length_drift(window: Sequence[Summary], cfg: DetectorConfig) -> Finding | No
             drift.append("truncated")
     # A policy learning its task lengthens its episodes, and runs into the budget
     # more often, while its success climbs (the swarm demos: 7 -> 25 tokens and up
-    # to 75% cut off on the way from 5% to 90% success): judged only when it is not.
-    if not reasons or learning(window, cfg, "length_drift"):
+    # to 75% cut off on the way from 5% to 90% success): judged only when it is not,
+    # or when its success slid within the window (drift that costs it).
+    if not reasons or learning(window, cfg, "length_drift", holding=True):
         return None
     # ``drift``: what drifted, so the evidence names the rollouts that show it.
     return Finding("length drift: " + "; ".join(reasons), {**evidence, "drift": drift})

@@ -7,7 +7,8 @@ threshold, or a state that lasts the whole run, is one alert, not one per window
 and, once it has fired n times, for n windows (at most :data:`MAX_REARM_WINDOWS`): a
 state that keeps coming back (a converged policy whose groups are alike most steps,
 ``no_learning_signal`` at steps 548, 603, 641 and 674 of the live swarm demo) says so
-a few times, not every other window for the rest of the run.
+a few times, not every other window for the rest of the run. A resumed run's monitor
+starts afresh (its window, its counts), as it always has.
 Given where the step's rollouts are stored, an alert names those of its step that show
 the pattern (``rewards.evidence``), which the recording policy then keeps.
 """

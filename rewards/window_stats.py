@@ -126,16 +126,20 @@ def below(xs: Sequence[float], level: float, level_se: float = 0.0) -> float:
 SEPARATION = 2.0
 
 
-def learning(window: Sequence[Summary], cfg: DetectorConfig, name: str) -> bool:
+def learning(
+    window: Sequence[Summary], cfg: DetectorConfig, name: str, *, holding: bool = False
+) -> bool:
     """The run is learning its task: success's late half is at least
     ``<name>.min_success_gain`` above the run's start (``start/success``) and
     :data:`SEPARATION` standard errors above it (the start's own counted), and
-    keeps at least half the gain the window's early half had (a run unlearning its
-    task is not learning it; a solved task's dips, 0.90 -> 0.72 with 0.05 at the
-    start, are). A policy that learns its task lengthens its episodes on the way
-    (more sub-agents, more searches, more turns before the budget cuts one off) and
-    sharpens its choices (its entropy falls): not drift, not collapse. False
-    without success values or a start level.
+    keeps at least half the gain the window's early half had: a solved task's dips
+    (0.90 -> 0.72 from 0.05 at the start) still count as learning, a slide that
+    loses more than half of it (0.9 -> 0.3) does not. With ``holding``, success must
+    also not have fallen within the window by :data:`SEPARATION` standard errors
+    (0.9 -> 0.5 is a slide whatever it kept). A policy that learns its task
+    lengthens its episodes on the way (more sub-agents, more searches, more turns
+    before the budget cuts one off) and sharpens its choices (its entropy falls):
+    not drift, not collapse. False without success values or a start level.
 
     >>> cfg = DetectorConfig(window=8, min_steps=4)
     >>> w = [{"step": 60.0 + i, "success": s, "start/success": 0.05,
@@ -145,6 +149,10 @@ def learning(window: Sequence[Summary], cfg: DetectorConfig, name: str) -> bool:
     >>> fell = [{**s, "success": x} for s, x in zip(w, [0.9, 0.9, 0.3, 0.3])]
     >>> learning(fell, cfg, "length_drift")
     False
+    >>> slid = [{**s, "success": x} for s, x in zip(w, [0.9, 0.88, 0.52, 0.5])]
+    >>> (learning(slid, cfg, "length_drift"),
+    ...  learning(slid, cfg, "length_drift", holding=True))
+    (True, False)
     """
     succ, start = series(window, "success"), start_level(window, "success")
     if start is None or not enough(cfg, succ):
@@ -157,4 +165,5 @@ def learning(window: Sequence[Summary], cfg: DetectorConfig, name: str) -> bool:
         late - start >= cfg.threshold(f"{name}.min_success_gain")
         and above >= SEPARATION
         and late - start >= (early - start) / 2
+        and not (holding and separation(succ) >= SEPARATION)
     )

@@ -194,14 +194,15 @@ def detect_external(run: Run, events: list[dict[str, Any]]) -> list[dict[str, An
     # again), and those at the new steps (a replayed batch raises them not again).
     before = list(
         Alert.objects.filter(run=run, step__lte=new_steps[-1]).values_list(
-            "detector", "step"
+            "detector", "step", "evidence__source"
         )
     )
     new = set(new_steps)
-    stored = {(d, s) for d, s in before if s in new}
+    stored = {(d, s) for d, s, _ in before if s in new}
     fired: dict[str, list[int]] = defaultdict(list)
-    for detector, at in before:
-        fired[detector].append(at)
+    for detector, at, source in before:
+        if source == "server":  # not the alerts a client sent of its own
+            fired[detector].append(at)
     # The findings of the steps before each new one (as far back as its re-arming
     # asks) decide whether it fires, and each of those reads a window of its own.
     back = max((rearm_steps(cfg.window, len(v)) for v in fired.values()), default=0)

@@ -86,8 +86,9 @@ def test_a_signal_that_keeps_going_and_coming_back_alerts_as_the_trainer_does(ap
     for step, f in enumerate(fracs, start=1):
         alerts = monitor.observe({"step": float(step), "zero_std": f, "reward": 0.25})
         expected += [a.step for a in alerts]
-    # Absent 25 steps after one alert: fires (a window, 20); after two, 25 and 32
-    # absent steps are not enough (two windows), 52 are. Before: 8, 45, 82, 139.
+    # Seen at steps 8-12, 45-49, 82-86 and 139-143: absent 32 steps after one alert
+    # fires (a window, 20); after two, 32 are not enough (two windows), 52 are.
+    # The old rule: 8, 45, 82, 139.
     assert expected == [8, 45, 139]
     run_id = new_run(api)
     events = steps(fracs)

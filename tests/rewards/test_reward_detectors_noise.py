@@ -118,9 +118,12 @@ def test_episodes_lengthening_while_the_run_learns_its_task_are_not_drift():
     assert flat is not None and "mean length 8.0 -> 16.0" in flat.message
     back = [0.9] * 4 + [0.3] * 4  # learned, then lost more than half of it
     assert length_drift(_learning(success=back, **grow), CFG) is not None
-    # A rise inside the noise of the start is not learning.
-    noisy = _learning(success=[0.05, 0.1, 0.0, 0.05, 0.2, 0.0, 0.1, 0.05], **grow)
+    # A rise of 0.05 inside the noise (0.5 standard errors) is not learning.
+    noisy = _learning(success=[0.05, 0.1, 0.0, 0.05, 0.4, 0.0, 0.0, 0.0], **grow)
     assert length_drift(noisy, CFG) is not None
+    # Nor a slide within the window, though it kept more than half its gain.
+    slide = _learning(success=[0.9, 0.88, 0.9, 0.92, 0.55, 0.5, 0.52, 0.5], **grow)
+    assert length_drift(slide, CFG) is not None
 
 
 def test_entropy_under_the_floor_while_the_task_is_being_solved_is_not_collapse():
