@@ -157,8 +157,8 @@ def learning(
     succ, start = series(window, "success"), start_level(window, "success")
     if start is None or not enough(cfg, succ):
         return False
-    early, late = halves(succ)
-    _, se_late = mean_se(succ[len(succ) // 2 :])
+    early, _ = halves(succ)
+    late, se_late = mean_se(succ[len(succ) // 2 :])
     se = math.hypot(se_late or 0.0, start_level(window, "success", "/se") or 0.0)
     above = (late - start) / se if se > 0 else (math.inf if late > start else 0.0)
     return (
