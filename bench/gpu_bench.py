@@ -3,6 +3,7 @@
     python bench/gpu_bench.py [--size large|0.5b] [--steps 5] [--batch 16x8]
                               [--engine eager|compiled|continuous|reference]
                               [--no-lean] [--no-reserve] [--compile-update]
+                              [--no-fused-head] [--no-master-weights] [--micro ROWS]
                               [--peak-tflops T]
 
 Prints rollout (generated tokens/s) and update (trained tokens/s) throughput per step
@@ -14,7 +15,9 @@ dense bf16 peak (a table of known devices, or ``--peak-tflops``). The goal for t
 engines decode through the model's own forward instead of
 ``trainer.engines.lean`` (to compare the two on a device); ``--no-reserve``: the
 eager engine's cache concatenates each token instead of writing into reserved room;
-``--compile-update``: ``optim.compile`` (the update's layer parts compiled). Exits 0
+``--compile-update``: ``optim.compile`` (the update's layer parts compiled);
+``--no-master-weights``: AdamW on the bf16 weights themselves, no float32 copies
+(``optim.master_weights`` off: what the copies cost the update). Exits 0
 with a 'skipped' line where there is no CUDA device, so it is safe to run anywhere.
 """
 
@@ -108,6 +111,12 @@ def main() -> int:
         action="store_true",
         help="optim.fused_head off: log-probs from the model's whole logits",
     )
+    ap.add_argument(
+        "--no-master-weights",
+        action="store_true",
+        help="optim.master_weights off: AdamW steps the bf16 weights themselves "
+        "(small updates rounded away; no float32 copies)",
+    )
     args = ap.parse_args()
     import torch
 
@@ -135,6 +144,7 @@ def main() -> int:
                 "compile": args.compile_update,
                 "micro_batch_size": args.micro,
                 "fused_head": not args.no_fused_head,
+                "master_weights": not args.no_master_weights,
             },
             "rollout": {
                 "tasks_per_step": tasks,
@@ -160,6 +170,7 @@ def main() -> int:
                     f"{', update compiled' if args.compile_update else ''}"
                     f"{f', micro-batches of {args.micro}' if args.micro else ''}"
                     f"{', head unfused' if args.no_fused_head else ''}"
+                    f"{', no master weights' if args.no_master_weights else ''}"
                 )
             if ev["type"] == "step" and ev["step"] > 0:
                 m = ev["metrics"]

@@ -44,7 +44,7 @@ if [ "$MODE" = ab ]; then
   # the eager engine with and without the lean forward and the reserved cache, the
   # update with and without the fused head, the update compiled or not, a bigger
   # batch in micro-batches, and shared prompts against copied ones.
-  step gpu_tests ${TESTS_SECS:-120} $PYT -rA tests/trainer/test_gpu.py -k "optim_compile or micro_batches or prompt_once or fused_head"
+  step gpu_tests ${TESTS_SECS:-120} $PYT -rA tests/trainer/test_gpu.py -k "optim_compile or micro_batches or prompt_once or fused_head or master_weights"
   S=${BENCH_SECS:-70}
   bench eager "$S" --engine eager
   bench eager_no_lean "$S" --engine eager --no-lean
@@ -65,6 +65,9 @@ if [ "$MODE" = ab ]; then
   step rollout_shared_prompts "${ROLLOUT_SECS:-100}" python3 bench/rollout_bench.py --shape single \
     --size 0.5b --device cuda --dtype bfloat16 --repeats 3 --engines continuous:copied,continuous:shared
   medians+=("$(printf '%-34s %s' shared_prompts "$(tail -n 1 "$OUT/rollout_shared_prompts.log" | cut -c1-400)")")
+  # Last (the first thing a short call loses): the update without the float32
+  # master copies (optim.master_weights off), against "eager": what they cost.
+  bench eager_no_master "$S" --engine eager --no-master-weights
 else
   step gpu_tests ${TESTS_SECS:-240} $PYT -rA tests/trainer/test_gpu.py tests/trainer/test_gpu_path.py
   for engine in ${ENGINES:-eager compiled continuous}; do

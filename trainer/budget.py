@@ -21,9 +21,10 @@ The estimate follows what the trainer does (``trainer.rollout.play``,
   keeps per token and layer, plus float logits with their gradient (with
   ``optim.fused_head``, one chunk of them); the scoring pass without gradients
   takes 64 rows at a time (no more than a micro-batch's);
-* **state**: weights, gradients and AdamW's two moments of the trainable parameters,
-  a frozen copy for the KL reference (not with LoRA), sharded ``processes`` ways
-  under fsdp.
+* **state**: weights, gradients and AdamW's two moments of the trainable parameters
+  (with ``optim.master_weights``, bfloat16 weights' float32 copies and float32
+  moments), a frozen copy for the KL reference (not with LoRA), sharded
+  ``processes`` ways under fsdp.
 
 The peak is the state plus the largest of the three phases. Constants are round
 (activation counts of a Llama-style block; CUDA workspaces, the allocator's slack and
@@ -260,6 +261,16 @@ def activation_values(shape: ModelShape) -> int:
     return 6 * shape.hidden + 2 * shape.kv_width + 4 * shape.intermediate
 
 
+def trained_bytes(dtype_bytes: int, config: Any) -> int:
+    """Bytes a trainable parameter adds besides its weight: its gradient and AdamW's
+    two moments in its dtype, or (``optim.master_weights``, a low-precision weight)
+    the gradient in its dtype and a float32 copy with float32 moments
+    (``trainer.optimizer``)."""
+    if dtype_bytes < 4 and config.optim.master_weights:
+        return dtype_bytes + 3 * 4
+    return 3 * dtype_bytes
+
+
 def estimate_step(
     config: Any, shape: ModelShape, *, prompt_tokens: int = 0, kl_reference: bool
 ) -> StepBudget:
@@ -272,7 +283,7 @@ def estimate_step(
     rows = math.ceil(r.tasks_per_step / processes) * r.group_size
     b = shape.dtype_bytes
     shards = processes if config.resources.strategy == "fsdp" else 1
-    state = shape.params * b // shards + 3 * shape.trainable * b // shards
+    state = (shape.params * b + shape.trainable * trained_bytes(b, config)) // shards
     if kl_reference:
         state += shape.params * b  # the reference stays whole
     # The continuous engine holds at most rollout.max_live_episodes episodes at once.

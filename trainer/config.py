@@ -213,6 +213,15 @@ class OptimConfig(_Strict):
         "large vocabularies. Models whose logits are not a plain linear head of "
         "the last hidden state, and FSDP, use their logits.",
     )
+    master_weights: bool = Field(
+        True,
+        description="Weights held in bfloat16 (model.dtype; the default on CUDA) are "
+        "stepped as float32 copies with float32 moments and rounded into the model "
+        "after each step (8 more bytes a trainable parameter). Off: AdamW steps the "
+        "bfloat16 weights themselves, and an update under half a bfloat16 step is "
+        "lost (at lr 1e-6 most of a pretrained model's weights never move). No "
+        "effect on float32 weights.",
+    )
     compile: bool = Field(
         False,
         description="torch.compile each decoder layer's MLP and norms for the "

@@ -28,6 +28,7 @@ from trainer.distributed import Parallel
 from trainer.envs.base import Environment
 from trainer.events import NullSink, Sink
 from trainer.fsdp import shard
+from trainer.optimizer import build_optimizer
 from trainer.policy import Policy
 from trainer.run_state import (
     freeze_long_lived,
@@ -165,8 +166,9 @@ def _check_processes(config: TrainConfig, par: Handle) -> None:
 
 
 def _optimizer(config: TrainConfig, policy: Policy) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(
+    return build_optimizer(
         [p for p in policy.parameters() if p.requires_grad],  # LoRA: adapters only
+        master_weights=config.optim.master_weights,
         lr=config.optim.lr,
         betas=(config.optim.beta1, config.optim.beta2),
         weight_decay=config.optim.weight_decay,

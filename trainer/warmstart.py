@@ -33,6 +33,7 @@ import torch
 from trainer.batch import collate
 from trainer.config import TrainConfig
 from trainer.envs.base import Environment
+from trainer.optimizer import build_optimizer
 from trainer.policy import Policy
 from trainer.rollout import scripted_rollouts
 
@@ -67,7 +68,11 @@ def warmstart(
     total = cfg.model.warmstart_steps
     reported_at: float | None = None
     rng = random.Random(cfg.seed * 7919 + 17)
-    opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.model.warmstart_lr)
+    opt = build_optimizer(
+        policy.model.parameters(),
+        master_weights=cfg.optim.master_weights,
+        lr=cfg.model.warmstart_lr,
+    )
     first, last = 1, float("nan")
     if keep is not None and resume:
         first, last = _resume(keep, cfg, policy, opt, rng) or (first, last)

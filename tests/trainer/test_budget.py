@@ -151,6 +151,22 @@ def test_fsdp_shards_the_state_and_the_reference_stays_whole():
     assert with_ref.state_bytes - sharded.state_bytes == 1000 * 4
 
 
+def test_bfloat16_weights_add_their_float32_copies_and_moments_to_the_state():
+    import dataclasses
+
+    bf16 = dataclasses.replace(SHAPE, dtype_bytes=2)
+    cfg = config()
+    # weights 2 + gradient 2 + float32 copy 4 + two float32 moments 8 (trainer.optimizer)
+    assert estimate_step(cfg, bf16, kl_reference=False).state_bytes == 1000 * 16
+    plain = cfg.model_copy(
+        update={"optim": cfg.optim.model_copy(update={"master_weights": False})}
+    )
+    # weights, gradient and both moments in bfloat16
+    assert estimate_step(plain, bf16, kl_reference=False).state_bytes == 1000 * 2 * 4
+    # float32 weights have no copies: the same either way
+    assert estimate_step(plain, SHAPE, kl_reference=False).state_bytes == 1000 * 16
+
+
 def test_lora_trains_only_its_adapters():
     lora = with_lora(SHAPE, rank=2, targets=4)
     adapters = 2 * 4 * 2 * 2 * 8  # layers x targets x rank x (A and B) x hidden

@@ -298,3 +298,33 @@ def test_the_fused_head_scores_as_the_logits_on_the_gpu(dtype):
     for name in g0:
         scale = float(g0[name].abs().max()) or 1.0
         assert float((g0[name] - g1[name]).abs().max()) <= 4 * rel * scale, name
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_master_weights_step_bf16_weights_on_the_gpu_as_float32_adamw(fused):
+    """MasterAdamW's float32 copies on CUDA (foreach and fused kernels) follow a
+    float32 AdamW fed the bf16 model's gradients; the weights are them rounded."""
+    from trainer.optimizer import MasterAdamW
+
+    gen = torch.Generator("cuda").manual_seed(0)
+    shapes = [(512, 256), (256,)]
+    low = [
+        (torch.randn(s, device="cuda", generator=gen) * 0.02)
+        .bfloat16()
+        .requires_grad_()
+        for s in shapes
+    ]
+    ref = [p.detach().float().requires_grad_() for p in low]
+    ours = MasterAdamW(low, lr=1e-6, fused=fused)
+    theirs = torch.optim.AdamW(ref, lr=1e-6, fused=fused)
+    for _ in range(5):
+        for p, r in zip(low, ref, strict=True):
+            p.grad = torch.randn(p.shape, device="cuda", generator=gen).bfloat16()
+            r.grad = p.grad.float()
+        ours.step()
+        theirs.step()
+    for p, r in zip(low, ref, strict=True):
+        master = ours.state[p]["master"]
+        torch.testing.assert_close(master, r.detach(), rtol=0, atol=1e-8)
+        assert torch.equal(p.detach(), master.bfloat16())
+        assert (master != p.detach().float()).float().mean() > 0.5  # kept apart

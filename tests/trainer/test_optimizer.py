@@ -1,0 +1,160 @@
+"""MasterAdamW: bfloat16 weights stepped as float32 copies (``trainer.optimizer``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import trainer.optimizer as optimizer
+from trainer.optimizer import MasterAdamW, build_optimizer
+
+KW = {"lr": 1e-3, "betas": (0.8, 0.95), "weight_decay": 0.1, "eps": 1e-8}
+
+
+def _grads(shapes, steps, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [[torch.randn(s, generator=gen) for s in shapes] for _ in range(steps)]
+
+
+def _weights(shapes, dtype, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        (torch.randn(s, generator=gen) * 0.02).to(dtype).requires_grad_()
+        for s in shapes
+    ]
+
+
+def _train(opt_cls, params, grads, **kw):
+    opt = opt_cls(params, **{**KW, **kw})
+    for step in grads:
+        for p, g in zip(params, step, strict=True):
+            p.grad = g.to(p.dtype)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return opt
+
+
+SHAPES = [(64, 32), (32,), (7, 5, 3)]
+
+
+@pytest.mark.parametrize("amsgrad", [False, True])
+def test_float32_weights_are_stepped_exactly_as_adamw_steps_them(amsgrad):
+    grads = _grads(SHAPES, 5)
+    ours, theirs = _weights(SHAPES, torch.float32), _weights(SHAPES, torch.float32)
+    a = _train(MasterAdamW, ours, grads, amsgrad=amsgrad)
+    _train(torch.optim.AdamW, theirs, grads, amsgrad=amsgrad)
+    for x, y in zip(ours, theirs, strict=True):
+        assert torch.equal(x, y)
+    assert all("master" not in st for st in a.state.values())
+
+
+def test_bfloat16_weights_follow_a_float32_adamw_fed_the_same_gradients():
+    grads = _grads(SHAPES, 6)
+    low = _weights(SHAPES, torch.bfloat16)
+    ref = [p.detach().float().requires_grad_() for p in low]
+    opt = _train(MasterAdamW, low, grads)
+    # The reference sees the gradients as the bf16 model computes them (rounded).
+    _train(torch.optim.AdamW, ref, [[g.bfloat16().float() for g in s] for s in grads])
+    for p, r in zip(low, ref, strict=True):
+        st = opt.state[p]
+        assert st["master"].dtype == st["exp_avg"].dtype == torch.float32
+        assert torch.equal(st["master"], r.detach())
+        assert torch.equal(p.detach(), r.detach().bfloat16())  # rounded once
+
+
+def test_small_updates_reach_bfloat16_weights_that_plain_adamw_rounds_away():
+    # lr 1e-6 on weights of ~0.02 (a bf16 step of 1.2e-4): the float32 run moves
+    # every weight by ~1e-5 in 10 steps.
+    shapes = [(256, 256)]
+    grads = _grads(shapes, 10)
+    start = _weights(shapes, torch.bfloat16)[0].detach().clone()
+    plain = _weights(shapes, torch.bfloat16)
+    master = _weights(shapes, torch.bfloat16)
+    exact = [start.float().requires_grad_()]
+    _train(torch.optim.AdamW, plain, grads, lr=1e-6, weight_decay=0.0)
+    opt = _train(MasterAdamW, master, grads, lr=1e-6, weight_decay=0.0)
+    _train(torch.optim.AdamW, exact, grads, lr=1e-6, weight_decay=0.0)
+    want = exact[0].detach() - start.float()
+    moved_plain = (plain[0].detach() != start).float().mean()
+    got = opt.state[master[0]]["master"] - start.float()
+    assert moved_plain < 0.05  # what the bf16 weights alone keep of it
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-7)
+    # The model's weights are the copies rounded: some cross a bf16 step already.
+    assert torch.equal(master[0].detach(), opt.state[master[0]]["master"].bfloat16())
+    assert (master[0].detach() != start).float().mean() > moved_plain
+
+
+def test_the_copies_and_moments_survive_a_state_dict_in_float32():
+    grads = _grads(SHAPES, 6)
+    whole = _weights(SHAPES, torch.bfloat16)
+    _train(MasterAdamW, whole, grads)
+    half = _weights(SHAPES, torch.bfloat16)
+    first = _train(MasterAdamW, half, grads[:3])
+    saved = first.state_dict()
+    resumed_params = [p.detach().clone().requires_grad_() for p in half]
+    resumed = MasterAdamW(resumed_params, **KW)
+    resumed.load_state_dict(saved)
+    for p in resumed_params:
+        assert resumed.state[p]["master"].dtype == torch.float32
+        assert resumed.state[p]["exp_avg_sq"].dtype == torch.float32
+    for step in grads[3:]:
+        for p, g in zip(resumed_params, step, strict=True):
+            p.grad = g.bfloat16()
+        resumed.step()
+    for p, q in zip(whole, resumed_params, strict=True):
+        assert torch.equal(p, q)
+
+
+def test_a_plain_adamw_state_loads_and_its_moments_are_taken_to_float32():
+    grads = _grads(SHAPES, 4)
+    params = _weights(SHAPES, torch.bfloat16)
+    plain = _train(torch.optim.AdamW, params, grads[:2])
+    opt = MasterAdamW(params, **KW)
+    opt.load_state_dict(plain.state_dict())
+    for step in grads[2:]:
+        for p, g in zip(params, step, strict=True):
+            p.grad = g.bfloat16()
+        opt.step()
+    for p in params:
+        st = opt.state[p]
+        assert float(st["step"]) == 4.0
+        assert st["exp_avg"].dtype == st["master"].dtype == torch.float32
+        assert torch.equal(p.detach(), st["master"].bfloat16())
+
+
+def test_buckets_change_nothing_but_how_many_gradients_are_held_at_once(monkeypatch):
+    grads = _grads(SHAPES, 3)
+    whole = _weights(SHAPES, torch.bfloat16)
+    _train(MasterAdamW, whole, grads)
+    monkeypatch.setattr(
+        optimizer, "BUCKET_ELEMENTS", 140
+    )  # (64, 32) alone, the rest together
+    assert [len(b) for b in optimizer._buckets(whole)] == [1, 2]
+    bucketed = _weights(SHAPES, torch.bfloat16)
+    _train(MasterAdamW, bucketed, grads)
+    for p, q in zip(whole, bucketed, strict=True):
+        assert torch.equal(p, q)
+
+
+def test_a_mix_of_float32_and_bfloat16_weights_each_stepped_its_way():
+    # LoRA adapters peft keeps in float32 beside a bf16 value head, say.
+    grads = _grads(SHAPES[:2], 3)
+    mixed = [
+        _weights(SHAPES[:1], torch.float32)[0],
+        _weights(SHAPES[1:2], torch.bfloat16)[0],
+    ]
+    opt = _train(MasterAdamW, mixed, grads)
+    assert "master" not in opt.state[mixed[0]]
+    assert opt.state[mixed[0]]["exp_avg"].dtype == torch.float32
+    assert opt.state[mixed[1]]["master"].dtype == torch.float32
+
+
+def test_build_optimizer_picks_the_master_copies_only_where_they_matter():
+    low, full = _weights(SHAPES, torch.bfloat16), _weights(SHAPES, torch.float32)
+    assert type(build_optimizer(low, master_weights=True, lr=1e-3)) is MasterAdamW
+    assert (
+        type(build_optimizer(low, master_weights=False, lr=1e-3)) is torch.optim.AdamW
+    )
+    assert (
+        type(build_optimizer(full, master_weights=True, lr=1e-3)) is torch.optim.AdamW
+    )
