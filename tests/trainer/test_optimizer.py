@@ -158,3 +158,78 @@ def test_build_optimizer_picks_the_master_copies_only_where_they_matter():
     assert (
         type(build_optimizer(full, master_weights=True, lr=1e-3)) is torch.optim.AdamW
     )
+
+
+def _sharded_rank(rank: int, port: int, out: str) -> None:
+    """Two gloo ranks: an FSDP2-sharded bf16 model stepped by MasterAdamW, its
+    state through DCP's state dicts and back, then one more step."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2
+    )
+    model = _sharded_model()
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    opt = MasterAdamW(model.parameters(), **KW)
+    for x in _inputs()[:3]:
+        _sharded_step(model, opt, x)
+    msd, osd = get_state_dict(model, opt)
+    kinds = {
+        k: (type(v).__name__, v.dtype) for k, v in osd["state"]["0.weight"].items()
+    }
+    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+    loaded = {st["master"].dtype for st in opt.state.values()}
+    _sharded_step(model, opt, _inputs()[3])
+    whole = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    if rank == 0:
+        torch.save({"kinds": kinds, "loaded": loaded, "weights": whole}, out)
+    dist.destroy_process_group()
+
+
+def _sharded_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)).to(
+        torch.bfloat16
+    )
+
+
+def _inputs() -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(3)
+    return [torch.randn(8, 16, generator=gen).bfloat16() for _ in range(4)]
+
+
+def _sharded_step(model, opt, x) -> None:
+    model(x).float().square().mean().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+@pytest.mark.slow
+def test_fsdp_shards_the_copies_and_they_step_as_the_whole_model_s(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from trainer.fsdp import available
+
+    if not available():
+        pytest.skip("torch.distributed.fsdp.fully_shard is missing")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "rank0.pt"
+    mp.spawn(_sharded_rank, args=(port, str(out)), nprocs=2, join=True)
+    got = torch.load(out, weights_only=False)
+    assert got["kinds"]["master"] == ("DTensor", torch.float32)
+    assert got["kinds"]["exp_avg"] == ("DTensor", torch.float32)
+    assert got["loaded"] == {torch.float32}  # not cast to the weights' bf16 on load
+    model = _sharded_model()
+    opt = MasterAdamW(model.parameters(), **KW)
+    for x in _inputs():
+        _sharded_step(model, opt, x)
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(got["weights"][name], value, rtol=0, atol=0.01)
