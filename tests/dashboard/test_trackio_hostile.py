@@ -105,7 +105,9 @@ def test_task_ids_of_a_lone_surrogate_are_those_of_its_repair():
 
 
 # --- values of a shape the client never sends: refused by their path ---------------------
-@pytest.mark.parametrize("step", [[1], {"a": 1}, "3", 1.5, True, -1])
+@pytest.mark.parametrize(
+    "step", [[1], {"a": 1}, "3", 1.5, True, -1, 2**31, 2**63, 2**70]
+)
 def test_a_table_rows_step_that_is_not_a_whole_number_is_refused_naming_it(
     bulk_log, step
 ):
@@ -113,6 +115,22 @@ def test_a_table_rows_step_that_is_not_a_whole_number_is_refused_naming_it(
     assert_refused(
         answer,
         "logs[0].metrics.completions._value[1].step: must be a whole number from 0",
+    )
+
+
+@pytest.mark.parametrize("step", [2**31, 2**63])
+def test_a_trl_global_step_out_of_the_32_bit_range_is_refused_naming_it(bulk_log, step):
+    metrics = {
+        "train/loss": 1.0,
+        "train/global_step": step,
+        "completions": table(row()),
+    }
+    config = {"num_generations": 2, "report_to": ["trackio"]}
+    answer = bulk_log(entry(metrics, config=config))
+    assert answer["data"] is None
+    assert (
+        "train/global_step: must be a whole number from 0 to 2147483647"
+        in (answer["error"])
     )
 
 

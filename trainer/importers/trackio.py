@@ -118,6 +118,11 @@ def step_of(metrics: Mapping[str, Any], step: Any, framework: str) -> int:
     if framework == "trl":
         global_step = metrics.get("train/global_step")
         if isinstance(global_step, int) and not isinstance(global_step, bool):
+            if _whole(global_step) is None:
+                raise BadEntry(
+                    "metrics.train/global_step",
+                    f"must be a whole number from 0 to {WHOLE_LIMIT - 1}",
+                )
             return global_step
     return step
 
@@ -168,7 +173,10 @@ def table_events(
     (:class:`BadEntry`). Other columns (``log_extra``'s) are facts."""
     for i, r in enumerate(rows):
         if r.get("step") is not None and _whole(r["step"]) is None:
-            raise BadEntry(f"_value[{i}].step", "must be a whole number from 0")
+            raise BadEntry(
+                f"_value[{i}].step",
+                f"must be a whole number from 0 to {WHOLE_LIMIT - 1}",
+            )
     steps = {r.get("step") for r in rows}
     if len(steps) == 1 and None not in steps:
         (step,) = steps
@@ -286,10 +294,14 @@ def trace_turns(messages: list[Any]) -> tuple[list[dict], list[dict], str]:
     return segments, steps, "\n".join(prompt_lines)
 
 
+# Steps, groups and indices are 32-bit in the event schema (trainer.event_schema)
+# and in the database: a larger one is refused here, before anything is looked up.
+WHOLE_LIMIT = 2**31
+
+
 def _whole(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    return value if whole and 0 <= value < WHOLE_LIMIT else None
 
 
 def trace_event(step: int, trace: Mapping[str, Any]) -> dict[str, Any]:
