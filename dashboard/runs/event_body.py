@@ -27,6 +27,8 @@ class PayloadTooLarge(ServiceError):
 # --- parsing a batch ----------------------------------------------------------------
 _WBITS = {"gzip": 31, "deflate": 15}  # 31: a gzip header and trailer; 15: zlib's
 _INFLATE_IN, _INFLATE_OUT = 1 << 14, 1 << 18  # small tails to copy, few calls
+# A gzip body of several members (``cat a.gz b.gz``) is read whole; clients send one.
+GZIP_MAX_MEMBERS = 1000
 
 
 def decode_body(body: bytes, encoding: str | None) -> bytes | bytearray:
@@ -50,14 +52,17 @@ def decode_body(body: bytes, encoding: str | None) -> bytes | bytearray:
 
 
 def _inflate(data: bytes, wbits: int, limit: int) -> bytearray:
-    """``data`` decompressed (every member of a multi-member gzip), at most ``limit``
-    bytes: input goes in ``_INFLATE_IN`` bytes at a time, output comes out at most
-    ``_INFLATE_OUT`` bytes at a time and is counted as it comes, its lines and values
-    too (:class:`Tally`: a bomb of newlines or zeros stops within its first chunks)."""
+    """``data`` decompressed (every member of a multi-member gzip, at most
+    ``GZIP_MAX_MEMBERS``), at most ``limit`` bytes: input goes in ``_INFLATE_IN``
+    bytes at a time, output comes out at most ``_INFLATE_OUT`` bytes at a time and is
+    counted as it comes, its lines and values too (:class:`Tally`: a bomb of newlines
+    or zeros stops within its first chunks). Each member is read where it starts in
+    ``data`` (the rest is never copied), so the work is linear in the body."""
     out, tally = bytearray(), Tally()
     view = memoryview(data)
-    while True:
-        d, pending, pos = zlib.decompressobj(wbits), b"", 0
+    start = 0
+    for _member in range(GZIP_MAX_MEMBERS):
+        d, pending, pos = zlib.decompressobj(wbits), b"", start
         while not d.eof:
             if not pending and pos < len(view):
                 pending, pos = view[pos : pos + _INFLATE_IN], pos + _INFLATE_IN
@@ -70,12 +75,22 @@ def _inflate(data: bytes, wbits: int, limit: int) -> bytearray:
                     "EVENTS_MAX_DECODED_BYTES); send smaller batches"
                 )
             tally.add(chunk)
-            if not (chunk or pending) and pos >= len(view):
+            if not (d.eof or chunk or pending) and pos >= len(view):
                 raise zlib.error("the compressed stream ends early")
-        rest = d.unused_data + view[pos:]
-        if wbits != 31 or not rest.strip(b"\x00"):  # gzip members may follow
+        # What the last input held past this member's end is the next one's start.
+        start = min(pos, len(view)) - len(d.unused_data)
+        if wbits != 31 or _only_padding(view[start:]):  # gzip members may follow
             return out
-        view = memoryview(rest)
+    raise PayloadTooLarge(
+        f"body: more than {GZIP_MAX_MEMBERS} gzip members; send one stream a batch"
+    )
+
+
+def _only_padding(rest: memoryview) -> bool:
+    """Nothing but NUL bytes (or nothing) is left: the trailing padding some
+    writers add after a gzip stream. Read once, at the end: a member starts with
+    its magic number, never NUL."""
+    return not len(rest) or (rest[0] == 0 and not bytes(rest).strip(b"\x00"))
 
 
 def _lines(text: str) -> Iterator[str]:

@@ -64,6 +64,12 @@ def test_a_gzip_bomb_is_refused_as_it_inflates(server):
     assert "EVENTS_MAX_DECODED_BYTES" in detail
 
 
+def test_a_body_of_200k_empty_gzip_members_is_refused_cheaply(server):
+    # 4 MB under the body limit; reading it copied the rest of the body per member.
+    detail = _refused_cheaply(server, gzip.compress(b"") * 200_000)
+    assert "gzip members" in detail
+
+
 def test_a_2m_token_trajectory_in_20_kb_of_gzip_is_refused(server):
     n = 2_000_000
     seg = {"kind": "action", "turn": 0, "token_ids": [0] * n, "logprob": [0.5] * n}
