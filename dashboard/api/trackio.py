@@ -39,7 +39,7 @@ from django.views.decorators.csrf import csrf_exempt
 from dashboard import jsonsafe
 from dashboard.errors import ServiceError
 from dashboard.ingest import admission
-from dashboard.runs import trackio
+from dashboard.runs import event_body, trackio
 from dashboard.site import tokens
 
 API_VERSION = 1
@@ -151,6 +151,7 @@ def _body(request: HttpRequest, limit: int) -> tuple[list[Any], dict[str, Any]]:
         raw = request.body
     if len(raw) > limit:
         raise ServiceError(f"body: more than {limit} bytes; send smaller batches")
+    event_body.check_values(raw)  # before parsing: what the body unfolds into
     try:
         body = json.loads(raw or b"{}")
     except (ValueError, RecursionError) as exc:

@@ -116,7 +116,7 @@ class Tally:
 
     def add(self, chunk: bytes | bytearray) -> None:
         self.newlines += chunk.count(b"\n")
-        self.values += chunk.count(b",") + chunk.count(b"[") + chunk.count(b"{")
+        self.values += json_values(chunk)
         self._check(self.newlines)
 
     def done(self, data: bytes | bytearray) -> None:
@@ -136,6 +136,20 @@ class Tally:
                 f"the limit of {settings.EVENTS_MAX_VALUES:,} (EVENTS_MAX_VALUES); "
                 "send smaller batches"
             )
+
+
+def json_values(data: bytes | bytearray) -> int:
+    """No fewer than the JSON values (array items, object members) ``data`` holds:
+    its commas and opening brackets, strings' included."""
+    return data.count(b",") + data.count(b"[") + data.count(b"{")
+
+
+def check_values(data: bytes | bytearray) -> None:
+    """Refuse (413) a JSON body of more values than ``EVENTS_MAX_VALUES``, before it
+    is parsed (a 30 MB body of ``{},`` unfolds into ~800 MB of objects)."""
+    tally = Tally()
+    tally.values = json_values(data)
+    tally._check(0)
 
 
 def check_size(data: bytes | bytearray) -> None:

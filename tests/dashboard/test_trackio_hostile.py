@@ -118,6 +118,24 @@ def test_a_table_rows_step_that_is_not_a_whole_number_is_refused_naming_it(
     )
 
 
+def test_a_body_of_more_json_values_than_the_limit_is_refused_before_parsing(
+    bulk_log, settings, monkeypatch
+):
+    # 10M "{}," in 30 MB once grew the server by ~800 MB while json.loads built them.
+    from dashboard.api import trackio as api
+
+    settings.EVENTS_MAX_VALUES = 1000  # 200 entries of ~10 values each
+    parsed = []
+    import json
+    from types import SimpleNamespace
+
+    spy = SimpleNamespace(dumps=json.dumps, loads=lambda raw: parsed.append(raw) or {})
+    monkeypatch.setattr(api, "json", spy)
+    answer = bulk_log(*[entry({"loss": 1.0}) for _ in range(200)])
+    assert answer["data"] is None and "EVENTS_MAX_VALUES" in answer["error"]
+    assert parsed == [] and not Run.objects.exists()
+
+
 @pytest.mark.parametrize("step", [2**31, 2**63])
 def test_a_trl_global_step_out_of_the_32_bit_range_is_refused_naming_it(bulk_log, step):
     metrics = {
