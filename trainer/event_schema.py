@@ -28,6 +28,7 @@ from pydantic import (
     StrictInt,
     TypeAdapter,
     ValidationError,
+    model_validator,
 )
 
 MAX_METRICS = 4096
@@ -91,7 +92,9 @@ class Segment(_Event):
     branch: Annotated[StrictInt, Field(ge=0, lt=2**31)] | None = None
     kind: Annotated[str, Field(min_length=1, max_length=32)]
     text: Text = ""
-    token_ids: Annotated[list[StrictInt], Field(max_length=MAX_TOKENS)] = []
+    token_ids: Annotated[
+        list[Annotated[StrictInt, Field(ge=0, lt=2**31)]], Field(max_length=MAX_TOKENS)
+    ] = []
     tokens: Annotated[list[str], Field(max_length=MAX_TOKENS)] = []
     # Each token as the text it adds to the decoded segment (no tokenizer internals).
     token_text: Annotated[list[str], Field(max_length=MAX_TOKENS)] = []
@@ -123,6 +126,33 @@ class Segment(_Event):
         list[tuple[Annotated[StrictInt, Field(ge=0, lt=2**31)], Short]],
         Field(max_length=MAX_TOKENS),
     ] = []
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Segment:
+        """Every per-token value belongs to a token: an array longer than the
+        segment's tokens (``token_ids`` or ``tokens``, the longer), or a position
+        past them, would be cut or dropped where it is stored, so it is refused."""
+        n = max(len(self.token_ids), len(self.tokens))
+        arrays = {name: getattr(self, name) for name in PER_TOKEN}
+        arrays.update({f"series.{k}": v for k, v in self.series.items()})
+        for name, values in arrays.items():
+            if len(values) > n:
+                raise ValueError(
+                    f"{name}: {len(values)} values for {n} tokens (token_ids or "
+                    "tokens give the segment's tokens, one value each)"
+                )
+        for name in ("special", "turns", "masked"):
+            for item in getattr(self, name):
+                pos = item if isinstance(item, int) else item[0]
+                if pos >= n:
+                    raise ValueError(
+                        f"{name}: position {pos} is past the segment's {n} tokens"
+                    )
+        return self
+
+
+# A segment's arrays of one value a token, besides its token_ids and tokens.
+PER_TOKEN = ("token_text", "logprob", "old_logprob", "ratio", "entropy", "advantage")
 
 
 class Rewards(_Event):

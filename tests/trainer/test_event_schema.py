@@ -137,9 +137,73 @@ def test_non_finite_numbers_and_nulls_are_valid_where_the_trainer_writes_them():
             "group": 0,
             "index": 0,
             "future_field": [1, 2],  # unknown keys are ignored
-            "segments": [{"kind": "prompt", "logprob": [None, -1.5, "NaN"]}],
+            "segments": [
+                {
+                    "kind": "prompt",
+                    "token_ids": [4, 5, 6],
+                    "logprob": [None, -1.5, "NaN"],
+                }
+            ],
         }
     )
+
+
+def _segment(**seg):
+    return {
+        "type": "trajectory",
+        "step": 1,
+        "group": 0,
+        "index": 0,
+        "segments": [{"kind": "completion", **seg}],
+    }
+
+
+@pytest.mark.parametrize(
+    "seg,error",
+    [
+        # Values with no tokens to belong to were stored as empty arrays.
+        (
+            {"text": "hi", "logprob": [-1, -2], "advantage": [0.5, 0.5]},
+            "segments.0: logprob: 2 values for 0 tokens",
+        ),
+        # More values than tokens were cut to the tokens' count.
+        (
+            {"tokens": ["a", "b"], "logprob": [-1] * 5},
+            "segments.0: logprob: 5 values for 2 tokens",
+        ),
+        (
+            {"token_ids": [1], "series": {"mismatch_kl": [0.1, 0.2]}},
+            "segments.0: series.mismatch_kl: 2 values for 1 tokens",
+        ),
+        ({"token_ids": [1], "token_text": ["a", "b"]}, "segments.0: token_text: 2"),
+        # Ids past 32 bits were stored as -1.
+        ({"token_ids": [1, 2**63]}, "segments.0.token_ids.1:"),
+        ({"token_ids": [-1]}, "segments.0.token_ids.0:"),
+        # Positions past the segment were dropped.
+        (
+            {"token_ids": [1, 2], "special": [2]},
+            "segments.0: special: position 2 is past",
+        ),
+        (
+            {"token_ids": [1, 2], "turns": [[5, "user"]]},
+            "segments.0: turns: position 5 is past",
+        ),
+        (
+            {"token_ids": [1, 2], "masked": [[9, "is_ratio"]]},
+            "segments.0: masked: position 9 is past",
+        ),
+    ],
+)
+def test_per_token_values_that_would_be_cut_or_dropped_are_refused_naming_them(
+    seg, error
+):
+    with pytest.raises(EventError) as info:
+        check_event(_segment(**seg))
+    assert str(info.value).startswith(error), str(info.value)
+
+
+def test_fewer_values_than_tokens_are_taken_the_rest_not_computed():
+    check_event(_segment(token_ids=[1, 2, 3], tokens=["a"], logprob=[None, -1.0]))
 
 
 def test_the_json_schema_lists_every_event_type():
