@@ -9,6 +9,13 @@ import { fmt, num } from "./util.js";
 
 const FIELDS = ["logprob", "old_logprob", "ratio", "entropy", "advantage"];
 
+/** A token's value for the tooltip: stored arrays hold NaN where no value was
+ * computed (a prompt token, the first token, a sender's null). */
+function tokenValue(v) {
+  const x = num(v);
+  return x === null || Number.isNaN(x) ? "— (not computed)" : fmt(x);
+}
+
 // GPT-2's printable stand-in of each byte (byte-level BPE writes a space as "Ġ").
 const BYTE_OF = (() => {
   const keep = [];
@@ -271,9 +278,9 @@ export class Heatmap {
     const seg = this.segments[k];
     const tip = this.tooltip;
     const rows = [];
-    for (const f of FIELDS) rows.push([f.replace("_", " "), fmt(seg[f]?.[i])]);
+    for (const f of FIELDS) rows.push([f.replace("_", " "), tokenValue(seg[f]?.[i])]);
     for (const [name, values] of Object.entries(seg.series || {})) {
-      rows.push([name, fmt(values?.[i])]);
+      rows.push([name, tokenValue(values?.[i])]);
     }
     rows.push(["piece", seg.tokens[i] ?? "—"]);
     rows.push(["token id", String(seg.token_ids?.[i] ?? "—")]);

@@ -72,6 +72,8 @@ def test_a_chat_models_tokens_read_as_text_with_turns_by_role(
     page.locator(f"[data-heat] span[data-t='{spaced}']").hover()
     tip = page.locator("[data-tooltip]")
     assert "piece" in tip.inner_text() and "Ġ" in tip.inner_text()
+    # A prompt token's numbers were never computed: said so, not "NaN".
+    assert "NaN" not in tip.inner_text() and "not computed" in tip.inner_text()
     shot(page, shots, "tokens_readable")
 
 
