@@ -61,6 +61,11 @@ export function tauText(t) {
  * group's order, it begins by saying so (they change how hard each rollout is
  * pushed, not which way). */
 export function summary(t, reweighted = true) {
+  if (!t.trajectories && !t.groups) {
+    // Nothing to recompute: "0 of 0 ... no rollout's advantage changes" would read
+    // as a verdict on the weights.
+    return "Nothing to recompute yet: this run has no recorded rollouts (they appear as its steps are recorded)";
+  }
   const parts = [];
   const same = t.sign_flips === 0 && !t.best_changes && (t.tau_mean === 1 || t.tau_mean === null);
   if (reweighted && same && t.trajectories) {

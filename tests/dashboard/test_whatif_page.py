@@ -96,6 +96,16 @@ def test_weights_that_change_no_direction_say_so_first():
 
 
 @needs_node
+def test_a_run_with_nothing_recorded_says_so_not_that_nothing_changes():
+    nothing = {**TOTAL, "trajectories": 0, "sign_flips": 0, "sign_reversed": 0,
+               "sign_to_zero": 0, "sign_from_zero": 0, "token_flip_share": 0,
+               "groups": 0, "best_changes": 0, "tau_mean": None, "tau_groups": 0}  # fmt: skip
+    out = js(f"return t.summary({json.dumps(nothing)});")
+    assert out.startswith("Nothing to recompute yet: this run has no recorded rollouts")
+    assert "0 of 0" not in out
+
+
+@needs_node
 def test_tau_says_what_it_is_over_and_why_it_is_a_dash():
     none = {**TOTAL, "tau_mean": None, "tau_groups": 0}
     some = {**TOTAL, "tau_mean": 0.25, "tau_groups": 12}
