@@ -61,8 +61,14 @@ STANDARD: list[tuple[str, str, list[str]]] = [
 
 
 def _components(config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The run's reward components as its config (or its environment's default
-    reward) lists them."""
+    """The run's reward components as its trainer pays them: a config of ours as
+    :func:`trainer.runner.reward_config_for` resolves it (DAPO's ``overlong_penalty``
+    added: the Reward components chart once left it out while trajectories and the
+    what-if listed it), else as the config (or its environment's default reward)
+    lists them."""
+    resolved = _resolved_components(config)
+    if resolved is not None:
+        return resolved
     reward = config.get("reward") if isinstance(config, dict) else None
     if not isinstance(reward, dict):
         from dashboard.pages.catalog import default_reward
@@ -75,6 +81,23 @@ def _components(config: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(components, list):
         return []
     return [c for c in components if isinstance(c, dict)]
+
+
+def _resolved_components(config: Any) -> list[dict[str, Any]] | None:
+    """A config of our trainer's reward components as it runs them; None for
+    anything that is not one."""
+    if not isinstance(config, dict) or not config:
+        return None
+    from pydantic import ValidationError
+
+    from trainer.config import TrainConfig
+    from trainer.runner import reward_config_for
+
+    try:
+        rcfg = reward_config_for(TrainConfig.model_validate(config))
+    except (ValidationError, ValueError, TypeError, KeyError):
+        return None
+    return [c.model_dump(mode="json") for c in rcfg.components]
 
 
 def component_names(config: dict[str, Any]) -> list[str]:

@@ -61,7 +61,12 @@ def _rollouts(step):
                     "length": 5,
                     "segments": [
                         {"kind": "prompt", "text": "<b>q</b>", "mask": "prompt"},
-                        {"kind": "action", "text": "a", "entropy": [e, e]},
+                        {
+                            "kind": "action",
+                            "text": "a",
+                            "token_ids": [1, 2],
+                            "entropy": [e, e],
+                        },
                     ],
                 }
             )
