@@ -237,3 +237,28 @@ def test_a_word_level_model_reads_and_writes_any_number_digit_by_digit(arith):
     for text in ["what is 17 + 3 ?", "calculator 98765 * -4", "-395060", "0.5"]:
         ids = tok.encode(text, add_special_tokens=False)
         assert tok.unk_token_id not in ids and tok.decode(ids) == text
+
+
+def test_numbers_stuck_to_punctuation_are_read_digit_by_digit_too(tmp_path):
+    # GSM8K-style text: "19?" was one opaque word of the vocabulary.
+    from trainer.tokenizer import build_word_tokenizer
+
+    rows = [
+        {"prompt": "What is 10 plus 19? Tom paid $5, then 3.5% more.", "answer": "29."},
+        {"prompt": "Is H2O (water) 2x heavier?", "answer": "-7?"},
+    ]
+    env = make_env("dataset", {"path": str(_jsonl(tmp_path / "d.jsonl", rows))})
+    assert not any(any(c.isdigit() for c in w) for w in env.vocabulary() if len(w) > 1
+                   and not w.startswith("##"))  # fmt: skip
+    tok = build_word_tokenizer(env.vocabulary())
+    for row in rows:
+        for text in (row["prompt"], row["answer"]):
+            ids = tok.encode(text, add_special_tokens=False)
+            assert tok.unk_token_id not in ids and tok.decode(ids) == text
+    pieces = tok.convert_ids_to_tokens(
+        tok.encode("19? $5, 29.", add_special_tokens=False)
+    )
+    assert pieces == ["1", "##9", "##?", "$", "##5", "##,", "2", "##9", "##."]
+    # Any number in that company, not only the dataset's own.
+    ids = tok.encode("$731, 46?", add_special_tokens=False)
+    assert tok.unk_token_id not in ids and tok.decode(ids) == "$731, 46?"

@@ -40,6 +40,28 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _KEY = r"^[A-Za-z0-9_.-]+$"
 
 
+def _pieces(word: str) -> list[str]:
+    """The vocabulary entries ``word`` needs, its digits read one at a time: a word
+    with digits in it (``19?``, ``$5``, ``3.5%``, ``H2O``) is its text around the
+    digits as pieces (``$``, ``##?``, ``##%``) and its digits as digit pieces, never
+    one opaque word ("What is 10 plus 19?" made ``19?`` a token the model could not
+    read or copy digit by digit). A plain number needs nothing: digit pieces only.
+
+    >>> _pieces("19?"), _pieces("$5"), _pieces("-2.5"), _pieces("coins")
+    (['##?'], ['$'], [], ['coins'])
+    """
+    if not any(c.isdigit() for c in word):
+        return [word]
+    if _NUMBER.fullmatch(word):
+        return []
+    runs = re.findall(r"\d+|\D+", word)
+    return [
+        run if k == 0 else f"##{run}"
+        for k, run in enumerate(runs)
+        if not run[0].isdigit()
+    ]
+
+
 class DatasetParams(EnvParams):
     """Parameters of the ``dataset`` environment."""
 
@@ -185,7 +207,8 @@ class DatasetEnv(Environment):
         words: set[str] = set(self.params.tools) | set(DIGIT_PIECES)
         for row in self.rows:
             for text in (row.prompt, row.answer):
-                words.update(w for w in text.split() if not _NUMBER.fullmatch(w))
+                for w in text.split():
+                    words.update(_pieces(w))
         if "calculator" in self.params.tools:
             words.update(["+", "-", "*", "/", "error:"])
         return sorted(words)
