@@ -33,7 +33,11 @@ def list_runs(
         runs = runs.filter(group=services.check_text("group", group))
     return {
         "count": runs.count(),
-        "runs": [run_dict(r) for r in runs[offset : offset + limit]],
+        "runs": [
+            # attempts: each run's wall time (duration_s), in one query for the page
+            run_dict(r)
+            for r in runs.prefetch_related("attempts")[offset : offset + limit]
+        ],
     }
 
 

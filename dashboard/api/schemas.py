@@ -34,6 +34,11 @@ class RunOut(Schema):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    duration_s: float | None = Field(
+        None,
+        description="Wall time in seconds: the time the run's attempts ran (a pause "
+        "in the queue not counted); an external run's to its last event.",
+    )
     heartbeat_at: datetime | None
     demo: bool = False
     warmup: dict[str, Any] = Field(

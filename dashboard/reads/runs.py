@@ -191,14 +191,20 @@ def run_stats(run: Run, reward: str | None = None) -> RunStats:
 
 
 def duration_s(run: Run) -> float | None:
-    """Wall time: to the end, else to now; an external run's to its last event,
-    finished or not (no client of ours is running it, and trackio's has no finish
-    call: a run whose client stopped would otherwise grow by the hour; a finish
-    call made later is not training time)."""
+    """Wall time: the time one of our runs' attempts ran, each from its start to its
+    end (the open one to the run's end, else to now), so time paused in the queue
+    (a demo waiting behind a user's run) is not counted; a run without attempt
+    records from its start to its end, else to now. An external run's to its last
+    event, finished or not (no client of ours is running it, and trackio's has no
+    finish call: a run whose client stopped would otherwise grow by the hour; a
+    finish call made later is not training time)."""
     if run.started_at is None:
         return None
-    last_event = run.external and run.heartbeat_at
-    end = last_event or run.finished_at or timezone.now()
+    end = (run.external and run.heartbeat_at) or run.finished_at or timezone.now()
+    if not run.external:
+        spans = [(a.started_at, a.ended_at) for a in run.attempts.all()]
+        if spans:
+            return max(0.0, sum(((e or end) - s).total_seconds() for s, e in spans))
     return max(0.0, (end - run.started_at).total_seconds())
 
 
@@ -285,6 +291,7 @@ def run_dict(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "created_at": run.created_at,
         "started_at": run.started_at,
         "finished_at": run.finished_at,
+        "duration_s": duration_s(run),
         "heartbeat_at": run.heartbeat_at,
         "demo": run.demo,
         "warmup": run.warmup or {},

@@ -200,6 +200,7 @@ function setStatus(status, lastStep) {
     updateCancelQuestion(status);
     clock.setStatus(status);
     const ended = FINAL.has(status) && !FINAL.has(data.status);
+    const stopped = data.status === "running" && status !== "running"; // ended or paused
     const changed = status !== data.status;
     data.status = status;
     if (changed) {
@@ -211,8 +212,8 @@ function setStatus(status, lastStep) {
     if (ended) {
       // "Cancel requested: the run stops at its next step." has happened.
       document.querySelectorAll(".messages .cancel-pending").forEach((li) => { li.hidden = true; });
-      settleWall();
     }
+    if (stopped) settleWall();
   }
   if (typeof lastStep === "number") {
     const ls = document.querySelector("[data-last-step]");
@@ -222,17 +223,16 @@ function setStatus(status, lastStep) {
   }
 }
 
-/** The wall time of a run that ended while the page was open, from the server's
- * start and end (what a reload shows). */
+/** The wall time of a run that ended, or was paused back into the queue, while
+ * the page was open: the server's (what a reload shows). */
 async function settleWall() {
   if (data.clock?.external) return;
   try {
     const run = await getJSON(data.run_api);
-    const [start, end] = [Date.parse(run.started_at), Date.parse(run.finished_at)];
-    if (!FINAL.has(run.status) || !Number.isFinite(start) || !Number.isFinite(end)) return;
-    if (!clock.settle((end - start) / 1000)) return;
+    if (run.status === "running" || typeof run.duration_s !== "number") return;
+    if (!clock.settle(run.duration_s)) return;
     setStat("duration", clock.wallText());
-    document.body.dataset.wallSettled = "1";
+    if (FINAL.has(run.status)) document.body.dataset.wallSettled = "1";
   } catch { /* a reload shows it */ }
 }
 

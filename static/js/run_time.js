@@ -1,7 +1,8 @@
 // The run page's clock: the wall time, and whether an external run is still sending.
 //
-// The wall time is dashboard.reads.runs.duration_s, kept current: to the end for a
-// finished run, to now for one of ours that runs, and for an external run to its last
+// The wall time is dashboard.reads.runs.duration_s, kept current: the time a run of
+// ours ran (its attempts; paused in the queue it stands still), counting while it
+// runs, and for an external run to its last
 // event (trackio's client has no finish call: a client that stopped would otherwise
 // grow by the hour). It starts from the server's figure at render, so the browser's
 // clock does not matter, and compare (server-rendered) shows the same number.
@@ -11,8 +12,6 @@
 // a reload would say; the next event brings it back to live. An event is a frame the
 // socket brought with something in it, not a hello or a backfill (a poll's backfill
 // repeats the last step).
-
-import { FINAL } from "./live.js";
 
 /** Wall time as the server's `duration` filter writes it. */
 export function duration(seconds) {
@@ -64,8 +63,10 @@ export class RunClock {
     this.eventAt = this.eventAt0;
     const created = clock.created_age_s;
     this.createdAt = typeof created === "number" ? t0 - 1000 * created : null;
-    // Ours count to now until they end (a paused demo, queued again, too).
-    const counting = !this.external && !FINAL.has(status) && (status === "running" || this.wall0 !== null);
+    // Ours count while they run: a run paused back into the queue (a demo behind a
+    // user's run) keeps its time until it runs again (dashboard.reads.runs.duration_s
+    // counts its attempts only).
+    const counting = !this.external && status === "running";
     this.runningSince = counting ? t0 - 1000 * (this.wall0 || 0) : null;
     this.frozen = this.wall0;
   }
@@ -114,11 +115,11 @@ export class RunClock {
     this.eventAt = t;
   }
 
-  /** Our run ended: its wall time as the server has it (finished_at - started_at,
-   * both the server's clock), not the moment this page heard of the end (a second
-   * or so later: "20s" live read "19s" after a reload). */
+  /** Our run ended or was paused: its wall time as the server has it (its
+   * attempts' time, the server's clock), not the moment this page heard of it (a
+   * second or so later: "20s" live read "19s" after a reload). */
   settle(seconds) {
-    if (this.external || !FINAL.has(this.status) || !Number.isFinite(seconds)) return false;
+    if (this.external || this.status === "running" || !Number.isFinite(seconds)) return false;
     this.frozen = Math.max(0, seconds);
     this.runningSince = null;
     return true;
@@ -128,8 +129,8 @@ export class RunClock {
     if (!this.external && status === "running" && this.runningSince === null) {
       this.runningSince = this.now() - 1000 * (this.frozen || 0);
     }
-    if (!this.external && FINAL.has(status) && this.runningSince !== null) {
-      this.frozen = this.wallSeconds();
+    if (!this.external && status !== "running" && this.runningSince !== null) {
+      this.frozen = this.wallSeconds(); // ended, or paused back into the queue
       this.runningSince = null;
     }
     this.status = status;

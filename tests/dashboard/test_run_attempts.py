@@ -147,13 +147,43 @@ def test_a_run_not_started_yet_shows_no_attempt_number(owner):
     """A queued run's page read "0 attempt"; it reads "—" until it starts."""
     run = Run.objects.create(owner=owner, name="q", config={})
     page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
-    stat = page.split('<div class="k">attempt</div>')[0].rsplit(
-        "data-stat-attempt>", 1
-    )[1]
+    stat = page.split('<div class="k">attempts</div>')[0].rsplit('<div class="v">', 1)[
+        1
+    ]
     assert stat.startswith('<span title="not started yet">—</span>')
-    Run.objects.filter(pk=run.pk).update(attempt=2, status=RunStatus.RUNNING)
+    Run.objects.filter(pk=run.pk).update(attempt=1, status=RunStatus.RUNNING)
     page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
-    stat = page.split('<div class="k">attempt</div>')[0].rsplit(
-        "data-stat-attempt>", 1
-    )[1]
-    assert stat.startswith("2<")
+    assert '<div class="v">1</div><div class="k">attempt</div>' in page
+    Run.objects.filter(pk=run.pk).update(attempt=2)
+    page = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    # "2 attempts", not "2 attempt" (read as two crashes without the tooltip)
+    assert '<div class="v">2</div><div class="k">attempts</div>' in page
+
+
+def test_wall_time_counts_the_attempts_not_the_pause_between_them(owner):
+    """A demo paused 11 minutes behind a user's run read "15m 58s" at step 15."""
+    from dashboard.reads.runs import duration_s, run_dict
+
+    now = timezone.now()
+    t0 = now - timedelta(seconds=630)
+    run = Run.objects.create(
+        owner=owner, name="d", config={}, status=RunStatus.RUNNING, attempt=2,
+        started_at=t0,
+    )  # fmt: skip
+    RunAttempt.objects.create(
+        run=run, number=1, started_at=t0, ended_at=t0 + timedelta(seconds=60),
+        outcome="paused",
+    )  # fmt: skip
+    RunAttempt.objects.create(run=run, number=2, started_at=now - timedelta(seconds=30))
+    assert duration_s(run) == pytest.approx(90, abs=2)  # 60 + 30, not 630
+    assert run_dict(run)["duration_s"] == pytest.approx(90, abs=2)
+    # Ended: to its attempts' ends; the run page and the API say the same.
+    end = now
+    RunAttempt.objects.filter(run=run, number=2).update(ended_at=end)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, finished_at=end)
+    run.refresh_from_db()
+    assert duration_s(run) == pytest.approx(90, abs=0.01)
+    api = client_for(owner).get(f"/api/runs/{run.pk}").json()
+    assert api["duration_s"] == pytest.approx(90, abs=0.01)
+    listed = client_for(owner).get("/api/runs").json()["runs"]
+    assert [r["duration_s"] for r in listed] == [pytest.approx(90, abs=0.01)]

@@ -66,7 +66,8 @@ PARTS = """() => {
     modelLinkHref: document.querySelector('[data-model-link]')?.getAttribute('href') ?? null,
     model: text('[data-model] [data-model-step]'),
     downloads: document.querySelectorAll('[data-model] [data-download]').length,
-    attempt: text('[data-stat-attempt]'),
+    attempt: text('[data-stat-attempt] .v'),
+    wall: text('[data-stat="duration"]'),
     attempts: document.querySelector('[data-attempts]')?.hidden === false
       ? [...document.querySelectorAll('[data-attempt]')].map((r) => r.innerText.split('\\t').slice(3).join('|'))
       : null,
@@ -112,6 +113,10 @@ def test_a_run_queued_again_while_open_shows_what_a_reload_shows(live, page, sho
     assert got["downloads"] >= 1
     # The Attempts table a reload shows (it was hidden: one attempt, nothing to say).
     assert got["attempts"] == [f"paused|{PAUSED_NOTE}"], got["attempts"]
+    # Paused in the queue, its wall time stands still (the attempts' time, as the
+    # server counts it): the same a few seconds on, and after the reload below.
+    page.wait_for_timeout(2500)
+    assert page.evaluate(PARTS)["wall"] == got["wall"]
     ui.shot(page, shots, "requeued_live", full=False)
     page.click("[data-run-ahead] a")  # it opens the run it waits behind
     page.wait_for_url(f"{live.url}/runs/{mine}/")
