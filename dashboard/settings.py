@@ -377,6 +377,11 @@ DATASET_MAX_ROW_VALUES = env_int(
 DATASET_MAX_ROWS = env_int(
     "DATASET_MAX_ROWS", 100_000, min_value=1, max_value=10_000_000
 )
+# The rows of an upload once decoded, in all: a Parquet file's compression and
+# dictionary encoding let 800 bytes hold 20 GB of text, which a run would hold.
+DATASET_MAX_DECODED_BYTES = env_int(
+    "DATASET_MAX_DECODED_BYTES", 512 << 20, min_value=1 << 20, max_value=8 << 30
+)
 # The new-run form's model picker rescans the model roots at most this often.
 MODEL_SCAN_SECONDS = env_int("MODEL_SCAN_SECONDS", 30, min_value=0)
 

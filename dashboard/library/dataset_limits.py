@@ -19,6 +19,7 @@ SETTINGS = {
     "max_row_depth": "DATASET_MAX_ROW_DEPTH",
     "max_row_values": "DATASET_MAX_ROW_VALUES",
     "max_rows": "DATASET_MAX_ROWS",
+    "max_decoded_bytes": "DATASET_MAX_DECODED_BYTES",
 }
 
 
@@ -30,6 +31,7 @@ def upload_limits() -> RowLimits:
         max_row_depth=settings.DATASET_MAX_ROW_DEPTH,
         max_row_values=settings.DATASET_MAX_ROW_VALUES,
         max_rows=settings.DATASET_MAX_ROWS,
+        max_decoded_bytes=settings.DATASET_MAX_DECODED_BYTES,
     )
 
 
@@ -39,7 +41,8 @@ def refusal(exc: DatasetError, path: str, name: str) -> str:
     from trainer.envs.row_limits import RowLimitError
 
     if isinstance(exc, RowLimitError):
-        amount = size_text(exc.value) if exc.limit == "max_row_bytes" else None
+        sizes = ("max_row_bytes", "max_decoded_bytes")
+        amount = size_text(exc.value) if exc.limit in sizes else None
         message = exc.describe(amount, SETTINGS[exc.limit])
     else:
         message = str(exc).replace(repr(path), repr(name))

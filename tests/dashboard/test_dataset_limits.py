@@ -162,3 +162,29 @@ def test_the_upload_limits_are_within_what_the_trainer_reads(settings):
     assert TRAINER_LIMITS.max_row_depth >= settings.DATASET_MAX_ROW_DEPTH
     assert TRAINER_LIMITS.max_row_values >= settings.DATASET_MAX_ROW_VALUES
     assert TRAINER_LIMITS.max_rows >= settings.DATASET_MAX_ROWS
+    assert TRAINER_LIMITS.max_decoded_bytes >= settings.DATASET_MAX_DECODED_BYTES
+
+
+def test_a_parquet_upload_of_more_text_once_decoded_than_the_limit_is_refused(
+    data_root, owner, settings, tmp_path
+):
+    # 800 bytes that decode to 20 GB were accepted: a value repeated through a
+    # dictionary, each row within the row limit.
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    settings.DATASET_MAX_DECODED_BYTES = 1 << 20
+    text = pa.array(["r" * 50_000] * 1000).dictionary_encode()
+    pq.write_table(
+        pa.table({"prompt": text, "answer": ["a"] * 1000}), tmp_path / "d.pq"
+    )
+    data = (tmp_path / "d.pq").read_bytes()
+    assert len(data) < 20_000
+    response = client_for(owner).post(
+        "/datasets/", {"file": SimpleUploadedFile("d.parquet", data)}
+    )
+    assert response.status_code == 400
+    assert (
+        "file: rows 1 to 21 hold more once decoded than the limit of 1 MB "
+        "(DATASET_MAX_DECODED_BYTES)"
+    ) in _errors(response)
+    assert stored(owner) == []

@@ -180,6 +180,35 @@ def test_parquet_rows_are_held_to_the_limits(tmp_path):
     assert (exc.where, exc.limit) == ("rows 1 to 1", "max_row_bytes")
 
 
+def test_a_parquet_file_cannot_hide_a_row_or_its_total_behind_its_metadata(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    # One long prompt among 100 short rows: under the limit on average, which is
+    # all a row group's metadata tells.
+    prompts = ["p"] * 100
+    prompts[37] = "q" * 5000
+    lone = pa.table({"prompt": prompts, "answer": ["a"] * 100})
+    pq.write_table(lone, tmp_path / "lone.parquet")
+    limits = RowLimits(max_row_bytes=1000, max_rows=1000)
+    exc = _refusal(str(tmp_path / "lone.parquet"), limits, fmt="parquet")
+    assert (
+        str(exc)
+        == "path: row 38 is longer than the limit of 1000 bytes (max_row_bytes)"
+    )
+    # One 900-byte prompt repeated through a dictionary: each row within its limit,
+    # the file a few KB, 900 KB of rows once decoded.
+    text = pa.array(["r" * 900] * 1000).dictionary_encode()
+    repeated = pa.table({"prompt": text, "answer": ["a"] * 1000})
+    pq.write_table(repeated, tmp_path / "repeated.parquet", compression="zstd")
+    assert (tmp_path / "repeated.parquet").stat().st_size < 10_000
+    limits = RowLimits(max_row_bytes=1000, max_rows=1000, max_decoded_bytes=100_000)
+    exc = _refusal(str(tmp_path / "repeated.parquet"), limits, fmt="parquet")
+    assert (exc.where, exc.limit) == ("rows 1 to 109", "max_decoded_bytes")
+    assert str(exc).endswith(
+        "hold more once decoded than the limit of 100000 bytes (max_decoded_bytes)"
+    )
+
+
 def test_the_trainer_reads_with_its_own_ceilings_by_default(tmp_path):
     assert RowLimits() == TRAINER_LIMITS
     line = '{"prompt": "p", "answer": "a", "pad": [' + "[]," * 30 + "[]]}\n"

@@ -181,7 +181,9 @@ def _csv(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
 def _parquet(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
     """Rows of a Parquet file, a few at a time. Its metadata is checked first: the
     row count, and each row group's decoded size against ``max_row_bytes`` a row on
-    average; each row's values and nesting once decoded."""
+    average (the file's own word, so only a first check); then each row once decoded
+    (its values, nesting and size) and the rows' size in all (``max_decoded_bytes``:
+    a value repeated through a dictionary decodes once a row)."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -203,12 +205,16 @@ def _parquet(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
             where = f"rows {first} to {first + group.num_rows - 1}"
             raise RowLimitError(where, "max_row_bytes", limits.max_row_bytes)
         first += group.num_rows
-    line = 0
+    line = total = 0
     try:
         for batch in pf.iter_batches(batch_size=_PARQUET_BATCH):
             for raw in batch.to_pylist():
                 line += 1
-                check_value_shape(raw, f"row {line}", limits)
+                total += check_value_shape(raw, f"row {line}", limits)
+                if total > limits.max_decoded_bytes:
+                    where = f"rows 1 to {line}"
+                    limit = limits.max_decoded_bytes
+                    raise RowLimitError(where, "max_decoded_bytes", limit)
                 yield line, raw
     except (OSError, ValueError) as exc:  # pyarrow's errors derive from these
         if isinstance(exc, DatasetError):

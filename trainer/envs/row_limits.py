@@ -37,6 +37,10 @@ class RowLimits:
     fields in one CSV record."""
     max_rows: int = 10_000_000
     """Rows in the whole file."""
+    max_decoded_bytes: int = 8 << 30
+    """Bytes of the whole file's rows once decoded (Parquet: compression and
+    dictionary encoding let a file of a few hundred bytes hold gigabytes of text,
+    which a run would hold in memory)."""
 
 
 TRAINER_LIMITS = RowLimits()
@@ -55,6 +59,7 @@ class RowLimitError(DatasetError):
         "max_row_depth": ("nests deeper than the limit of", "levels"),
         "max_row_values": ("holds more than the limit of", "values"),
         "max_rows": ("is past the limit of", "rows"),
+        "max_decoded_bytes": ("hold more once decoded than the limit of", "bytes"),
     }
 
     def __init__(self, where: str, limit: str, value: int) -> None:
@@ -93,20 +98,34 @@ def check_json_shape(raw: bytes, where: str, limits: RowLimits) -> None:
         raise RowLimitError(where, "max_row_depth", limits.max_row_depth)
 
 
-def check_value_shape(value: Any, where: str, limits: RowLimits) -> None:
-    """The same limits for a row already decoded (Parquet): its values and nesting,
-    walked without recursion and abandoned at the first limit passed."""
-    stack, values = [(value, 1)], 0
+def check_value_shape(value: Any, where: str, limits: RowLimits) -> int:
+    """The same limits for a row already decoded (Parquet): its values, nesting and
+    size, walked without recursion and abandoned at the first limit passed. Returns
+    its size: the UTF-8 bytes of its strings (keys too) and bytes, 8 a value else."""
+    stack, values, size = [(value, 1)], 0, 0
     while stack:
         item, depth = stack.pop()
         values += 1
         if values > limits.max_row_values:
             raise RowLimitError(where, "max_row_values", limits.max_row_values)
+        if isinstance(item, str):
+            size += len(item.encode("utf-8", "surrogatepass"))
+        elif isinstance(item, bytes | bytearray):
+            size += len(item)
+        else:
+            size += 8
+        if size > limits.max_row_bytes:
+            raise RowLimitError(where, "max_row_bytes", limits.max_row_bytes)
         if isinstance(item, dict | list | tuple):
             if depth > limits.max_row_depth:
                 raise RowLimitError(where, "max_row_depth", limits.max_row_depth)
+            if isinstance(item, dict):  # its keys' bytes (not values of their own)
+                size += sum(len(str(k).encode("utf-8", "surrogatepass")) for k in item)
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
+    if size > limits.max_row_bytes:  # a last object's keys
+        raise RowLimitError(where, "max_row_bytes", limits.max_row_bytes)
+    return size
 
 
 class Lines:
