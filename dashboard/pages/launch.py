@@ -171,17 +171,12 @@ def run_new(request: HttpRequest) -> HttpResponse:
     return render(request, "pages/new.html", _context(form, None, []))
 
 
-NOT_CLONEABLE = (
-    "run: an external run is trained elsewhere; its config (its trainer's own "
-    "settings) is not one this trainer runs, so it cannot be cloned here"
-)
-
-
 @csp
 def run_clone(request: HttpRequest, run_id: Any) -> HttpResponse:
     parent = services.get_run_for_user(request.user, run_id)
     if parent.external:
-        return render(request, "400.html", {"errors": [NOT_CLONEABLE]}, status=400)
+        errors = [services.NOT_CLONEABLE]
+        return render(request, "400.html", {"errors": errors}, status=400)
     if request.method == "POST":
         return _submit(request, parent)
     if "weights" in request.GET:  # from the what-if: review, then launch
@@ -263,7 +258,8 @@ def run_new_check(request: HttpRequest) -> JsonResponse:
 def run_clone_check(request: HttpRequest, run_id: Any) -> JsonResponse:
     parent = services.get_run_for_user(request.user, run_id)
     if parent.external:
-        return JsonResponse({"ok": False, "errors": {"": [NOT_CLONEABLE]}}, status=400)
+        errors = {"": [services.NOT_CLONEABLE]}
+        return JsonResponse({"ok": False, "errors": errors}, status=400)
     return _check(request, parent)
 
 

@@ -312,10 +312,20 @@ def do_launch_run(
     return run
 
 
+NOT_CLONEABLE = (
+    "run: an external run is trained elsewhere; its config (its trainer's own "
+    "settings) is not one this trainer runs, so it cannot be cloned here"
+)
+
+
 def do_clone_run(
     user: Any, source: Run, overrides: Any = None, *, name: str | None = None
 ) -> Run:
-    """Launch a copy of ``source``'s config with ``overrides`` merged in."""
+    """Launch a copy of ``source``'s config with ``overrides`` merged in; an external
+    run's config is its trainer's, never launched here (the API once started a run
+    of the default config from one)."""
+    if source.external:
+        raise InvalidConfig(NOT_CLONEABLE)
     config = merge_overrides(source.config, overrides or {})
     return do_launch_run(
         user, config, name=name or f"{source.name} (clone)"[:200], parent=source

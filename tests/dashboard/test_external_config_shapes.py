@@ -8,6 +8,7 @@ import pytest
 from fake_runner import events_for_step
 from test_external_runs import TokenClient
 
+from dashboard.models import Run
 from dashboard.site import tokens
 from tests.dashboard.dashtest import client_for
 from tests.fixtures.seed import seed_run
@@ -72,6 +73,11 @@ def test_an_external_run_is_not_cloned_by_the_form(api, owner):
     for url in (f"/runs/{run_id}/clone/", f"/runs/{run_id}/clone/check/"):
         r = client.post(url, {"steps": "3"})
         assert r.status_code == 400, url
+    # The API too: it once launched a run of the default config from one.
+    r = api.post_json(f"/api/runs/{run_id}/clone", {})
+    assert r.status_code == 400, r.content
+    assert r.json()["detail"].startswith("run: an external run is trained elsewhere")
+    assert Run.objects.filter(external=False).count() == 0
 
 
 def test_a_rollout_sent_with_totals_alone_is_not_flagged_as_inconsistent(api, owner):
