@@ -7,9 +7,12 @@ Authentication: a personal API token (``Authorization: Bearer <token>``, no CSRF
 on unsafe methods (``X-CSRFToken`` header). Anonymous callers and revoked or unknown
 tokens get 401, other users' runs 404, staff see every run. Every error is JSON (a 405
 too: ``site.middleware``). Bad input is a 400 whose ``errors`` are ``field: message``
-lines; nothing is enqueued then. No input is a 500: text no column stores (NUL, lone
-surrogates) and numbers no float or column holds are refused by the shared checks
-(``services.check_shape``/``check_text``, ``trainer.event_schema``, ``schemas.MAX_INT``). Numbers that are
+lines; nothing is enqueued then. No input is a 500: numbers no float or column holds
+are refused by the shared checks (``services.check_shape``, ``trainer.event_schema``,
+``schemas.MAX_INT``); text no column stores (NUL, lone surrogates) is refused where
+it names something a caller chose (``services.check_text``: a run's name, a group)
+and repaired where it is content sent to be kept (events' text, facts, metric keys:
+NUL becomes U+FFFD, a lone surrogate ``?``, ``dashboard.jsonsafe``). Numbers that are
 not finite are written as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
 Views are adapters: parse, call ``services``/``dashboard.reads``, return.
 
