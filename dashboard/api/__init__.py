@@ -31,6 +31,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
+from ninja.errors import HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.renderers import JSONRenderer
 from ninja.responses import NinjaJSONEncoder
@@ -145,6 +146,21 @@ def _service_error(request: HttpRequest, exc: services.ServiceError) -> HttpResp
     for name, value in getattr(exc, "headers", {}).items():  # a 503's Retry-After
         response[name] = value
     return response
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    """ninja's own errors as ninja answers them, but a body it cannot parse named as
+    the field it is, with the parser's reason (not "Cannot parse request body")."""
+    message = str(exc)
+    if exc.status_code == 400 and message.startswith("Cannot parse request body"):
+        cause = exc.__cause__
+        why = str(cause).splitlines()[0][:200] if cause is not None else ""
+        message = f"body: not a JSON object this API reads ({why or 'unreadable'})"
+        body = {"detail": message, "errors": [message]}
+    else:
+        body = {"detail": message}
+    return api.create_response(request, body, status=exc.status_code)
 
 
 @api.exception_handler(RequestDataTooBig)

@@ -184,3 +184,22 @@ def test_no_events_body_is_a_5xx(owner_client, ext_run, published, body):
         f"/api/runs/{ext_run.pk}/events", body, content_type="application/x-ndjson"
     )
     assert_not_5xx(r)
+
+
+@pytest.mark.parametrize(
+    "body,why",
+    [
+        (b"hello", "Expecting value"),
+        (b"[" * 10_000 + b"]" * 10_000, "recursion"),
+        (b'{"name": "\xff"}', "utf-8"),
+        (b'{"steps": ' + b"9" * 5000 + b"}", "digits"),
+    ],
+)
+def test_a_body_that_does_not_parse_is_a_400_naming_the_body(owner_client, body, why):
+    # "Cannot parse request body", naming no field, before.
+    r = owner_client.post("/api/runs", body, content_type="application/json")
+    assert r.status_code == 400
+    answer = r.json()
+    assert answer["errors"] == [answer["detail"]]
+    assert answer["detail"].startswith("body: not a JSON object this API reads (")
+    assert why.lower() in answer["detail"].lower()
