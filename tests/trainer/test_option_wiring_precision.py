@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import torch
 from option_registry import covers
-from wiring import Ran, initial_policy, run, tiny, varied_reward
-
-from trainer.envs.base import make_env
-from trainer.events import ListSink
-from trainer.loop import train
+from wiring import Ran, initial_policy, run, stopped_and_resumed, tiny
 
 LR = 1e-5  # a tenth of a bf16 step of a 0.02 weight (1.2e-4)
 
@@ -66,26 +62,7 @@ def test_a_bfloat16_model_keeps_its_small_updates_in_float32_copies(tmp_path):
 def test_a_resumed_bfloat16_run_goes_on_from_its_float32_copies(tmp_path):
     cfg = _bf16()
     whole = run(cfg, tmp_path)
-    out = tmp_path / "stopped"
-    first = ListSink()
-    stopped = train(
-        cfg,
-        make_env("calc", seed=cfg.seed),
-        varied_reward,
-        first,
-        checkpoint_dir=out,
-        should_stop=lambda: len(first.of_type("step")) >= 1,
-    )
-    assert (stopped.status, stopped.last_step) == ("cancelled", 1)
-    resumed = train(
-        cfg,
-        make_env("calc", seed=cfg.seed),
-        varied_reward,
-        ListSink(),
-        checkpoint_dir=out,
-    )
-    assert resumed.status == "succeeded"
-    again = Ran(cfg, ListSink(), sorted(out.glob("step-*"))[-1])
+    again = stopped_and_resumed(cfg, tmp_path / "stopped", stop_after=1)
     for (name, _, a, st), (_, _, b, st2) in zip(
         _per_param(whole), _per_param(again), strict=True
     ):

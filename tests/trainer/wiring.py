@@ -105,6 +105,29 @@ def run(cfg: TrainConfig, tmp_path: Path, reward_fn=varied_reward) -> Ran:
     return Ran(cfg, sink, ckpts[-1])
 
 
+def stopped_and_resumed(
+    cfg: TrainConfig, out: Path, stop_after: int, reward_fn=varied_reward
+) -> Ran:
+    """Train ``cfg`` into ``out``, stopped after ``stop_after`` steps, then resumed
+    from its checkpoint to the end; the resumed run's events and last checkpoint."""
+    first = ListSink()
+    stopped = train(
+        cfg,
+        make_env("calc", seed=cfg.seed),
+        reward_fn,
+        first,
+        checkpoint_dir=out,
+        should_stop=lambda: len(first.of_type("step")) >= stop_after,
+    )
+    assert (stopped.status, stopped.last_step) == ("cancelled", stop_after)
+    second = ListSink()
+    resumed = train(
+        cfg, make_env("calc", seed=cfg.seed), reward_fn, second, checkpoint_dir=out
+    )
+    assert resumed.status == "succeeded", resumed
+    return Ran(cfg, second, sorted(out.glob("step-*"))[-1])
+
+
 def initial_policy(cfg: TrainConfig) -> Policy:
     """The policy ``train`` starts from (no warm start): the same seed, the same build."""
     env = make_env("calc", seed=cfg.seed)
