@@ -155,7 +155,7 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     message = str(exc)
     if exc.status_code == 400 and message.startswith("Cannot parse request body"):
         cause = exc.__cause__
-        why = str(cause).splitlines()[0][:200] if cause is not None else ""
+        why = (str(cause).splitlines() or [""])[0][:200] if cause is not None else ""
         message = f"body: not a JSON object this API reads ({why or 'unreadable'})"
         body = {"detail": message, "errors": [message]}
     else:

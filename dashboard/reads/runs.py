@@ -203,7 +203,9 @@ def duration_s(run: Run) -> float | None:
     end = (run.external and run.heartbeat_at) or run.finished_at or timezone.now()
     if not run.external:
         spans = [(a.started_at, a.ended_at) for a in run.attempts.all()]
-        if spans:
+        # Every attempt recorded (a run older than attempt records has fewer, the
+        # one closed for it stamped at its end: start to end then).
+        if spans and len(spans) >= run.attempt:
             return max(0.0, sum(((e or end) - s).total_seconds() for s, e in spans))
     return max(0.0, (end - run.started_at).total_seconds())
 

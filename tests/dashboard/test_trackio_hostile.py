@@ -136,6 +136,16 @@ def test_a_body_of_more_json_values_than_the_limit_is_refused_before_parsing(
     assert parsed == [] and not Run.objects.exists()
 
 
+def test_commas_and_brackets_inside_strings_are_not_counted_as_values(
+    bulk_log, settings
+):
+    # A completion of tool-call JSON or LaTeX: its text is one value.
+    settings.EVENTS_MAX_VALUES = 1000
+    text = '{"name": "calc", "args": [1, 2, 3]}, ' * 200  # 1,800 commas and brackets
+    answer = bulk_log(entry({"completions": table(row(completion=text))}))
+    assert answer["error"] is None and answer["data"]["accepted"] == 1
+
+
 @pytest.mark.parametrize("step", [2**31, 2**63])
 def test_a_trl_global_step_out_of_the_32_bit_range_is_refused_naming_it(bulk_log, step):
     metrics = {

@@ -262,3 +262,17 @@ def test_numbers_stuck_to_punctuation_are_read_digit_by_digit_too(tmp_path):
     # Any number in that company, not only the dataset's own.
     ids = tok.encode("$731, 46?", add_special_tokens=False)
     assert tok.unk_token_id not in ids and tok.decode(ids) == "$731, 46?"
+
+
+def test_digits_other_than_ascii_stay_in_their_words(tmp_path):
+    # Only 0-9 have digit pieces: a fullwidth, Arabic-Indic or superscript digit is
+    # text (split out, a word of them became <unk>).
+    from trainer.tokenizer import build_word_tokenizer
+
+    words = ["٣?", "１２個", "有５个苹果，", "2²", "x2²", "①"]
+    rows = [{"prompt": " ".join(words), "answer": "1"}]
+    env = make_env("dataset", {"path": str(_jsonl(tmp_path / "d.jsonl", rows))})
+    tok = build_word_tokenizer(env.vocabulary())
+    for word in words:
+        ids = tok.encode(word, add_special_tokens=False)
+        assert tok.unk_token_id not in ids and tok.decode(ids) == word, word

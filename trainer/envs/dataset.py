@@ -36,7 +36,10 @@ from trainer.envs.dataset_files import Row, read_rows
 from trainer.envs.tools import TOOLS, call_tool, parse_action
 from trainer.tokenizer import DIGIT_PIECES
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+# ASCII digits only: the digit pieces are 0-9 (a fullwidth or Arabic-Indic digit is
+# text, read as the word it is part of).
+_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+_ASCII_DIGITS = frozenset("0123456789")
 _KEY = r"^[A-Za-z0-9_.-]+$"
 
 
@@ -50,15 +53,15 @@ def _pieces(word: str) -> list[str]:
     >>> _pieces("19?"), _pieces("$5"), _pieces("-2.5"), _pieces("coins")
     (['##?'], ['$'], [], ['coins'])
     """
-    if not any(c.isdigit() for c in word):
+    if not _ASCII_DIGITS.intersection(word):
         return [word]
     if _NUMBER.fullmatch(word):
         return []
-    runs = re.findall(r"\d+|\D+", word)
+    runs = re.findall(r"[0-9]+|[^0-9]+", word)
     return [
         run if k == 0 else f"##{run}"
         for k, run in enumerate(runs)
-        if not run[0].isdigit()
+        if run[0] not in _ASCII_DIGITS
     ]
 
 

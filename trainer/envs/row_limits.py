@@ -74,6 +74,12 @@ class RowLimitError(DatasetError):
         return f"path: {self.where} {text} {amount} ({name or self.limit})"
 
 
+def blank_strings(raw: bytes | bytearray) -> bytes:
+    """``raw`` JSON with each string a ``0``: its commas and brackets are the
+    document's own (exact for JSON that parses)."""
+    return _STRING.sub(b"0", raw)
+
+
 def check_json_shape(raw: bytes, where: str, limits: RowLimits) -> None:
     """Refuse a JSON row holding more values or nesting deeper than ``limits``,
     counting over its bytes (strings blanked first, so brackets in text do not count).
@@ -82,7 +88,7 @@ def check_json_shape(raw: bytes, where: str, limits: RowLimits) -> None:
     the parser finds them. For text that does not, they hold up to the first error,
     which is as far as a parser gets.
     """
-    bare = _STRING.sub(b"0", raw)
+    bare = blank_strings(raw)
     opened = bare.count(b"[") + bare.count(b"{")
     # values = the top one + one per comma + the first child of each non-empty
     # container; the empty ones are counted only when the bound is not enough.
