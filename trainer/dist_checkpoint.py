@@ -119,6 +119,36 @@ def check_writers(path: str | os.PathLike[str], have: int) -> dict[str, Any]:
     return meta
 
 
+def restore(
+    policy: torch.nn.Module, optimizer: torch.optim.Optimizer, checkpoint_id: Path
+) -> None:
+    """Every rank calls it: the model and the optimizer from ``checkpoint_id``. A
+    checkpoint written without ``optim.master_weights``' float32 copies (before them,
+    or with them off) loads: the copies the template asks for are left out of the
+    load (DCP refuses a key the checkpoint lacks) and dropped after it, so the next
+    step makes them from the loaded weights (``trainer.optimizer.MasterAdamW``), not
+    from the weights before the load."""
+    model_sd, optim_sd = get_state_dict(policy, optimizer)
+    saved = dcp.FileSystemReader(str(checkpoint_id)).read_metadata()
+    keys = saved.state_dict_metadata.keys()
+    absent = [
+        fqn
+        for fqn, st in optim_sd.get("state", {}).items()
+        if "master" in st and f"optim.state.{fqn}.master" not in keys
+    ]
+    for fqn in absent:
+        del optim_sd["state"][fqn]["master"]
+    sd = {"model": model_sd, "optim": optim_sd}
+    dcp.load(sd, checkpoint_id=str(checkpoint_id))
+    set_state_dict(
+        policy, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"]
+    )
+    params = dict(policy.named_parameters())
+    for fqn in absent:
+        if fqn in params:
+            optimizer.state[params[fqn]].pop("master", None)
+
+
 def load_sharded(
     path: str | os.PathLike[str],
     *,
@@ -129,12 +159,7 @@ def load_sharded(
     """Every rank calls it: restores weights, optimizer and this rank's RNGs."""
     path = Path(path)
     meta = check_writers(path, par.world)
-    model_sd, optim_sd = get_state_dict(policy, optimizer)
-    sd = {"model": model_sd, "optim": optim_sd}
-    dcp.load(sd, checkpoint_id=str(path / "dcp"))
-    set_state_dict(
-        policy, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"]
-    )
+    restore(policy, optimizer, path / "dcp")
     blob = torch.load(
         path / f"rank-{par.rank:05d}.pt", weights_only=True, map_location="cpu"
     )

@@ -233,3 +233,71 @@ def test_fsdp_shards_the_copies_and_they_step_as_the_whole_model_s(tmp_path):
         _sharded_step(model, opt, x)
     for name, value in model.state_dict().items():
         torch.testing.assert_close(got["weights"][name], value, rtol=0, atol=0.01)
+
+
+def _old_checkpoint_rank(rank: int, port: int, out: str) -> None:
+    """Two gloo ranks: a sharded bf16 model saved by plain AdamW (no float32
+    copies), restored into MasterAdamW as a resumed run restores it."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    from trainer.dist_checkpoint import restore
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2
+    )
+
+    def sharded():
+        model = _sharded_model()
+        for layer in model:
+            fully_shard(layer)
+        fully_shard(model)
+        return model
+
+    old = sharded()
+    plain = torch.optim.AdamW(old.parameters(), **KW)
+    for x in _inputs()[:2]:
+        _sharded_step(old, plain, x)
+    msd, osd = get_state_dict(old, plain)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=f"{out}/dcp")
+    saved = {k: v.full_tensor() for k, v in old.state_dict().items()}
+    new = sharded()
+    opt = MasterAdamW(new.parameters(), **KW)
+    restore(new, opt, f"{out}/dcp")  # DCP refused the missing copies before
+    loaded = {k: v.full_tensor() for k, v in new.state_dict().items()}
+    copies = sorted({"master" in st for st in opt.state.values()})
+    _sharded_step(new, opt, _inputs()[2])
+    first = next(new.parameters())
+    rounded = torch.equal(
+        first.to_local(), opt.state[first]["master"].to_local().bfloat16()
+    )
+    if rank == 0:
+        torch.save(
+            {"saved": saved, "loaded": loaded, "copies": copies, "rounded": rounded},
+            f"{out}/rank0.pt",
+        )
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_sharded_checkpoint_without_copies_resumes_from_its_weights(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from trainer.fsdp import available
+
+    if not available():
+        pytest.skip("torch.distributed.fsdp.fully_shard is missing")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_old_checkpoint_rank, args=(port, str(tmp_path)), nprocs=2, join=True)
+    got = torch.load(tmp_path / "rank0.pt", weights_only=False)
+    for name, value in got["saved"].items():
+        assert torch.equal(got["loaded"][name], value), name
+    # The copies made before the load are gone: the next step makes them from the
+    # loaded weights, and rounds them back into the model.
+    assert got["copies"] == [False] and got["rounded"]
