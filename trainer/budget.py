@@ -23,7 +23,7 @@ The estimate follows what the trainer does (``trainer.rollout.play``,
   takes 64 rows at a time (no more than a micro-batch's);
 * **state**: weights, gradients and AdamW's two moments of the trainable parameters
   (with ``optim.master_weights``, bfloat16 weights' float32 copies and float32
-  moments), a frozen copy for the KL reference (not with LoRA), sharded
+  moments, and the step's float32 gradients of one bucket), a frozen copy for the KL reference (not with LoRA), sharded
   ``processes`` ways under fsdp.
 
 The peak is the state plus the largest of the three phases. Constants are round
@@ -271,6 +271,21 @@ def trained_bytes(dtype_bytes: int, config: Any) -> int:
     return 3 * dtype_bytes
 
 
+# trainer.optimizer.BUCKET_ELEMENTS (this module stays free of torch).
+OPTIMIZER_BUCKET = 1 << 26
+
+
+def step_bytes(shape: ModelShape, config: Any) -> int:
+    """What the optimizer step holds besides the state, with master weights: a
+    bucket's gradients in float32 and a float32 temporary of AdamW's, 8 bytes an
+    element, a bucket at most ``OPTIMIZER_BUCKET`` elements or the largest trained
+    tensor (taken as the embedding, shared with the head, in a full fine-tune)."""
+    if shape.dtype_bytes >= 4 or not config.optim.master_weights:
+        return 0
+    largest = shape.vocab * shape.hidden if shape.trainable == shape.params else 0
+    return 8 * min(shape.trainable, max(OPTIMIZER_BUCKET, largest))
+
+
 def estimate_step(
     config: Any, shape: ModelShape, *, prompt_tokens: int = 0, kl_reference: bool
 ) -> StepBudget:
@@ -284,6 +299,7 @@ def estimate_step(
     b = shape.dtype_bytes
     shards = processes if config.resources.strategy == "fsdp" else 1
     state = (shape.params * b + shape.trainable * trained_bytes(b, config)) // shards
+    state += step_bytes(shape, config) // shards
     if kl_reference:
         state += shape.params * b  # the reference stays whole
     # The continuous engine holds at most rollout.max_live_episodes episodes at once.

@@ -33,7 +33,7 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 # The float32 gradients made for one call of AdamW's arithmetic: at most this many
 # elements at a time (a parameter larger than it goes alone), so a large model's
 # whole gradient is never held twice.
-BUCKET_ELEMENTS = 1 << 26
+BUCKET_ELEMENTS = 1 << 26  # trainer.budget.OPTIMIZER_BUCKET counts it
 _FLOAT_STATE = ("master", "exp_avg", "exp_avg_sq", "max_exp_avg_sq")
 
 

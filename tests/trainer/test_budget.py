@@ -156,8 +156,13 @@ def test_bfloat16_weights_add_their_float32_copies_and_moments_to_the_state():
 
     bf16 = dataclasses.replace(SHAPE, dtype_bytes=2)
     cfg = config()
-    # weights 2 + gradient 2 + float32 copy 4 + two float32 moments 8 (trainer.optimizer)
-    assert estimate_step(cfg, bf16, kl_reference=False).state_bytes == 1000 * 16
+    # weights 2 + gradient 2 + float32 copy 4 + two float32 moments 8 (trainer.optimizer),
+    # and the step's float32 gradients and temporary of its one bucket, 8 more
+    assert estimate_step(cfg, bf16, kl_reference=False).state_bytes == 1000 * 24
+    from trainer.budget import OPTIMIZER_BUCKET
+    from trainer.optimizer import BUCKET_ELEMENTS
+
+    assert OPTIMIZER_BUCKET == BUCKET_ELEMENTS
     plain = cfg.model_copy(
         update={"optim": cfg.optim.model_copy(update={"master_weights": False})}
     )
