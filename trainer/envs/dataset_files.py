@@ -193,6 +193,9 @@ def _parquet(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
         ) from None
     try:
         pf = pq.ParquetFile(p)
+        # Text columns stay dictionary-encoded in memory: a value repeated through
+        # a dictionary is held once until a row is taken out (below).
+        pf = pq.ParquetFile(p, read_dictionary=_text_columns(pf.schema_arrow))
     except Exception as exc:  # pyarrow raises its own error types
         raise DatasetError(f"path: not a readable Parquet file ({exc})") from None
     meta = pf.metadata
@@ -208,7 +211,13 @@ def _parquet(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
     line = total = 0
     try:
         for batch in pf.iter_batches(batch_size=_PARQUET_BATCH):
-            for raw in batch.to_pylist():
+            # Each row's text measured in Arrow before any row becomes Python.
+            for k, size in enumerate(_text_bytes(batch)):
+                where = f"row {line + k + 1}"
+                if size > limits.max_row_bytes:
+                    raise RowLimitError(where, "max_row_bytes", limits.max_row_bytes)
+            for k in range(batch.num_rows):
+                raw = batch.slice(k, 1).to_pylist()[0]
                 line += 1
                 total += check_value_shape(raw, f"row {line}", limits)
                 if total > limits.max_decoded_bytes:
@@ -220,6 +229,34 @@ def _parquet(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
         if isinstance(exc, DatasetError):
             raise
         raise DatasetError(f"path: row {line + 1} cannot be read ({exc})") from None
+
+
+def _text_columns(schema: Any) -> list[str]:
+    """The top-level string and binary columns of an Arrow schema."""
+    import pyarrow as pa
+
+    text = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+            pa.types.is_large_binary)  # fmt: skip
+    return [f.name for f in schema if any(is_(f.type) for is_ in text)]
+
+
+def _text_bytes(batch: Any) -> list[int]:
+    """Each row's bytes of text in its top-level text columns (dictionary-encoded
+    ones through their dictionary), computed in Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    total = [0] * batch.num_rows
+    for col in batch.columns:
+        if pa.types.is_dictionary(col.type):
+            lengths = pc.binary_length(col.dictionary).take(col.indices)
+        elif _text_columns(pa.schema([pa.field("c", col.type)])):
+            lengths = pc.binary_length(col)
+        else:
+            continue
+        for k, n in enumerate(pc.fill_null(lengths, 0).to_pylist()):
+            total[k] += n
+    return total
 
 
 def _fields(raw: dict) -> str:
