@@ -186,8 +186,28 @@ def _sharded_rank(rank: int, port: int, out: str) -> None:
     _sharded_step(model, opt, _inputs()[3])
     whole = {k: v.full_tensor() for k, v in model.state_dict().items()}
     if rank == 0:
-        torch.save({"kinds": kinds, "loaded": loaded, "weights": whole}, out)
+        torch.save(
+            {"kinds": kinds, "loaded": loaded, "weights": whole}, f"{out}/rank0.pt"
+        )
     dist.destroy_process_group()
+
+
+def _two_ranks(fn, tmp_path) -> dict:
+    """``fn(rank, port, folder)`` on two gloo processes; what rank 0 saved in
+    ``folder/rank0.pt``. Skipped without FSDP2."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from trainer.fsdp import available
+
+    if not available():
+        pytest.skip("torch.distributed.fsdp.fully_shard is missing")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(fn, args=(port, str(tmp_path)), nprocs=2, join=True)
+    return torch.load(tmp_path / "rank0.pt", weights_only=False)
 
 
 def _sharded_model() -> torch.nn.Module:
@@ -210,20 +230,7 @@ def _sharded_step(model, opt, x) -> None:
 
 @pytest.mark.slow
 def test_fsdp_shards_the_copies_and_they_step_as_the_whole_model_s(tmp_path):
-    import socket
-
-    import torch.multiprocessing as mp
-
-    from trainer.fsdp import available
-
-    if not available():
-        pytest.skip("torch.distributed.fsdp.fully_shard is missing")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = tmp_path / "rank0.pt"
-    mp.spawn(_sharded_rank, args=(port, str(out)), nprocs=2, join=True)
-    got = torch.load(out, weights_only=False)
+    got = _two_ranks(_sharded_rank, tmp_path)
     assert got["kinds"]["master"] == ("DTensor", torch.float32)
     assert got["kinds"]["exp_avg"] == ("DTensor", torch.float32)
     assert got["loaded"] == {torch.float32}  # not cast to the weights' bf16 on load
@@ -283,19 +290,7 @@ def _old_checkpoint_rank(rank: int, port: int, out: str) -> None:
 
 @pytest.mark.slow
 def test_a_sharded_checkpoint_without_copies_resumes_from_its_weights(tmp_path):
-    import socket
-
-    import torch.multiprocessing as mp
-
-    from trainer.fsdp import available
-
-    if not available():
-        pytest.skip("torch.distributed.fsdp.fully_shard is missing")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_old_checkpoint_rank, args=(port, str(tmp_path)), nprocs=2, join=True)
-    got = torch.load(tmp_path / "rank0.pt", weights_only=False)
+    got = _two_ranks(_old_checkpoint_rank, tmp_path)
     for name, value in got["saved"].items():
         assert torch.equal(got["loaded"][name], value), name
     # The copies made before the load are gone: the next step makes them from the
