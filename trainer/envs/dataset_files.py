@@ -192,10 +192,10 @@ def _parquet(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
             "installed; install it or convert the file to JSONL or CSV"
         ) from None
     try:
-        pf = pq.ParquetFile(p)
         # Text columns stay dictionary-encoded in memory: a value repeated through
         # a dictionary is held once until a row is taken out (below).
-        pf = pq.ParquetFile(p, read_dictionary=_text_columns(pf.schema_arrow))
+        text = [f.name for f in pq.read_schema(p) if _is_text(f.type)]
+        pf = pq.ParquetFile(p, read_dictionary=text)
     except Exception as exc:  # pyarrow raises its own error types
         raise DatasetError(f"path: not a readable Parquet file ({exc})") from None
     meta = pf.metadata
@@ -213,9 +213,9 @@ def _parquet(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
         for batch in pf.iter_batches(batch_size=_PARQUET_BATCH):
             # Each row's text measured in Arrow before any row becomes Python.
             for k, size in enumerate(_text_bytes(batch)):
-                where = f"row {line + k + 1}"
                 if size > limits.max_row_bytes:
-                    raise RowLimitError(where, "max_row_bytes", limits.max_row_bytes)
+                    where, limit = f"row {line + k + 1}", limits.max_row_bytes
+                    raise RowLimitError(where, "max_row_bytes", limit)
             for k in range(batch.num_rows):
                 raw = batch.slice(k, 1).to_pylist()[0]
                 line += 1
@@ -231,13 +231,14 @@ def _parquet(p: Path, limits: RowLimits) -> Iterator[tuple[int, Any]]:
         raise DatasetError(f"path: row {line + 1} cannot be read ({exc})") from None
 
 
-def _text_columns(schema: Any) -> list[str]:
-    """The top-level string and binary columns of an Arrow schema."""
-    import pyarrow as pa
+def _is_text(arrow_type: Any) -> bool:
+    """A string or binary Arrow type."""
+    import pyarrow.types as t
 
-    text = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
-            pa.types.is_large_binary)  # fmt: skip
-    return [f.name for f in schema if any(is_(f.type) for is_ in text)]
+    return any(
+        is_(arrow_type)
+        for is_ in (t.is_string, t.is_large_string, t.is_binary, t.is_large_binary)
+    )
 
 
 def _text_bytes(batch: Any) -> list[int]:
@@ -250,7 +251,7 @@ def _text_bytes(batch: Any) -> list[int]:
     for col in batch.columns:
         if pa.types.is_dictionary(col.type):
             lengths = pc.binary_length(col.dictionary).take(col.indices)
-        elif _text_columns(pa.schema([pa.field("c", col.type)])):
+        elif _is_text(col.type):
             lengths = pc.binary_length(col)
         else:
             continue
