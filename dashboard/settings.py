@@ -298,7 +298,7 @@ DASHBOARD_URL = (env_str("DASHBOARD_URL", "") or "http://127.0.0.1:8000").rstrip
 EXTERNAL_RUN_TIMEOUT = env_int("EXTERNAL_RUN_TIMEOUT", 600, min_value=5)
 
 # --- input limits: what one request, event or upload may hold -------------------------
-from dashboard.settings_limits import *  # noqa: E402,F403
+from dashboard.site.settings_limits import *  # noqa: E402,F403
 
 
 # --- model and data roots ------------------------------------------------------------
