@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from dashboard.models import Alert, MetricPoint, Run
+from dashboard.reads.evidence import by_reason, evidence_rows
 from rewards.config import DetectorConfig
 from rewards.repair import Component, Watched, addable, suggest, thresholds
 
@@ -202,24 +203,6 @@ def _headline(
     return {"state": "held", "text": text}
 
 
-def evidence_rows(evidence: Any) -> list[tuple[str, str]]:
-    """An alert's evidence as (name, value) lines for people: numbers to 4
-    significant digits, lists of numbers joined, the rest as text."""
-    if not isinstance(evidence, dict):
-        return []
-
-    def show(v: Any) -> str:
-        if isinstance(v, bool) or v is None:
-            return "—" if v is None else str(v).lower()
-        if isinstance(v, int | float):
-            return f"{v:.4g}"
-        if isinstance(v, list):
-            return ", ".join(show(x) for x in v[:20]) + (" …" if len(v) > 20 else "")
-        return str(v)[:200]
-
-    return [(str(k), show(v)) for k, v in evidence.items()]
-
-
 # The detector of an alert the trainer raised itself (``trackio.alert``), as
 # ``trainer.importers.trackio.alert_event`` stores it: ``trackio:<title>``.
 SENT_PREFIX = "trackio:"
@@ -237,8 +220,8 @@ def sent_alert(alert: dict[str, Any]) -> dict[str, Any] | None:
 
 def with_repairs(run: Run, alerts: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each alert dict of ``run`` with ``sent`` (:func:`sent_alert`),
-    ``evidence_rows`` and ``repair`` (its suggestion or None; neither for an alert
-    the trainer sent); returns the suggestion of every detector kind, for the page's
+    ``evidence_rows``, ``evidence_groups`` (:mod:`dashboard.reads.evidence`) and
+    ``repair`` (its suggestion or None; neither for an alert the trainer sent); returns the suggestion of every detector kind, for the page's
     script (alerts that arrive live)."""
     from rewards.detectors import DETECTORS
 
@@ -246,5 +229,6 @@ def with_repairs(run: Run, alerts: list[dict[str, Any]]) -> dict[str, dict[str, 
     for a in alerts:
         a["sent"] = sent_alert(a)
         a["evidence_rows"] = [] if a["sent"] else evidence_rows(a.get("evidence"))
+        a["evidence_groups"] = by_reason(a.get("trajectories"))
         a["repair"] = None if a["sent"] else every.get(a["detector"])
     return every

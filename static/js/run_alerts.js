@@ -48,19 +48,8 @@ export function runAlerts(trajectoriesUrl, onCount) {
         el("strong", { text: a.detector }), " ", el("span", { class: "muted", text: a.message || "" }));
       // The trajectories that made it fire (stored with the alert's step: the recording
       // policy keeps the groups an alert points at).
-      const refs = Array.isArray(a.trajectories) ? a.trajectories : [];
-      if (refs.length) {
-        const box = el("div", { class: "small", "data-alert-evidence": a.detector }, "evidence:");
-        refs.forEach((t, i) => {
-          const href = `${trajectoriesUrl}${a.step}/${Number(t.group)}/${Number(t.index)}/`;
-          box.append(" ", el("a", { href, "data-evidence-link": "", title: t.why || "", text: `group ${t.group} #${t.index}` }));
-          // A reason once, after the last of the neighbours sharing it (pages_tags.why_once).
-          const next = i + 1 < refs.length ? refs[i + 1].why || "" : null;
-          if (t.why && t.why !== next) box.append(" ", el("span", { class: "muted", text: `(${t.why})` }));
-          if (i < refs.length - 1) box.append(",");
-        });
-        item.append(box);
-      }
+      const box = evidenceBox(a, trajectoriesUrl);
+      if (box) item.append(box);
       list.append(item);
     }
     document.querySelector("[data-no-alerts]")?.setAttribute("hidden", "");
@@ -76,4 +65,46 @@ export function runAlerts(trajectoriesUrl, onCount) {
   }
 
   return { addAlert, alertSteps };
+}
+
+/** An alert's evidence rollouts under each reason, once, a group's rollouts together
+ * ("2 tokens (0.4x the early mean), not solved: group 1 #0, #2; group 3 #1"), as
+ * templates/pages/partials/alert_evidence.html writes them (dashboard.reads.evidence.
+ * by_reason); null without rollouts. */
+function evidenceBox(a, trajectoriesUrl) {
+  const refs = Array.isArray(a.trajectories) ? a.trajectories : [];
+  if (!refs.length) return null;
+  const reasons = new Map();
+  for (const t of refs) {
+    const why = String(t.why || "");
+    if (!reasons.has(why)) reasons.set(why, new Map());
+    const groups = reasons.get(why);
+    if (!groups.has(t.group)) groups.set(t.group, []);
+    groups.get(t.group).push(t);
+  }
+  const n = refs.length;
+  const box = el("div", { class: "small alert-evidence", "data-alert-evidence": a.detector },
+    `Evidence: ${n} rollout${n === 1 ? "" : "s"} of step ${a.step} show${n === 1 ? "s" : ""} it`);
+  const matched = Number(a.evidence?.trajectories_matched);
+  if (matched > n) box.append(" ", el("span", { class: "muted", text: `(${matched} matched in all; the first ${n} named)` }));
+  const list = el("ul", { class: "evidence-reasons" });
+  for (const [why, groups] of reasons) {
+    const item = el("li", { "data-evidence-reason": "" },
+      why ? el("span", { "data-evidence-why": "", text: why }) : el("span", { class: "muted", text: "no reason given" }));
+    const count = [...groups.values()].reduce((s, g) => s + g.length, 0);
+    if (count > 1) item.append(" ", el("span", { class: "muted", text: `(${count})` }));
+    item.append(": ");
+    [...groups.values()].forEach((g, gi) => {
+      if (gi) item.append("; ");
+      g.forEach((t, i) => {
+        if (i) item.append(", ");
+        const href = `${trajectoriesUrl}${a.step}/${Number(t.group)}/${Number(t.index)}/`;
+        const text = `${i ? "" : `group ${t.group} `}#${t.index}`;
+        item.append(el("a", { href, "data-evidence-link": "", title: t.why || `group ${t.group} #${t.index}`, text }));
+      });
+    });
+    list.append(item);
+  }
+  box.append(" ", list);
+  return box;
 }

@@ -5,6 +5,8 @@ link each alert to its stored trajectories."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -223,28 +225,74 @@ def test_the_servers_evidence_reads_a_trajectorys_own_metrics_and_judges(api):
     }
 
 
-def test_a_reason_shared_by_neighbouring_rollouts_is_written_once():
+def test_each_reason_is_written_once_with_its_rollouts_under_it():
     """A newcomer's shortcut alert repeated "(2 tokens (0.4x the early mean), not
-    solved)" after each of its 14 rollouts: once, after the last of those sharing it."""
-    from dashboard.pages.templatetags.pages_tags import why_once
+    solved)" after each of its 14 rollouts; written once after the last of them, 9
+    rollouts read as having none. Each reason once, its rollouts under it, a group's
+    together: "2 tokens ..., not solved (3): group 0 #0, #1; group 2 #4"."""
+    from dashboard.reads.evidence import by_reason
 
     same = "2 tokens (0.4x the early mean), not solved"
-    refs = [{"group": 0, "index": i, "why": same} for i in range(3)]
+    refs = [{"group": 0, "index": i, "why": same} for i in range(2)]
     refs += [{"group": 1, "index": 0, "why": "other"}, {"group": 1, "index": 1}]
-    shown = [why for _, why in why_once(refs)]
-    assert shown == ["", "", same, "other", ""]
-    assert why_once(None) == []
+    refs += [{"group": 2, "index": 4, "why": same}]
+    got = by_reason(refs)
+    assert [(r["why"], r["count"]) for r in got] == [(same, 3), ("other", 1), ("", 1)]
+    assert [(g["group"], [t["index"] for t in g["refs"]]) for g in got[0]["groups"]] == [
+        (0, [0, 1]),
+        (2, [4]),
+    ]
+    assert by_reason(None) == [] and by_reason(["junk", 3]) == []
+    for t in refs:
+        t["url"] = f"/t/{t['group']}/{t['index']}/"
+    refs[-1]["url"] = None
     html = render_evidence(refs)
-    assert html.count(same) == 4  # the three links' titles and the reason once
-    assert html.count(f"({same})") == 1 and "(other)" in html
+    assert html.count(same) == 1 + 2  # the reason once, and two links' titles
+    text = re.sub(r"<[^>]+>", "", html)
+    assert f"{same} (3): group 0 #0, #1; group 2 #4 (not stored)" in " ".join(
+        text.split()
+    )
+    assert "other: group 1 #0" in text and "no reason given: group 1 #1" in text
+    assert "Evidence: 5 rollouts of step 7 show it" in " ".join(text.split())
+    assert "matched in all" not in text
 
 
 def render_evidence(refs):
-    from django.template import Context, Template
+    from django.template.loader import render_to_string
 
-    t = Template(
-        "{% load pages_tags %}{% for t, why in refs|why_once %}"
-        '<a title="{{ t.why }}">g{{ t.group }}</a>{% if why %} ({{ why }}){% endif %}'
-        "{% endfor %}"
+    from dashboard.reads.evidence import by_reason
+
+    a = {"detector": "shortcut", "step": 7, "trajectories": refs, "evidence": {}}
+    a["evidence_groups"] = by_reason(refs)
+    return render_to_string("pages/partials/alert_evidence.html", {"a": a})
+
+
+def test_evidence_numbers_are_named_in_words_with_their_keys():
+    from dashboard.reads.evidence import evidence_rows, label
+
+    rows = evidence_rows(
+        {
+            "window": [1, 8],
+            "length_early": 12.3456,
+            "since": "earlier",
+            "success": [0.5, 1.0],
+            "trajectories_matched": 16,
+            "plugin_thing_late": 2,
+            "my_key": True,
+            "gone": None,
+        }
     )
-    return t.render(Context({"refs": refs}))
+    got = {r["key"]: (r["label"], r["value"]) for r in rows}
+    assert got["window"] == ("steps compared", "1 to 8")
+    assert got["length_early"] == ("episode length (tokens), early half", "12.35")
+    assert got["since"] == ("compared with", "the window's early half")
+    assert got["success"] == ("success, last steps", "0.5, 1")
+    assert got["trajectories_matched"][0] == "rollouts of this step that show it"
+    assert got["plugin_thing_late"][0] == "plugin thing, late half"
+    assert got["my_key"] == ("my key", "true") and got["gone"][1] == "—"
+    assert evidence_rows("x") == []
+    # every key our detectors write reads in words (no key left as itself)
+    for key in ("parallelism_early", "finish_rate_late", "critical_steps_early",
+                "zero_std_mean", "frac_reward_zero_std", "proxy_rise",
+                "repetition_start", "single_share", "episodes_late", "floor"):  # fmt: skip
+        assert label(key) != key.replace("_", " "), key

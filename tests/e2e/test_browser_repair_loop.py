@@ -40,6 +40,32 @@ def test_the_repair_loop_for_spurious_parallelism(repair_live, page, shots, ui):
     hint = alert.locator("[data-repair-hint]").text_content()
     assert "r_finish" in hint and "1.0" in hint and "not in this run" in hint
     ui.shot(page, shots, "repair_1_alert_evidence")
+    # Each reason once, its rollouts under it; the live page (static/js/run_alerts.js)
+    # writes an arriving alert word for word as the server does.
+    evidence = alert.locator("[data-alert-evidence]")
+    served = " ".join(evidence.text_content().split())
+    assert served.startswith("Evidence: ") and "sub-agents per stage" in served
+    reasons = evidence.locator("[data-evidence-why]").all_text_contents()
+    assert len(reasons) == len(set(reasons)) > 0
+    live = page.evaluate(
+        """async ([run, step]) => {
+          const { runAlerts } = await import("/static/js/run_alerts.js");
+          const r = await fetch(`/api/runs/${run}/alerts?step=${step}`);
+          const a = (await r.json()).alerts.find((x) => x.detector === "spurious_parallelism");
+          const list = document.createElement("ul");
+          list.setAttribute("data-alerts", "");
+          const real = document.querySelector("[data-alerts]");
+          real.removeAttribute("data-alerts");
+          document.body.append(list);
+          runAlerts(`/runs/${run}/trajectories/`, () => {}).addAlert(a);
+          const text = list.querySelector("[data-alert-evidence]").textContent;
+          list.remove();
+          real.setAttribute("data-alerts", "");
+          return text;
+        }""",
+        [run, step],
+    )
+    assert " ".join(live.split()) == served
 
     # An evidence rollout is one of the hacked ones: many sub-agents, few finished.
     href = alert.locator("[data-evidence-link]").first.get_attribute("href")

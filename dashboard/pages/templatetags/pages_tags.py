@@ -60,21 +60,6 @@ def latest(value: Any) -> str:
 
 
 @register.filter
-def why_once(refs: Any) -> list[tuple[Any, str]]:
-    """An alert's evidence trajectories, each with the reason to write after it: its
-    own, once after the last of a run of neighbours that share it (14 rollouts "2
-    tokens (0.4x the early mean), not solved" read the reason once, not 14 times);
-    static/js/run_page.js writes live alerts the same way."""
-    refs = list(refs or [])
-    out = []
-    for i, t in enumerate(refs):
-        why = t.get("why") or ""
-        later = refs[i + 1].get("why") or "" if i + 1 < len(refs) else None
-        out.append((t, why if why != later else ""))
-    return out
-
-
-@register.filter
 def signed(value: Any) -> str:
     """The CSS class of a signed number (advantages)."""
     try:
