@@ -238,7 +238,9 @@ def test_each_reason_is_written_once_with_its_rollouts_under_it():
     refs += [{"group": 2, "index": 4, "why": same}]
     got = by_reason(refs)
     assert [(r["why"], r["count"]) for r in got] == [(same, 3), ("other", 1), ("", 1)]
-    assert [(g["group"], [t["index"] for t in g["refs"]]) for g in got[0]["groups"]] == [
+    assert [
+        (g["group"], [t["index"] for t in g["refs"]]) for g in got[0]["groups"]
+    ] == [
         (0, [0, 1]),
         (2, [4]),
     ]
