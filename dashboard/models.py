@@ -76,9 +76,14 @@ class RunStatus(models.TextChoices):
     # An external run that sent nothing for EXTERNAL_RUN_TIMEOUT; its next event
     # brings it back to running.
     LOST = "lost"
+    # Paused by its owner (Pause on its page): stopped at a step with its state kept,
+    # out of the queue until Resume queues it again (``services.do_resume_run``).
+    PAUSED = "paused"
 
 
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+# Not ended: listed with the active runs, never pruned, cancellable.
+UNFINISHED_STATUSES = (*ACTIVE_STATUSES, RunStatus.PAUSED)
 FINAL_STATUSES = (
     RunStatus.SUCCEEDED,
     RunStatus.FAILED,
@@ -120,6 +125,9 @@ class Run(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     enqueued_at = models.DateTimeField(null=True, blank=True)  # last task message sent
     cancel_requested = models.BooleanField(default=False)
+    # Pause asked while running: the trainer stops at its next step keeping its
+    # state, and the run waits ``paused`` (``lease.hold``).
+    pause_requested = models.BooleanField(default=False)
     last_step = models.IntegerField(default=0)
     frame_seq = models.BigIntegerField(default=0)
     error = models.TextField(blank=True, default="")

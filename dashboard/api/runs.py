@@ -15,7 +15,7 @@ from dashboard.api.schemas import (
     RunOut,
 )
 from dashboard.reads.runs import run_dict
-from dashboard.runs import services
+from dashboard.runs import pausing, services
 from dashboard.runs.waiting import waiting
 
 router = Router()
@@ -73,6 +73,23 @@ def cancel_run(request: HttpRequest, run_id: str):
     return run_dict(
         services.cancel_run(services.get_run_for_user(request.user, run_id))
     )
+
+
+@router.post(
+    "/runs/{run_id}/pause", response={200: RunOut, 409: ErrorOut}, tags=["runs"]
+)
+def pause_run(request: HttpRequest, run_id: str):
+    """Pause a run of this platform: a queued one at once (``paused``), a running
+    one at its next step, keeping its state (``pause_requested`` until then)."""
+    return run_dict(pausing.pause_run(services.get_run_for_user(request.user, run_id)))
+
+
+@router.post(
+    "/runs/{run_id}/resume", response={200: RunOut, 409: ErrorOut}, tags=["runs"]
+)
+def resume_run(request: HttpRequest, run_id: str):
+    """Queue a paused run again: it goes on from the step it paused at."""
+    return run_dict(pausing.resume_run(services.get_run_for_user(request.user, run_id)))
 
 
 @router.get("/config/schema", tags=["runs"])

@@ -26,6 +26,11 @@ class RunOut(Schema):
     last_step: int
     frame_seq: int
     cancel_requested: bool
+    pause_requested: bool = Field(
+        False,
+        description="Paused while running: it stops at its next step, keeping its "
+        "state, and waits 'paused' until resumed.",
+    )
     error: str
     external: bool
     framework: str

@@ -30,6 +30,8 @@ urlpatterns = [
     path("runs/new/reward-section/", launch.reward_fragment, name="reward_fragment"),
     path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/cancel/", views.run_cancel, name="run_cancel"),
+    path("runs/<uuid:run_id>/pause/", views.run_pause, name="run_pause"),
+    path("runs/<uuid:run_id>/resume/", views.run_resume, name="run_resume"),
     path("runs/<uuid:run_id>/clone/", launch.run_clone, name="run_clone"),
     path(
         "runs/<uuid:run_id>/clone/check/",

@@ -19,13 +19,19 @@ from django.views.decorators.http import require_POST
 
 from dashboard.ingest import retention
 from dashboard.library import datasets, roots
-from dashboard.models import ACTIVE_STATUSES, Alert, Run, RunStatus
+from dashboard.models import (
+    ACTIVE_STATUSES,
+    UNFINISHED_STATUSES,
+    Alert,
+    Run,
+    RunStatus,
+)
 from dashboard.pages import catalog, charts, reward_weights, run_state
 from dashboard.pages.csp import csp
 from dashboard.reads import metrics, repair, reward_names, sparklines, whatif
 from dashboard.reads import runs as run_reads
 from dashboard.reads import trajectories as trajs
-from dashboard.runs import kept_model, services
+from dashboard.runs import kept_model, pausing, services
 from dashboard.runs.waiting import paused_at, waiting
 from trainer.metric_help import is_summary
 
@@ -82,8 +88,9 @@ def _lora_text(lora: Any) -> str:
 @csp
 def home(request: HttpRequest) -> HttpResponse:
     runs = run_reads.filter_runs(services.visible_runs(request.user), {})
-    active = with_waiting(list(runs.filter(status__in=ACTIVE_STATUSES)[:20]))
-    recent = list(runs.exclude(status__in=ACTIVE_STATUSES)[:10])
+    # Paused runs wait on their owner: listed with the active ones, not as ended.
+    active = with_waiting(list(runs.filter(status__in=UNFINISHED_STATUSES)[:20]))
+    recent = list(runs.exclude(status__in=UNFINISHED_STATUSES)[:10])
     shown = active + recent
     sparks = sparklines.sparklines(shown)
     alerts = (
@@ -314,6 +321,7 @@ def with_waiting(rows: list[Any]) -> list[Any]:
 @csp
 def run_cancel(request: HttpRequest, run_id: Any) -> HttpResponse:
     run = services.get_run_for_user(request.user, run_id)
+    was = "paused" if run.status == RunStatus.PAUSED else "queued"
     try:
         run = services.cancel_run(run)
     except services.ServiceError as exc:
@@ -322,7 +330,7 @@ def run_cancel(request: HttpRequest, run_id: Any) -> HttpResponse:
         if run.status == RunStatus.CANCELLED and run.last_step:
             messages.info(
                 request,
-                f"Cancelled while queued after step {run.last_step}: it will not go "
+                f"Cancelled while {was} after step {run.last_step}: it will not go "
                 "on; what it recorded is kept.",
             )
         elif run.status == RunStatus.CANCELLED:
@@ -333,6 +341,40 @@ def run_cancel(request: HttpRequest, run_id: Any) -> HttpResponse:
                 "Cancel requested: the run stops at its next step.",
                 extra_tags="cancel-pending",  # the page hides it once the run ends
             )
+    return redirect("pages:run_detail", run.pk)
+
+
+@require_POST
+@csp
+def run_pause(request: HttpRequest, run_id: Any) -> HttpResponse:
+    run = services.get_run_for_user(request.user, run_id)
+    try:
+        run = pausing.pause_run(run)
+    except services.ServiceError as exc:
+        messages.error(request, "; ".join(exc.errors))
+    else:
+        if run.status == RunStatus.PAUSED:
+            messages.info(request, "Paused: it left the queue until you resume it.")
+        else:
+            messages.info(
+                request,
+                "Pause requested: the run stops at its next step and keeps its state.",
+                extra_tags="pause-pending",  # the page hides it once the run pauses
+            )
+    return redirect("pages:run_detail", run.pk)
+
+
+@require_POST
+@csp
+def run_resume(request: HttpRequest, run_id: Any) -> HttpResponse:
+    run = services.get_run_for_user(request.user, run_id)
+    try:
+        run = pausing.resume_run(run)
+    except services.ServiceError as exc:
+        messages.error(request, "; ".join(exc.errors))
+    else:
+        where = f" from step {run.last_step}" if run.last_step else ""
+        messages.info(request, f"Resumed: queued to go on{where}.")
     return redirect("pages:run_detail", run.pk)
 
 

@@ -28,7 +28,7 @@ from dashboard import jsonsafe
 from dashboard.errors import InvalidConfig
 from dashboard.library import roots
 from dashboard.models import (
-    ACTIVE_STATUSES,
+    UNFINISHED_STATUSES,
     Alert,
     Checkpoint,
     ExactFloatField,
@@ -103,8 +103,8 @@ def filter_runs(runs: QuerySet[Run], params: Any) -> QuerySet[Run]:
     if group:
         runs = runs.filter(group=group)
     status = params.get("status") or ""
-    if status == "active":
-        runs = runs.filter(status__in=ACTIVE_STATUSES)
+    if status == "active":  # not ended: queued, running or paused
+        runs = runs.filter(status__in=UNFINISHED_STATUSES)
     elif status in RunStatus.values:
         runs = runs.filter(status=status)
     preset = params.get("algorithm") or ""
@@ -285,6 +285,7 @@ def run_dict(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "last_step": run.last_step,
         "frame_seq": run.frame_seq,
         "cancel_requested": run.cancel_requested,
+        "pause_requested": run.pause_requested,
         "error": error,
         "external": run.external,
         "framework": run.framework,

@@ -85,18 +85,30 @@ def newest_checkpoint(run_id: Any) -> Path | None:
     return None
 
 
-def resume_kwargs(runner: Any, demo: bool) -> dict[str, Any]:
-    """``save_on_stop=``, for a trainer that takes it: a run stopped by a pause (a
-    demo yielding to a user's run) or by the server's shutdown resumes later, so it
-    keeps its state at the stop (the last finished step, the warm start's progress),
-    not only its last scheduled checkpoint; a cancel keeps nothing more."""
+def takes_save_on_stop(runner: Any) -> bool:
     try:
-        accepted = "save_on_stop" in inspect.signature(runner).parameters
+        return "save_on_stop" in inspect.signature(runner).parameters
     except (TypeError, ValueError):
-        accepted = False
-    if not accepted:
+        return False
+
+
+def resume_kwargs(
+    runner: Any, demo: bool, claim: Claim | None = None
+) -> dict[str, Any]:
+    """``save_on_stop=``, for a trainer that takes it: a run stopped by a pause (its
+    owner's, or a demo yielding to a user's run) or by the server's shutdown resumes
+    later, so it keeps its state at the stop (the last finished step, the warm
+    start's progress), not only its last scheduled checkpoint; a cancel keeps
+    nothing more."""
+    if not takes_save_on_stop(runner):
         return {}
-    return {"save_on_stop": lambda: _interrupted.is_set() or (demo and _pause.is_set())}
+
+    def wanted() -> bool:
+        if _interrupted.is_set() or (demo and _pause.is_set()):
+            return True
+        return claim is not None and lease.pause_asked(claim)
+
+    return {"save_on_stop": wanted}
 
 
 def init_kwargs(config: Any) -> dict[str, Any]:
@@ -223,7 +235,7 @@ def run_claimed(claim: Claim) -> str:
                 resume=True,
                 endpoints=judge_endpoints(),
                 **init_kwargs(config),
-                **resume_kwargs(runner, demo),
+                **resume_kwargs(runner, demo, claim),
             )
         status = (
             result.status if result.status in RunStatus.values else RunStatus.FAILED
@@ -248,6 +260,8 @@ def run_claimed(claim: Claim) -> str:
     if paused and not lease.should_stop(claim):  # not a cancel of its own
         lease.pause(claim, sink.last_step)
         return "paused"
+    if status == RunStatus.CANCELLED and lease.pause_asked(claim):
+        return "paused" if lease.hold(claim, sink.last_step) else "lease-lost"
     lease.finish(
         claim, status, message=message, detail=detail, last_step=sink.last_step
     )
@@ -291,6 +305,11 @@ def run_claimed_ranks(claim: Claim) -> str:
     if end.kind == "requeue":
         log.warning("run %s attempt %s: %s", claim.run_id, claim.attempt, end.message)
         return "requeued" if lease.requeue(claim, end.message) else "lease-lost"
+    if end.status == RunStatus.CANCELLED and lease.pause_asked(claim):
+        # Stopped by its owner's pause: its state at the stop kept by rank 0's
+        # save_on_stop (dashboard.runs.rank), or cut short past the grace period.
+        cut = "" if end.last_step is not None else lease.CUT_SHORT
+        return "paused" if lease.hold(claim, end.last_step, cut) else "lease-lost"
     if end.kind == "lease-lost" or not lease.finish(
         claim,
         end.status,

@@ -33,7 +33,9 @@ from dashboard.live import frames
 from dashboard.models import Run, RunAttempt, RunStatus
 
 log = logging.getLogger(__name__)
-PAUSED = "paused"  # an attempt's outcome: a demo run yielded (:func:`pause`)
+# An attempt's outcome: a demo run yielded (:func:`pause`), or its owner paused the
+# run (:func:`hold`).
+PAUSED = "paused"
 
 
 @dataclass(frozen=True)
@@ -129,13 +131,32 @@ def heartbeat(claim: Claim) -> bool:
 
 
 def should_stop(claim: Claim) -> bool:
-    """The trainer's per-step question: cancelled, or no longer ours?"""
+    """The trainer's per-step question: cancelled or paused, or no longer ours?"""
     row = (
         Run.objects.filter(pk=claim.run_id)
-        .values_list("cancel_requested", "lease", "status")
+        .values_list("cancel_requested", "pause_requested", "lease", "status")
         .first()
     )
-    return row is None or row[0] or row[1] != claim.token or row[2] != RunStatus.RUNNING
+    if row is None or row[0] or row[1]:
+        return True
+    return row[2] != claim.token or row[3] != RunStatus.RUNNING
+
+
+def pause_asked(claim: Claim) -> bool:
+    """Its owner paused the run, and did not cancel it: the trainer keeps its state
+    at the stop (``save_on_stop``) and the attempt ends in :func:`hold`. A database
+    blip answers no (the run then resumes from its last checkpoint)."""
+    try:
+        row = (
+            Run.objects.filter(pk=claim.run_id, lease=claim.token)
+            .values_list("pause_requested", "cancel_requested")
+            .first()
+        )
+    except (OperationalError, InterfaceError) as exc:
+        log.warning("run %s: pause check failed: %r", claim.run_id, exc)
+        connection.close()
+        return False
+    return row is not None and row[0] and not row[1]
 
 
 def stop_asked(claim: Claim) -> bool:
@@ -170,6 +191,7 @@ def finish(
         "finished_at": now,
         "lease": None,
         "error": message[:500],
+        "pause_requested": False,  # a pause that came as it ended: nothing to hold
     }
     if last_step is not None:
         fields["last_step"] = last_step
@@ -265,6 +287,16 @@ def paused_where(note: str) -> str:
     return note.removeprefix("paused ").split(_PAUSED_FOR, 1)[0]
 
 
+def _where(run: Run, last_step: int) -> str:
+    """Where a stopped run stands: "at step 12", "in its warm start (40 of 300)"."""
+    warm = run.warmup if isinstance(run.warmup, dict) else {}
+    if last_step:
+        return f"at step {last_step}"
+    if warm.get("of"):
+        return f"in its warm start ({warm.get('done')} of {warm.get('of')})"
+    return "before step 1"
+
+
 def pause(claim: Claim, last_step: int) -> bool:
     """A demo run yields to a user's run (the embedded executor): this attempt ends
     ``paused``, the run is queued again and resumes when its turn comes, from the
@@ -276,20 +308,49 @@ def pause(claim: Claim, last_step: int) -> bool:
         run = held_by(claim).select_for_update().first()
         if run is None:
             return False
-        warm = run.warmup if isinstance(run.warmup, dict) else {}
-        where = (
-            f"at step {last_step}"
-            if last_step
-            else f"in its warm start ({warm.get('done')} of {warm.get('of')})"
-            if warm.get("of")
-            else "before step 1"
-        )
-        note = pause_note(where)
+        note = pause_note(_where(run, last_step))
         end_attempt(run.id, run.attempt, PAUSED, note, now=now)
         run.status, run.lease, run.enqueued_at = RunStatus.QUEUED, None, now
         run.error, run.last_step = note, last_step
         run.save(update_fields=["status", "lease", "enqueued_at", "error", "last_step"])
         enqueue_on_commit(run)
+        frames.send_on_commit(run.id)
+    return True
+
+
+# A paused run that did not stop within the grace period: its state at the stop
+# was not kept.
+CUT_SHORT = (
+    " (it did not stop within the grace period: it goes on from its last checkpoint)"
+)
+
+
+def held_note(where: str, cut: str = "") -> str:
+    """What a run its owner paused says while it waits."""
+    return f"Paused by its owner {where}{cut}; Resume queues it again from there."
+
+
+def hold(claim: Claim, last_step: int | None = None, cut: str = "") -> bool:
+    """Its owner paused the run (``services.do_pause_run``) and the trainer stopped:
+    this attempt ends ``paused`` and the run waits, ``paused``, out of the queue,
+    until Resume queues it again (``services.do_resume_run``); it then goes on from
+    the state kept at the stop (``save_on_stop``), else its last checkpoint. Not a
+    failure: it does not count toward ``RUN_MAX_ATTEMPTS``. ``last_step`` None: the
+    last step the run recorded; ``cut``: :data:`CUT_SHORT` for a stop past the grace
+    period. False when the lease was not ours."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = held_by(claim).select_for_update().first()
+        if run is None:
+            return False
+        step = run.last_step if last_step is None else last_step
+        note = held_note(_where(run, step), cut)
+        end_attempt(run.id, run.attempt, PAUSED, note, now=now)
+        run.status, run.lease, run.pause_requested = RunStatus.PAUSED, None, False
+        run.error, run.last_step = note, step
+        run.save(
+            update_fields=["status", "lease", "pause_requested", "error", "last_step"]
+        )
         frames.send_on_commit(run.id)
     return True
 
@@ -320,7 +381,8 @@ def _take_back(
 
 
 def _counted_attempts(run: Run) -> int:
-    """Attempts that count toward RUN_MAX_ATTEMPTS: a demo's pauses do not."""
+    """Attempts that count toward RUN_MAX_ATTEMPTS: pauses (a demo's, an owner's) do
+    not."""
     return run.attempt - RunAttempt.objects.filter(run=run, outcome=PAUSED).count()
 
 

@@ -158,6 +158,7 @@ def train_rank(
         init_kwargs,
         judge_endpoints,
         one_line,
+        takes_save_on_stop,
     )
     from dashboard.runs.multiprocess import Report
     from dashboard.runs.sinks import RunSink
@@ -192,6 +193,17 @@ def train_rank(
                 endpoints=judge_endpoints(),
                 parallel=parallel,
                 **init_kwargs(config),
+                # Its owner's pause keeps the state at the stop (rank 0 asks; the
+                # trainer broadcasts the answer).
+                **(
+                    {
+                        "save_on_stop": (lambda: lease.pause_asked(claim))
+                        if sink
+                        else None
+                    }
+                    if takes_save_on_stop(runner)
+                    else {}
+                ),
             )
             status = result.status if result.status in RunStatus.values else "failed"
             message = one_line(getattr(result, "error", None) or "")

@@ -22,7 +22,7 @@ from django.utils import timezone
 from dashboard import jsonsafe
 from dashboard.errors import Conflict, InvalidConfig, ServiceError  # noqa: F401
 from dashboard.live import frames
-from dashboard.models import ACTIVE_STATUSES, Run, RunStatus
+from dashboard.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, Run, RunStatus
 from dashboard.runs import devices, lease
 
 MAX_CONFIG_DEPTH = 24
@@ -333,15 +333,16 @@ def do_clone_run(
 
 
 def do_cancel_run(run: Run) -> Run:
-    """Cooperative cancel: a queued run is cancelled now, a running one at its next
-    step (the trainer polls ``cancel_requested``). Never revokes or kills a process."""
+    """Cooperative cancel: a queued or paused run is cancelled now, a running one at
+    its next step (the trainer polls ``cancel_requested``; a pause asked before is
+    overruled). Never revokes or kills a process."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
-        if run.status not in ACTIVE_STATUSES:
+        if run.status not in UNFINISHED_STATUSES:
             raise Conflict(f"status: run is already {run.status}")
         run.cancel_requested = True
         fields = ["cancel_requested"]
-        if run.status == RunStatus.QUEUED:
+        if run.status in (RunStatus.QUEUED, RunStatus.PAUSED):
             run.status, run.finished_at = RunStatus.CANCELLED, timezone.now()
             fields += ["status", "finished_at"]
         run.save(update_fields=fields)

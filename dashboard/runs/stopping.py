@@ -118,7 +118,10 @@ class CancelWatch:
         )
         log.warning("run %s: %s", self.claim.run_id, message)
         try:
-            lease.finish(self.claim, RunStatus.CANCELLED, message=message)
+            if lease.pause_asked(self.claim):  # its owner's pause: paused, not ended
+                lease.hold(self.claim, None, lease.CUT_SHORT)
+            else:
+                lease.finish(self.claim, RunStatus.CANCELLED, message=message)
         except (OperationalError, InterfaceError):
             log.exception("run %s: could not record the cancel", self.claim.run_id)
         if not self._done.is_set():

@@ -176,6 +176,7 @@ setInterval(tickClock, Number(liveState?.dataset.quietCheckMs) || 1000);
 const CANCEL_QUESTIONS = {
   queued: "Cancel this queued run? It will not start.",
   running: "Stop this run at its next step? What it recorded so far is kept.",
+  paused: "Cancel this paused run? It will not go on; what it recorded is kept.",
 };
 
 function updateCancelQuestion(status) {
@@ -213,6 +214,10 @@ function setStatus(status, lastStep) {
       // "Cancel requested: the run stops at its next step." has happened.
       document.querySelectorAll(".messages .cancel-pending").forEach((li) => { li.hidden = true; });
     }
+    if (changed && status !== "running") {
+      // "Pause requested: the run stops at its next step..." has happened (or it ended).
+      document.querySelectorAll(".messages .pause-pending").forEach((li) => { li.hidden = true; });
+    }
     if (stopped) settleWall();
   }
   if (typeof lastStep === "number") {
@@ -247,7 +252,9 @@ function setLive(state) {
   // A queued run that has trained (a paused demo, a retry after a lost worker) waits
   // to go on, not to start.
   const waiting = data.last_step ? `connected; queued again after step ${data.last_step}` : "connected; not training yet";
-  const connected = finished ? "up to date" : data.status === "queued" ? waiting : "live";
+  const connected = finished
+    ? "up to date"
+    : data.status === "queued" ? waiting : data.status === "paused" ? "connected; paused" : "live";
   dot?.classList.toggle("on", state === "live" && data.status === "running" && !quiet);
   dot?.classList.toggle("retry", state === "retry");
   if (text) {

@@ -2,7 +2,7 @@
 // carries (templates/pages/detail.html): a queued run's place in line with the runs
 // ahead ("open that run"), the note on why it waits or how it ended (a demo paused
 // for a user's run, a retry after a lost worker), the attempt number and the
-// Attempts table, the Model button and box, and the
+// Attempts table, the Model button and box, the Pause / Resume / Cancel controls, and the
 // line on what an external run sent. When one of them may have changed (the status
 // did, a checkpoint was kept, an external run sent a new metric), the page asks for
 // itself again and takes those parts from the answer, so that the live page shows
@@ -11,6 +11,7 @@
 
 export const STATUS_PARTS = [
   "[data-run-state]", "[data-run-error]", "[data-model-link]", "[data-model]", "[data-stat-attempt]", "[data-attempts]",
+  "[data-run-controls]",
 ];
 export const MODEL_PARTS = ["[data-model-link]", "[data-model]"];
 export const SENT_PARTS = ["[data-recording]"];

@@ -173,8 +173,11 @@ def test_a_worker_with_too_few_devices_fails_the_run_naming_the_field(
 
 
 @pytest.mark.django_db(transaction=True)  # the error closes the connection
-def test_a_database_error_in_the_stop_check_is_no_stop(owner, tiny_config, monkeypatch):
-    # A rank 0 that raised here would leave the other ranks in a collective.
+def test_a_database_error_in_the_stop_check_is_no_stop(
+    owner, tiny_config, monkeypatch, enqueued
+):
+    # A rank 0 that raised here would leave the other ranks in a collective. (No
+    # executor takes the run: the test claims it.)
     run = services.launch_run(owner, tiny_config)
     claim = lease.claim(run.id)
     assert claim is not None and lease.stop_asked(claim) is False
@@ -341,6 +344,53 @@ def test_a_cancel_stops_every_rank_at_the_next_step(
     run.refresh_from_db()
     assert (run.status, run.attempt, run.error) == ("cancelled", 1, "")
     assert run.last_step < 500 and run.attempts.get().outcome == "cancelled"
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_pause_stops_every_rank_keeping_the_state_and_resume_goes_on(
+    owner, tiny_config, settings, enqueued, monkeypatch, tmp_path
+):
+    """Rank 0 asks whether to keep the state at the stop (its owner's pause) and
+    the trainer broadcasts the answer: every rank saves the step it stopped at, so
+    the next attempt goes on from it (no checkpoint is scheduled: without the
+    state at the stop, it would start again from nothing)."""
+    from dashboard.models import Checkpoint
+    from dashboard.runs import pausing
+
+    settings.RUN_CANCEL_GRACE_SECONDS = 90
+    unscheduled = {**tiny_config, "checkpoint": {"every": 0}}
+    run, outcome = _launch_long_two_process_run(
+        owner, unscheduled, settings, monkeypatch, tmp_path
+    )
+    pausing.pause_run(run)
+    assert outcome.result(timeout=120) == "paused"
+    run.refresh_from_db()
+    assert run.status == RunStatus.PAUSED and run.attempt == 1
+    assert run.error.startswith(f"Paused by its owner at step {run.last_step};")
+    assert run.attempts.get().outcome == "paused"
+    kept = Checkpoint.objects.filter(run=run).order_by("-step").first()
+    assert kept is not None and kept.step == run.last_step  # the step it stopped at
+    at = run.last_step
+    pausing.resume_run(run)
+    assert inprocess.submit(str(run.id)) is not None
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).last_step > at, 120, message="a step on"
+    )
+    services.cancel_run(Run.objects.get(pk=run.pk))
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).status == RunStatus.CANCELLED,
+        120,
+        message="the cancel",
+    )
+    run.refresh_from_db()
+    assert run.attempt == 2
+    steps = list(
+        MetricPoint.objects.filter(run=run, key="reward")
+        .order_by("step")
+        .values_list("step", flat=True)
+    )
+    assert steps == list(range(1, run.last_step + 1))  # each step once
 
 
 def stuck_trainer(config, sink, *, parallel, **kwargs):
