@@ -182,6 +182,31 @@ def install_daphne_limits() -> None:
     if getattr(http_protocol.WebRequest, "bounded", False):
         return
     http_protocol.WebRequest = _bounded_request(http_protocol.WebRequest)
+    _answer_long_lines()
+
+
+def _answer_long_lines() -> None:
+    """A request line or a header line longer than Twisted's 16 KiB closed the
+    connection without a word (a client saw a reset, no status): it is answered 414
+    (the request line: a URL too long) or 431 (a header line), then closed."""
+    from twisted.web import http
+
+    def line_too_long(self, line: bytes) -> None:
+        first = getattr(self, "_HTTPChannel__first_line", 1)  # before the request line
+        status = (
+            b"414 URI Too Long" if first else b"431 Request Header Fields Too Large"
+        )
+        what = "the request line (its URL)" if first else "a header line"
+        body = json.dumps(
+            {"errors": [f"request: {what} is longer than {self.MAX_LENGTH} bytes"]}
+        ).encode()
+        self.transport.write(
+            b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+        )
+        self.loseConnection()
+
+    http.HTTPChannel.lineLengthExceeded = line_too_long
 
 
 def _bounded_request(base: type) -> type:

@@ -267,3 +267,30 @@ def test_under_daphne_a_disconnect_still_reaches_the_app_and_a_closed_file_is_on
     first, after = asyncio.run(run())
     assert first["body"] == b"y" * 8192 and first["more_body"]
     assert after == {"type": "http.disconnect"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (b"GET /runs/?q=" + b"a" * 50_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", b"414"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 20_000 + b"\r\n\r\n", b"431"),
+    ],
+    ids=["request-line", "header-line"],
+)
+def test_daphne_answers_a_line_too_long_with_its_status(daphne, head, status):
+    """A 50 KB URL once closed the connection without an answer (the audit's)."""
+    port, _ = daphne
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        sock.sendall(head)
+        answer = b""
+        while b"}" not in answer:
+            more = sock.recv(65536)
+            if not more:
+                break
+            answer += more
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 " + status), answer[:200]
+    assert b"Connection: close" in answer and b"longer than 16384 bytes" in answer
