@@ -257,6 +257,12 @@ RUN_FRAME_INTERVAL_MS = env_int("RUN_FRAME_INTERVAL_MS", 100, min_value=10)
 RUN_CANCEL_GRACE_SECONDS = env_int(
     "RUN_CANCEL_GRACE_SECONDS", 10, min_value=1, max_value=3600
 )
+# A paused run is given this long to reach its next step and keep its state there
+# (a step of several processes checks only between steps); past it, it is paused
+# from its last checkpoint and its process terminated.
+RUN_PAUSE_GRACE_SECONDS = env_int(
+    "RUN_PAUSE_GRACE_SECONDS", 300, min_value=1, max_value=86400
+)
 # Refused at submit (trainer.budget, dashboard.runs.budget): a step of more tokens
 # than this, or whose memory estimate is over RUN_MAX_STEP_MEMORY_MB (0: the memory
 # of the largest live worker that serves the run, this machine's in the embedded mode).

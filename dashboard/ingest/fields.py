@@ -79,12 +79,20 @@ def summarise(ev: dict[str, Any], parts: FrameParts) -> None:
                 "severity": jsonsafe.text(ev.get("severity"), 16),
                 "message": jsonsafe.text(ev.get("message"), 2000),
                 "trajectories": alert_trajectories(ev.get("trajectories"))[:64],
+                # how many rollouts showed it in all (the page says so beside those
+                # named, as the server's render does)
+                "evidence": {"trajectories_matched": _matched(ev.get("evidence"))},
             }
         )
     elif kind == "checkpoint":
         parts.checkpoints.append({"step": step})
     elif kind == "warmstart":
         parts.warmup = warmup_of(ev)
+
+
+def _matched(evidence: Any) -> int | None:
+    n = evidence.get("trajectories_matched") if isinstance(evidence, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
 def warmup_of(ev: dict[str, Any]) -> dict[str, Any]:

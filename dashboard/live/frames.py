@@ -8,7 +8,8 @@ A frame says what was committed since the previous frame of the run::
                        "dropped", "num_turns", "length"}, ...],
      "judgements": [{"step", "group", "index", "judge", "ok", "score"}, ...],
      "alerts": [{"step", "detector", "severity", "message",
-                 "trajectories": [{"group", "index", "task_id", "why"}]}, ...],
+                 "trajectories": [{"group", "index", "task_id", "why"}],
+                 "evidence": {"trajectories_matched"}}, ...],
      "checkpoints": [{"step"}], "warmup": {"done", "of", "loss"} | null,
      "truncated": false}
 

@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from dashboard.models import ACTIVE_STATUSES, Run, RunStatus
+from dashboard.models import UNFINISHED_STATUSES, Run, RunStatus
 from dashboard.reads import runs as run_reads
 
 # How often the run and home pages compare the time since an external run's last
@@ -83,7 +83,7 @@ def stopped_before_step_1(run: Run) -> str:
     """What an empty chart of a run that ended in its warm start says ("" for any
     other run); ``static/js/run_page.js`` says the same when it ends while open."""
     warm = run.warmup if isinstance(run.warmup, dict) else {}
-    if run.status in ACTIVE_STATUSES or run.last_step or not warm.get("of"):
+    if run.status in UNFINISHED_STATUSES or run.last_step or not warm.get("of"):
         return ""
     return (
         f"Stopped at warm start {warm.get('done', 0)} of {warm['of']} ({run.status}): "

@@ -77,7 +77,9 @@ def label(key: str) -> str:
 def _show(key: str, v: Any) -> str:
     if isinstance(v, bool) or v is None:
         return "—" if v is None else str(v).lower()
-    if isinstance(v, int | float):
+    if isinstance(v, int):  # steps, counts: whole, never 1.234e+04
+        return str(v)
+    if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, list):
         if key == "window" and len(v) == 2:

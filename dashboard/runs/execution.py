@@ -261,7 +261,7 @@ def run_claimed(claim: Claim) -> str:
         lease.pause(claim, sink.last_step)
         return "paused"
     if status == RunStatus.CANCELLED and lease.pause_asked(claim):
-        return "paused" if lease.hold(claim, sink.last_step) else "lease-lost"
+        return str(lease.hold(claim, sink.last_step) or "lease-lost")
     lease.finish(
         claim, status, message=message, detail=detail, last_step=sink.last_step
     )
@@ -309,7 +309,7 @@ def run_claimed_ranks(claim: Claim) -> str:
         # Stopped by its owner's pause: its state at the stop kept by rank 0's
         # save_on_stop (dashboard.runs.rank), or cut short past the grace period.
         cut = "" if end.last_step is not None else lease.CUT_SHORT
-        return "paused" if lease.hold(claim, end.last_step, cut) else "lease-lost"
+        return str(lease.hold(claim, end.last_step, cut) or "lease-lost")
     if end.kind == "lease-lost" or not lease.finish(
         claim,
         end.status,

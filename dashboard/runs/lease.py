@@ -330,7 +330,7 @@ def held_note(where: str, cut: str = "") -> str:
     return f"Paused by its owner {where}{cut}; Resume queues it again from there."
 
 
-def hold(claim: Claim, last_step: int | None = None, cut: str = "") -> bool:
+def hold(claim: Claim, last_step: int | None = None, cut: str = "") -> str | None:
     """Its owner paused the run (``services.do_pause_run``) and the trainer stopped:
     this attempt ends ``paused`` and the run waits, ``paused``, out of the queue,
     until Resume queues it again (``services.do_resume_run``); it then goes on from
@@ -344,6 +344,27 @@ def hold(claim: Claim, last_step: int | None = None, cut: str = "") -> bool:
         if run is None:
             return False
         step = run.last_step if last_step is None else last_step
+        if run.cancel_requested:  # cancelled since the pause was asked: it ends
+            run.status, run.finished_at, run.lease, run.error = (
+                RunStatus.CANCELLED,
+                now,
+                None,
+                "",
+            )
+            run.pause_requested, run.last_step = False, step
+            run.save(
+                update_fields=[
+                    "status",
+                    "finished_at",
+                    "lease",
+                    "error",
+                    "pause_requested",
+                    "last_step",
+                ]
+            )
+            end_attempt(run.id, run.attempt, RunStatus.CANCELLED, "", now=now)
+            frames.send_on_commit(run.id)
+            return RunStatus.CANCELLED
         note = held_note(_where(run, step), cut)
         end_attempt(run.id, run.attempt, PAUSED, note, now=now)
         run.status, run.lease, run.pause_requested = RunStatus.PAUSED, None, False
@@ -352,19 +373,24 @@ def hold(claim: Claim, last_step: int | None = None, cut: str = "") -> bool:
             update_fields=["status", "lease", "pause_requested", "error", "last_step"]
         )
         frames.send_on_commit(run.id)
-    return True
+    return RunStatus.PAUSED
 
 
 def _take_back(
     run: Run, note: str, now: datetime, last_status: str, *, enqueue: bool
 ) -> bool:
     """A running run whose attempt ended (``note`` says how): queued again while
-    attempts remain (True), else ``last_status``; cancelled if that was asked."""
+    attempts remain (True), else ``last_status``; cancelled if that was asked,
+    paused if that was (from its last checkpoint: the state at the stop was not
+    kept)."""
     run.lease = None
     requeued = False
     if run.cancel_requested:
         run.status, run.finished_at = RunStatus.CANCELLED, now
         run.error = ""
+    elif run.pause_requested:
+        run.status, run.pause_requested = RunStatus.PAUSED, False
+        run.error = held_note(_where(run, run.last_step), CUT_SHORT)
     elif _counted_attempts(run) >= settings.RUN_MAX_ATTEMPTS:
         run.status, run.finished_at = last_status, now
         run.error = f"{note} (attempt {run.attempt} of {run.attempt})"
@@ -374,7 +400,8 @@ def _take_back(
         if enqueue:
             enqueue_on_commit(run)
         requeued = True
-    run.save(update_fields=["status", "lease", "error", "finished_at", "enqueued_at"])
+    fields = ["status", "lease", "error", "finished_at", "enqueued_at"]
+    run.save(update_fields=[*fields, "pause_requested"])
     frames.send_on_commit(run.id)
     log.warning("run %s: attempt %s: %s -> %s", run.id, run.attempt, note, run.status)
     return requeued

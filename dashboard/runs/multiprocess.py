@@ -201,7 +201,7 @@ def train(
         cancelled_at = cancelled_at or (
             time.monotonic() if lease.stop_asked(claim) else None
         )
-        if cancelled_at and time.monotonic() - cancelled_at > grace_s():
+        if cancelled_at and time.monotonic() - cancelled_at > grace_s(claim):
             # Rank 0 stops at its next step; a step that never ends is cut short.
             log.warning(
                 "run %s: not stopped after the cancel; stopping its ranks", claim.run_id
@@ -218,8 +218,13 @@ def train(
     return ending(read_reports(reports), processes, returncode)
 
 
-def grace_s() -> float:
-    return float(settings.RUN_CANCEL_GRACE_SECONDS)
+def grace_s(claim: Claim | None = None) -> float:
+    """How long the ranks may take to stop: a cancel's grace, or a pause's (longer:
+    they check only between steps, and keep the state at the next)."""
+    cancel = float(settings.RUN_CANCEL_GRACE_SECONDS)
+    if claim is not None and lease.pause_asked(claim):
+        return max(cancel, float(settings.RUN_PAUSE_GRACE_SECONDS))
+    return cancel
 
 
 def _heartbeat(claim: Claim) -> bool:

@@ -342,6 +342,9 @@ def do_cancel_run(run: Run) -> Run:
             raise Conflict(f"status: run is already {run.status}")
         run.cancel_requested = True
         fields = ["cancel_requested"]
+        if run.status == RunStatus.PAUSED:  # its "Resume queues it again" is over
+            run.error = ""
+            fields.append("error")
         if run.status in (RunStatus.QUEUED, RunStatus.PAUSED):
             run.status, run.finished_at = RunStatus.CANCELLED, timezone.now()
             fields += ["status", "finished_at"]

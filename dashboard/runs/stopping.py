@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 
 from django.conf import settings
@@ -100,11 +101,29 @@ class CancelWatch:
             else:
                 return
             self.requested.set()
-            if self._done.wait(self.grace_s):
-                return  # the trainer stopped by itself
-            self._end()
+            if self._waited_out():
+                self._end()
         finally:
             connection.close()
+
+    def _waited_out(self) -> bool:
+        """Wait for the trainer to stop: ``grace_s`` from a cancel, the longer
+        ``RUN_PAUSE_GRACE_SECONDS`` from its owner's pause (the state is kept at the
+        next step, which may be far); a cancel that comes during a pause's wait is
+        given its own grace from then. False once the trainer stopped."""
+        start = time.monotonic()
+        pause_grace = max(self.grace_s, float(settings.RUN_PAUSE_GRACE_SECONDS))
+        cancelled_at = None
+        while True:
+            pausing = lease.pause_asked(self.claim)
+            now = time.monotonic()
+            if not pausing and cancelled_at is None:
+                cancelled_at = now
+            deadline = start + pause_grace if pausing else cancelled_at + self.grace_s
+            if self._done.wait(max(0.0, min(POLL_S, deadline - now))):
+                return False  # the trainer stopped by itself
+            if time.monotonic() >= deadline:
+                return True
 
     def _asked(self) -> bool:
         return lease.stop_asked(self.claim)

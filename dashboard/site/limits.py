@@ -188,25 +188,39 @@ def install_daphne_limits() -> None:
 def _answer_long_lines() -> None:
     """A request line or a header line longer than Twisted's 16 KiB closed the
     connection without a word (a client saw a reset, no status): it is answered 414
-    (the request line: a URL too long) or 431 (a header line), then closed."""
+    (the request line: a URL too long) or 431 (a header line), then closed; a head
+    over its 16 KiB in all, or of too many headers, 431 rather than a bare 400."""
     from twisted.web import http
 
-    def line_too_long(self, line: bytes) -> None:
-        first = getattr(self, "_HTTPChannel__first_line", 1)  # before the request line
-        status = (
-            b"414 URI Too Long" if first else b"431 Request Header Fields Too Large"
-        )
-        what = "the request line (its URL)" if first else "a header line"
-        body = json.dumps(
-            {"errors": [f"request: {what} is longer than {self.MAX_LENGTH} bytes"]}
-        ).encode()
-        self.transport.write(
+    def answer(channel: Any, status: bytes, error: str) -> None:
+        body = json.dumps({"errors": [f"request: {error}"]}).encode()
+        channel.transport.write(
             b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
         )
-        self.loseConnection()
+        channel.loseConnection()
+
+    def line_too_long(self, line: bytes) -> None:
+        if getattr(self, "_HTTPChannel__first_line", 1):  # before the request line
+            status, what = b"414 URI Too Long", "the request line (its URL)"
+        else:
+            status, what = b"431 Request Header Fields Too Large", "a header line"
+        answer(self, status, f"{what} is longer than {self.MAX_LENGTH} bytes")
+
+    bad_request = http.HTTPChannel._respondToBadRequestAndDisconnect
+
+    def refuse(self) -> None:
+        too_large = b"431 Request Header Fields Too Large"
+        if getattr(self, "_receivedHeaderSize", 0) > self.totalHeadersSize:
+            size = self.totalHeadersSize
+            answer(self, too_large, f"the headers are longer than {size} bytes in all")
+        elif getattr(self, "_receivedHeaderCount", 0) > self.maxHeaders:
+            answer(self, too_large, f"more than {self.maxHeaders} headers")
+        else:
+            bad_request(self)
 
     http.HTTPChannel.lineLengthExceeded = line_too_long
+    http.HTTPChannel._respondToBadRequestAndDisconnect = refuse
 
 
 def _bounded_request(base: type) -> type:

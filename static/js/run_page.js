@@ -310,6 +310,10 @@ async function pollWaiting() {
 }
 updateChartPlaceholders(data.status, data.warmup, data.last_step);
 setTimeout(pollWaiting, 3000);
+// "Pause requested": the run paused (or ended) before this page was rendered.
+if (data.status !== "running") {
+  document.querySelectorAll(".messages .pause-pending").forEach((li) => { li.hidden = true; });
+}
 // The run stopped between the cancel and this page (the redirect after it): the
 // request has happened, so "Cancel requested: the run stops at its next step." goes.
 if (FINAL.has(data.status)) {

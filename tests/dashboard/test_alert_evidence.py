@@ -286,6 +286,8 @@ def test_evidence_numbers_are_named_in_words_with_their_keys():
     )
     got = {r["key"]: (r["label"], r["value"]) for r in rows}
     assert got["window"] == ("steps compared", "1 to 8")
+    late = {r["key"]: r["value"] for r in evidence_rows({"window": [12345, 12354]})}
+    assert late["window"] == "12345 to 12354"  # whole numbers whole, not 1.234e+04
     assert got["length_early"] == ("episode length (tokens), early half", "12.35")
     assert got["since"] == ("compared with", "the window's early half")
     assert got["success"] == ("success, last steps", "0.5, 1")
@@ -298,3 +300,21 @@ def test_evidence_numbers_are_named_in_words_with_their_keys():
                 "zero_std_mean", "frac_reward_zero_std", "proxy_rise",
                 "repetition_start", "single_share", "episodes_late", "floor"):  # fmt: skip
         assert label(key) != key.replace("_", " "), key
+
+
+def test_a_live_alert_says_how_many_rollouts_matched_in_all():
+    """The live page wrote "(N matched in all; the first K named)" only after a
+    reload: the frame's alert carried no evidence."""
+    from dashboard.ingest.fields import summarise
+    from dashboard.live.frames import FrameParts
+
+    parts = FrameParts()
+    refs = [{"group": 0, "index": i, "why": "x"} for i in range(32)]
+    for matched in (40, "40", True, None):
+        ev = {"type": "alert", "step": 3, "detector": "shortcut", "message": "m"}
+        summarise(
+            {**ev, "trajectories": refs, "evidence": {"trajectories_matched": matched}},
+            parts,
+        )
+    got = [a["evidence"]["trajectories_matched"] for a in parts.alerts]
+    assert got == [40, None, None, None]  # a count, or nothing

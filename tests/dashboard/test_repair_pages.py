@@ -22,7 +22,10 @@ def test_an_alert_shows_its_evidence_and_fix(hacked, owner):
     alert = hacked.alert_set.get(detector="spurious_parallelism")
     html = client_for(owner).get(f"/runs/{hacked.pk}/").content.decode()
     assert f'id="alert-spurious_parallelism-{alert.step}"' in html
-    assert "data-evidence-table" in html and '<code class="muted">finish_rate_late</code>' in html
+    assert (
+        "data-evidence-table" in html
+        and '<code class="muted">finish_rate_late</code>' in html
+    )
     assert "subtasks finished, late half" in html
     assert "Remove the incentive:</strong> set <code>r_finish</code>" in html
     assert f'href="?repair=spurious_parallelism&amp;step={alert.step}#whatif"' in html

@@ -114,6 +114,7 @@ def test_a_pause_that_the_trainer_never_hears_pauses_it_after_the_grace_period(
     owner, tiny_config, fake_runner, settings, monkeypatch
 ):
     settings.RUN_CANCEL_GRACE_SECONDS = 1
+    settings.RUN_PAUSE_GRACE_SECONDS = 2  # a pause waits longer than a cancel
     monkeypatch.setenv("FAKE_RUNNER_DEAF", "1")
     monkeypatch.setenv("FAKE_RUNNER_STEP_S", "0.05")
     run = services.launch_run(owner, {**tiny_config, "steps": 100_000})
@@ -180,3 +181,62 @@ def test_another_trainers_run_cannot_be_paused(owner):
     assert r.status_code == 409 and "trained elsewhere" in r.json()["detail"]
     html = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
     assert "data-pause-form" not in html
+
+
+def _running(owner, tiny_config, **fields):
+    run = services.launch_run(owner, tiny_config)
+    claim = lease.claim(run.pk)
+    Run.objects.filter(pk=run.pk).update(last_step=4, **fields)
+    return run, claim
+
+
+def test_a_paused_run_whose_worker_died_is_paused_not_queued_again(
+    owner, tiny_config, enqueued
+):
+    """Reaped (its heartbeat stopped) before it reached its next step: the pause
+    holds, from its last checkpoint, whatever attempts remain."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    for attempts_left in (True, False):
+        run, claim = _running(owner, tiny_config)
+        if not attempts_left:
+            Run.objects.filter(pk=run.pk).update(attempt=99)
+        pausing.pause_run(Run.objects.get(pk=run.pk))
+        old = timezone.now() - timedelta(hours=1)
+        Run.objects.filter(pk=run.pk).update(heartbeat_at=old)
+        sent = len(enqueued)
+        lease.reap()
+        run.refresh_from_db()
+        assert (run.status, run.pause_requested) == (RunStatus.PAUSED, False)
+        assert run.error == (
+            "Paused by its owner at step 4" + lease.CUT_SHORT + "; Resume queues it "
+            "again from there."
+        )
+        assert run.finished_at is None and len(enqueued) == sent
+
+
+def test_a_cancel_after_the_pause_was_heard_ends_the_run(owner, tiny_config, enqueued):
+    run, claim = _running(owner, tiny_config)
+    pausing.pause_run(Run.objects.get(pk=run.pk))
+    assert lease.pause_asked(claim)
+    services.cancel_run(Run.objects.get(pk=run.pk))  # between the check and the hold
+    assert lease.hold(claim, 5) == RunStatus.CANCELLED
+    run.refresh_from_db()
+    assert (run.status, run.error, run.last_step) == (RunStatus.CANCELLED, "", 5)
+    assert run.finished_at is not None and run.attempts.get().outcome == "cancelled"
+
+
+def test_a_cancelled_paused_run_no_longer_says_resume(owner, tiny_config, enqueued):
+    run = pausing.pause_run(services.launch_run(owner, tiny_config))
+    run = services.cancel_run(run)
+    assert run.status == RunStatus.CANCELLED and run.error == ""
+    html = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert "Resume" not in html and "data-cancel-menu" not in html
+
+
+def test_a_run_being_cancelled_offers_no_pause(owner, tiny_config, enqueued):
+    run, _ = _running(owner, tiny_config, cancel_requested=True)
+    html = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
+    assert "data-pause-form" not in html and "data-cancel-menu" in html
