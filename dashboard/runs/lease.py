@@ -287,7 +287,7 @@ def paused_where(note: str) -> str:
     return note.removeprefix("paused ").split(_PAUSED_FOR, 1)[0]
 
 
-def _where(run: Run, last_step: int) -> str:
+def where_stopped(run: Run, last_step: int) -> str:
     """Where a stopped run stands: "at step 12", "in its warm start (40 of 300)"."""
     warm = run.warmup if isinstance(run.warmup, dict) else {}
     if last_step:
@@ -308,7 +308,7 @@ def pause(claim: Claim, last_step: int) -> bool:
         run = held_by(claim).select_for_update().first()
         if run is None:
             return False
-        note = pause_note(_where(run, last_step))
+        note = pause_note(where_stopped(run, last_step))
         end_attempt(run.id, run.attempt, PAUSED, note, now=now)
         run.status, run.lease, run.enqueued_at = RunStatus.QUEUED, None, now
         run.error, run.last_step = note, last_step
@@ -331,49 +331,35 @@ def held_note(where: str, cut: str = "") -> str:
 
 
 def hold(claim: Claim, last_step: int | None = None, cut: str = "") -> str | None:
-    """Its owner paused the run (``services.do_pause_run``) and the trainer stopped:
-    this attempt ends ``paused`` and the run waits, ``paused``, out of the queue,
-    until Resume queues it again (``services.do_resume_run``); it then goes on from
-    the state kept at the stop (``save_on_stop``), else its last checkpoint. Not a
-    failure: it does not count toward ``RUN_MAX_ATTEMPTS``. ``last_step`` None: the
-    last step the run recorded; ``cut``: :data:`CUT_SHORT` for a stop past the grace
-    period. False when the lease was not ours."""
+    """Its owner paused the run (``pausing.do_pause_run``) and the trainer stopped: this
+    attempt ends ``paused`` and the run waits, ``paused``, out of the queue, until
+    Resume queues it again (``pausing.do_resume_run``); it then goes on from the state
+    kept at the stop (``save_on_stop``), else its last checkpoint. Not a failure: it
+    does not count toward ``RUN_MAX_ATTEMPTS``. ``last_step`` None: the last step
+    the run recorded; ``cut``: :data:`CUT_SHORT` for a stop past the grace period.
+    Returns the status it left (``cancelled`` when a cancel came since the pause was
+    heard), None when the lease was not ours."""
     now = timezone.now()
     with transaction.atomic():
         run = held_by(claim).select_for_update().first()
         if run is None:
-            return False
+            return None
         step = run.last_step if last_step is None else last_step
         if run.cancel_requested:  # cancelled since the pause was asked: it ends
-            run.status, run.finished_at, run.lease, run.error = (
-                RunStatus.CANCELLED,
-                now,
-                None,
-                "",
+            run.status, run.finished_at, run.error = RunStatus.CANCELLED, now, ""
+            outcome = RunStatus.CANCELLED
+        else:
+            run.status, run.error = (
+                RunStatus.PAUSED,
+                held_note(where_stopped(run, step), cut),
             )
-            run.pause_requested, run.last_step = False, step
-            run.save(
-                update_fields=[
-                    "status",
-                    "finished_at",
-                    "lease",
-                    "error",
-                    "pause_requested",
-                    "last_step",
-                ]
-            )
-            end_attempt(run.id, run.attempt, RunStatus.CANCELLED, "", now=now)
-            frames.send_on_commit(run.id)
-            return RunStatus.CANCELLED
-        note = held_note(_where(run, step), cut)
-        end_attempt(run.id, run.attempt, PAUSED, note, now=now)
-        run.status, run.lease, run.pause_requested = RunStatus.PAUSED, None, False
-        run.error, run.last_step = note, step
-        run.save(
-            update_fields=["status", "lease", "pause_requested", "error", "last_step"]
-        )
+            outcome = PAUSED
+        end_attempt(run.id, run.attempt, outcome, run.error, now=now)
+        run.lease, run.pause_requested, run.last_step = None, False, step
+        fields = ["status", "finished_at", "error", "lease", "pause_requested"]
+        run.save(update_fields=[*fields, "last_step"])
         frames.send_on_commit(run.id)
-    return RunStatus.PAUSED
+    return run.status
 
 
 def _take_back(
@@ -390,7 +376,7 @@ def _take_back(
         run.error = ""
     elif run.pause_requested:
         run.status, run.pause_requested = RunStatus.PAUSED, False
-        run.error = held_note(_where(run, run.last_step), CUT_SHORT)
+        run.error = held_note(where_stopped(run, run.last_step), CUT_SHORT)
     elif _counted_attempts(run) >= settings.RUN_MAX_ATTEMPTS:
         run.status, run.finished_at = last_status, now
         run.error = f"{note} (attempt {run.attempt} of {run.attempt})"
