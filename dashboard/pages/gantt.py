@@ -23,6 +23,10 @@ class Bar:
     label: str
     critical: bool
     ok: bool = True
+    stage: int = 0
+    # The sub-agent's subtask as the rollout named it (model-made text: the template
+    # escapes it); "" for the orchestrator and for sub-agents stored without one.
+    name: str = ""
 
 
 @dataclass
@@ -34,15 +38,38 @@ class Gantt:
     total_steps: int
     stage_starts: list[int]
 
-    # Geometry for the SVG: across in percent of its width, down in pixels (22 per
-    # lane), so its labels keep their size on any screen (a 1000-unit viewBox drew
-    # 11-unit labels 4 px tall on a phone).
+    # Geometry for the SVG: across in percent of its width, down in pixels (a row of
+    # stage numbers, then 22 per lane), so its labels keep their size on any screen (a
+    # 1000-unit viewBox drew 11-unit labels 4 px tall on a phone). The lane labels
+    # beside it (HTML) use the same heights: .gantt-lanes in app.css.
     WIDTH = 100
+    HEAD = 18
     LANE = 22
+    # Room a stage number takes, in percent of the width, a digit (12 px digits
+    # clear on a 330 px phone chart) and its offset from its stage's line.
+    DIGIT = 2.5
 
     @property
     def height(self) -> int:
-        return self.lanes * self.LANE + 24
+        return self.HEAD + self.lanes * self.LANE + 24
+
+    def lane_labels(self) -> list[str]:
+        """What each lane (row) is: the orchestrator, then sub-agent k of every stage
+        (a stage's k-th sub-agent, numbered from 0 as the stored path is)."""
+        return ["orchestrator"] + [f"sub-agent {k}" for k in range(self.lanes - 1)]
+
+    def stage_marks(self) -> list[dict[str, Any]]:
+        """Where each stage starts; its number is drawn where it does not crowd the
+        one before (hundreds of 1-step stages on a phone)."""
+        scale = self.WIDTH / max(1, self.span)
+        room = lambda s: 1 + self.DIGIT * len(str(s))  # noqa: E731
+        out, free = [], 0.0  # free: where the next number may start
+        for s, t in enumerate(self.stage_starts):
+            x = round(t * scale, 3)
+            shown = x >= free and x + room(s) <= self.WIDTH
+            free = x + room(s) if shown else free
+            out.append({"x": x, "stage": s, "shown": shown})
+        return out
 
     def legend(self) -> list[tuple[str, str]]:
         """(swatch classes, label) for the kinds of bar this chart draws, and only
@@ -64,7 +91,7 @@ class Gantt:
         return [
             {
                 "x": round(b.start * scale, 3),
-                "y": b.lane * self.LANE + 2,
+                "y": self.HEAD + b.lane * self.LANE + 2,
                 "w": max(0.1, round(b.steps * scale - 0.1, 3)),
                 "h": self.LANE - 4,
                 "bar": b,
@@ -91,7 +118,7 @@ class Gantt:
 
     @property
     def axis_y(self) -> int:
-        return self.lanes * self.LANE + 14
+        return self.HEAD + self.lanes * self.LANE + 14
 
     @property
     def parallel_saving(self) -> float:
@@ -111,26 +138,27 @@ def _list(value: Any, most: int) -> list:
 
 
 def _stage(stage: Any) -> tuple[int, list[tuple[str, int, bool]]]:
-    """(orchestrator steps, [(label, steps, success)]) from either stage spelling;
-    at most the schema's sub-agents a stage (one bar each)."""
+    """(orchestrator steps, [(subtask, steps, success)]) from either stage spelling
+    (subtask "" where none was stored); at most the schema's sub-agents a stage (one
+    bar each)."""
     if isinstance(stage, dict):
         subs = []
-        for i, s in enumerate(_list(stage.get("subagents"), MAX_SUBAGENTS)):
+        for s in _list(stage.get("subagents"), MAX_SUBAGENTS):
             if isinstance(s, dict):
+                name = s.get("subtask")
                 subs.append(
                     (
-                        jsonsafe.text(s.get("subtask", i), 200),
+                        "" if name is None else jsonsafe.text(name, 200),
                         _steps(s.get("steps")),
                         s.get("success", True) is not False,
                     )
                 )
             else:
-                subs.append((str(i), _steps(s), True))
+                subs.append(("", _steps(s), True))
         return _steps(stage.get("orchestrator_steps")), subs
     if isinstance(stage, list | tuple) and len(stage) == 2:
         return _steps(stage[0]), [
-            (str(i), _steps(s), True)
-            for i, s in enumerate(_list(stage[1], MAX_SUBAGENTS))
+            ("", _steps(s), True) for s in _list(stage[1], MAX_SUBAGENTS)
         ]
     return 0, []
 
@@ -153,12 +181,95 @@ def gantt(cp: CriticalPath) -> Gantt:
         drawn += len(subs)
         starts.append(t)
         if orch:
-            bars.append(Bar(0, t, orch, f"stage {s}: orchestrator", True))
+            bars.append(Bar(0, t, orch, f"stage {s}, orchestrator", True, stage=s))
         slowest = path[s] if s < len(path) else None
-        for i, (label, steps, ok) in enumerate(subs):
-            bars.append(
-                Bar(i + 1, t + orch, steps, f"stage {s}: {label}", i == slowest, ok)
-            )
+        for i, (name, steps, ok) in enumerate(subs):
+            label = f"stage {s}, sub-agent {i}" + (f" ({name})" if name else "")
+            crit = i == slowest
+            bars.append(Bar(i + 1, t + orch, steps, label, crit, ok, s, name))
         lanes = max(lanes, len(subs) + 1)
         t += orch + max((steps for _, steps, _ in subs), default=0)
     return Gantt(bars, lanes, t, cp.critical_steps, cp.total_steps, starts)
+
+
+def subagents(cp: CriticalPath) -> int:
+    """How many sub-agents a rollout spawned, over all its stages (either stage
+    spelling, within the bounds the chart draws)."""
+    return sum(len(_stage(s)[1]) for s in _list(cp.stages, MAX_STAGES))
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The rollout the page draws and why: ``how`` is "asked" (the address named
+    it), else the default's rule: "saving" (its parallel sub-agents saved the most
+    steps), "subagents" (sub-agents, none side by side: the most of them) or "first"
+    (nothing spawned one: the first listed). ``missing`` is the (group, index) asked
+    for that the step does not have; ``tied`` how many others shared its rank."""
+
+    cp: CriticalPath | None
+    how: str = "first"
+    missing: tuple[int, int] | None = None
+    tied: int = 0
+    # Of those tied, how many also had as many sub-agents (the next rule).
+    tied_subs: int = 0
+
+    @property
+    def saving(self) -> int:
+        return self.cp.total_steps - self.cp.critical_steps if self.cp else 0
+
+    @property
+    def subagents(self) -> int:
+        return subagents(self.cp) if self.cp else 0
+
+    @property
+    def why(self) -> str:
+        """Why this rollout is the one drawn, as the rest of a sentence."""
+        if self.how == "asked":
+            return "the rollout you chose"
+        if self.how == "first":
+            return "the first listed, as no rollout of this step spawned sub-agents"
+        others = f"{self.tied} other{'s' if self.tied != 1 else ''}"
+        if self.how == "subagents":
+            why = (
+                f"chosen by default as the rollout of this step with the most "
+                f"sub-agents ({self.subagents}); none of its rollouts ran two side "
+                "by side, so none saved steps"
+            )
+            tie = f"; {others} had as many: it is the first listed"
+        else:
+            why = (
+                "chosen by default as the rollout of this step whose sub-agents, run "
+                f"in parallel, saved the most steps ({self.saving} of its "
+                f"{self.cp.total_steps})"
+            )
+            tie = f"; {others} saved as many: " + (
+                "it is the first listed"
+                if self.tied_subs == self.tied
+                else f"it has the most sub-agents ({self.subagents})"
+                + (", the first listed of those" if self.tied_subs else "")
+            )
+        return why + (tie if self.tied else "")
+
+
+def pick(paths: list[CriticalPath], group: int | None, index: int | None) -> Pick:
+    """The rollout asked for when the step has it; else the one with sub-agents when
+    any has them, the most parallel saving, then the most sub-agents, then the first
+    listed (lowest group, then index)."""
+    for cp in paths:
+        if (cp.group, cp.index) == (group, index):
+            return Pick(cp, "asked")
+    missing = (group, index) if group is not None and index is not None else None
+    if not paths:
+        return Pick(None, missing=missing)
+    rank = {
+        id(c): (subagents(c) > 0, c.total_steps - c.critical_steps, subagents(c))
+        for c in paths
+    }
+    best = max(paths, key=lambda c: (rank[id(c)], -c.group, -c.index))
+    top = rank[id(best)]
+    how = "saving" if top[0] and top[1] > 0 else "subagents" if top[0] else "first"
+    # Tied on the rule the page names: the saving, or (no saving) the sub-agents.
+    first = 2 if how == "saving" else 3
+    tied = sum(1 for c in paths if rank[id(c)][:first] == top[:first]) - 1
+    tied_subs = sum(1 for c in paths if rank[id(c)] == top) - 1
+    return Pick(best, how, missing, tied, tied_subs)

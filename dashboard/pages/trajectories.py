@@ -252,13 +252,6 @@ def trajectory(
     )
 
 
-def _subagents(cp: CriticalPath) -> int:
-    """How many sub-agents a rollout spawned, over all its stages."""
-    return sum(
-        len(s.get("subagents") or []) for s in cp.stages or [] if isinstance(s, dict)
-    )
-
-
 def _parallel_step(run: Any, steps: list[int]) -> int | None:
     """The latest step where a rollout ran sub-agents side by side (its total work
     exceeds its critical path); None when no step did."""
@@ -295,25 +288,16 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
         if step is not None
         else {}
     )
-    chosen = None
-    g, i = _int(request.GET.get("group")), _int(request.GET.get("index"))
-    for cp in paths:
-        if (cp.group, cp.index) == (g, i):
-            chosen = cp
-    if chosen is None and paths:
-        # A rollout with sub-agents when the step has one: the most parallel saving,
-        # then the most sub-agents.
-        chosen = max(
-            paths,
-            key=lambda c: (
-                _subagents(c) > 0,
-                c.total_steps - c.critical_steps,
-                _subagents(c),
-                -c.group,
-                -c.index,
-            ),
-        )
-    rows = [(cp, rewards.get((cp.group, cp.index))) for cp in paths]
+    # The rollout asked for, else (a rollout with sub-agents when the step has one)
+    # the most parallel saving, then the most sub-agents: the page says which rule.
+    picked = gantt.pick(
+        paths, _int(request.GET.get("group")), _int(request.GET.get("index"))
+    )
+    chosen = picked.cp
+    rows = [
+        (cp, rewards.get((cp.group, cp.index)), cp.total_steps - cp.critical_steps)
+        for cp in paths
+    ]
     pos = steps.index(step) if step is not None else -1
     return render(
         request,
@@ -323,13 +307,17 @@ def critical_path(request: HttpRequest, run_id: Any) -> HttpResponse:
             "step": step,
             "rows": rows,
             "chosen": chosen,
+            "picked": picked,
+            # Opened without a step: say which step that is (the latest, or the latest
+            # with parallel sub-agents: ``picked_parallel``).
+            "step_asked": asked is not None,
             "chosen_traj": rewards.get((chosen.group, chosen.index))
             if chosen
             else None,
             "gantt": gantt.gantt(chosen) if chosen else None,
-            "chosen_subagents": _subagents(chosen) if chosen else 0,
+            "chosen_subagents": picked.subagents,
             "step_error": step_error,
-            "step_subagents": sum(1 for cp in paths if _subagents(cp)),
+            "step_subagents": sum(1 for cp in paths if gantt.subagents(cp)),
             "parallel_step": parallel_step if parallel_step != step else None,
             # Opened without a step at an earlier one than the run's last: say why.
             "picked_parallel": asked is None
