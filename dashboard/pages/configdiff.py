@@ -11,6 +11,11 @@ Configs of different frameworks (a run of ours against a TRL or verl run) share
 almost no key: :func:`compare` lines up their well-known settings through the table
 of ``trainer.config_keys`` and sets the keys only some of them have apart, for the
 page to fold (issue 22.10e).
+
+A sub-tree shown in one cell (a component only one run has) is cut at
+:data:`SUMMARY_LIMIT` characters for the new-run form's narrow diff; the compare page
+takes it whole (``limit=None``) and cuts it itself, with a way to open the whole value
+(``templates/pages/partials/config_value.html``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dashboard.pages.schema import flatten
 from trainer.config_keys import SETTINGS, ZERO_MEANS, framework_of, lookup
 
 MISSING = object()
+SUMMARY_LIMIT = 160  # characters of a sub-tree in one cell, where it is cut
 
 
 @dataclass(frozen=True)
@@ -97,10 +103,11 @@ def _empty(value: Any) -> bool:
     return value is MISSING or (isinstance(value, list | dict) and not value)
 
 
-def _summary(value: Any, limit: int = 160) -> str:
+def _summary(value: Any, limit: int | None = SUMMARY_LIMIT) -> str:
     """A whole sub-tree in one cell: ``weight=0.3, schedule.kind=linear, ...``; the
     fields left unset (None: their default) are not listed ("id_key=default" said
-    nothing), and a sub-tree of nothing else is "default"."""
+    nothing), and a sub-tree of nothing else is "default". Cut at ``limit``
+    characters (None: whole)."""
     if not isinstance(value, dict):
         return display(value)
     text = ", ".join(
@@ -110,10 +117,18 @@ def _summary(value: Any, limit: int = 160) -> str:
     )
     if not text:
         return display(None)
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+    if limit is None or len(text) <= limit:
+        return text
+    return text[: limit - 1] + "\u2026"
 
 
-def _walk(nodes: list[Any], path: str, whole: set[str], rows: list[DiffRow]) -> None:
+def _walk(
+    nodes: list[Any],
+    path: str,
+    whole: set[str],
+    rows: list[DiffRow],
+    limit: int | None = SUMMARY_LIMIT,
+) -> None:
     if all(_empty(n) for n in nodes):
         return  # no judges here, [] there: not a difference
     dicts = [n for n in nodes if isinstance(n, dict)]
@@ -122,14 +137,14 @@ def _walk(nodes: list[Any], path: str, whole: set[str], rows: list[DiffRow]) -> 
             # A component one run has and another has not is one row, not one per
             # field; so are another environment's parameters.
             if not all(_same_tree(nodes[0], n) for n in nodes[1:]):
-                rows.append(DiffRow(path, tuple(_summary(n) for n in nodes)))
+                rows.append(DiffRow(path, tuple(_summary(n, limit) for n in nodes)))
             return
         keys: dict[str, None] = {}
         for d in dicts:
             keys.update(dict.fromkeys(d))
         for k in keys:
             child = f"{path}.{k}" if path else str(k)
-            _walk([n.get(k, MISSING) for n in nodes], child, whole, rows)
+            _walk([n.get(k, MISSING) for n in nodes], child, whole, rows, limit)
         return
     if all(_same(nodes[0], v) for v in nodes[1:]):
         return
@@ -146,13 +161,16 @@ def _same_tree(a: Any, b: Any) -> bool:
     return _same(fa, fb)
 
 
-def diff(configs: Sequence[dict[str, Any]]) -> list[DiffRow]:
-    """Rows where at least two of ``configs`` disagree (``configs`` already normalised)."""
+def diff(
+    configs: Sequence[dict[str, Any]], limit: int | None = SUMMARY_LIMIT
+) -> list[DiffRow]:
+    """Rows where at least two of ``configs`` disagree (``configs`` already
+    normalised); a sub-tree in one cell cut at ``limit`` characters (None: whole)."""
     trees = [keyed(c) for c in configs]
     envs = {env_name(c) for c in configs}
     whole = {"env.params"} if len(envs) > 1 else set()
     rows: list[DiffRow] = []
-    _walk(trees, "", whole, rows)
+    _walk(trees, "", whole, rows, limit)
     return rows
 
 
@@ -211,8 +229,9 @@ def _display(value: Any, framework: str, path: str) -> str:
 def compare(configs: Sequence[dict[str, Any]]) -> Comparison:
     """:func:`diff` for the compare page. Configs of different frameworks (ours, TRL,
     verl) first line up their well-known settings; the keys those take are left out of
-    the rows, and keys only some configs have are set apart (``other``)."""
-    rows = diff(configs)
+    the rows, and keys only some configs have are set apart (``other``). Values are
+    whole: the page cuts a long one with a way to read it all."""
+    rows = diff(configs, limit=None)
     flats = [flatten(c) for c in configs]
     frameworks = [framework_of(f) for f in flats]
     if len(set(frameworks)) < 2:
