@@ -210,3 +210,15 @@ def test_step_rewards_summing_past_the_float_range_still_show_the_page(
     writer.store(run.pk, [t])
     html = page(owner_client, run)
     assert "data-step-total" in html
+
+
+def test_calcs_digit_words_are_explained_beside_its_answers(owner, owner_client):
+    """ "= 1 7" under "reference answer 17" read as a glitch: the note says why."""
+    calc = Run.objects.create(owner=owner, name="c", config={"env": {"name": "calc"}})
+    facts = {"answer": 17, "expected": 17, "success": True}
+    for r in (calc, Run.objects.create(owner=owner, name="d", config={})):
+        writer.store(r.pk, [traj(facts=facts)])
+    block = answers_block(page(owner_client, calc))
+    assert "data-digit-words" in block and '("1 7" is 17)' in block
+    other = Run.objects.exclude(pk=calc.pk).get(name="d")
+    assert "data-digit-words" not in page(owner_client, other)
