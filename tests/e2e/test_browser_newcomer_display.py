@@ -258,3 +258,36 @@ def test_the_preset_picker_shows_its_whole_label(live, browser, ui, shots, width
                 page.locator("fieldset", has=picker).screenshot(
                     path=str(shots / f"newcomer_preset_{width}.png")
                 )
+
+
+# Every select of the form against its widest label (a copy holding only that
+# option, at its natural width).
+SELECTS = """() => [...document.querySelectorAll('form select')].filter((s) => s.offsetParent)
+  .map((s) => {
+    let need = 0, widest = '';
+    for (const o of s.options) {
+      const copy = s.cloneNode(false);
+      copy.removeAttribute('id'); copy.removeAttribute('name');
+      copy.append(new Option(o.textContent));
+      copy.style.width = 'auto'; copy.style.position = 'absolute';
+      s.parentElement.append(copy);
+      const w = copy.getBoundingClientRect().width;
+      copy.remove();
+      if (w > need) { need = w; widest = o.textContent; }
+    }
+    return {name: s.name, widest, need, has: s.getBoundingClientRect().width};
+  })"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_select_of_the_form_shows_its_longest_label(live, browser, ui, width):
+    """The algorithm overrides' "preset: drop_zero_variance" was cut at 1400 px."""
+    with ui.signed_in(browser, live, width) as page:
+        page.goto(live.url + "/runs/new/")
+        page.evaluate(
+            "document.querySelectorAll('details').forEach((d) => d.open = true)"
+        )
+        got = page.evaluate(SELECTS)
+        assert len(got) >= 5, got
+        cut = [g for g in got if g["has"] < g["need"] - 0.5]
+        assert not cut, cut

@@ -59,6 +59,22 @@ def latest(value: Any) -> str:
     )
 
 
+# A select of the run form two grid columns wide when an option's label is longer
+# than this (one column, 190 px at 1400, shows about 19 characters: "DAPO (clip-
+# higher, dyn", "preset: drop_zero_vari" were cut).
+WIDE_CHOICE_CHARS = 19
+
+
+@register.simple_tag
+def wide_choice(spec: Any, preset_hint: Any = None) -> bool:
+    """Whether the run form's select for ``spec`` needs two columns (its longest
+    label, the "preset: ..." or "default" first option included)."""
+    labels = [str(text) for _, text in getattr(spec, "choices", ()) or ()]
+    if getattr(spec, "optional", False):
+        labels.append("default" if preset_hint is None else f"preset: {preset_hint}")
+    return max(map(len, labels), default=0) > WIDE_CHOICE_CHARS
+
+
 @register.filter
 def signed(value: Any) -> str:
     """The CSS class of a signed number (advantages)."""
