@@ -91,7 +91,9 @@ def _diff(
     # Paths as the form shows them on both sides: the parent's stored real path
     # and the same path picked relative to its root are no change.
     sides = [f.normalise(parent.config), config]
-    return configdiff.diff([roots.shown_paths(c) for c in sides])
+    # Whole values: a long one starts and opens in full (partials/config_value.html,
+    # run_form.js's valueCell), as on the compare page.
+    return configdiff.diff([roots.shown_paths(c) for c in sides], limit=None)
 
 
 def _step(text: str | None) -> Any:

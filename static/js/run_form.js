@@ -279,11 +279,25 @@ function showErrors(errors) {
   return orphans;
 }
 
+/** One value of the diff, as templates/pages/partials/config_value.html writes it:
+ * a long one (over 100 characters) shows its first 79 and "…", and opens whole. */
+function valueBox(value) {
+  const v = String(value ?? "");
+  const chars = [...v]; // characters, as Python counts them
+  if (chars.length <= 100) return el("div", { class: "config-value" }, v);
+  const summary = el("summary", { title: v },
+    el("span", { class: "cut", text: `${chars.slice(0, 79).join("")}…` }), " ",
+    el("span", { class: "more", text: `${chars.length} characters` }));
+  return el("div", { class: "config-value" },
+    el("details", { class: "long-value", "data-long-value": "" }, summary, el("div", { class: "whole", text: v })));
+}
+
 function showDiff(diff) {
   const table = form.querySelector("[data-diff]");
   if (!table) return;
   const pathCell = (path) => el("td", {}, ...path.split(".").flatMap((p, i) => (i ? [".", el("wbr"), p] : [p])));
-  const rows = diff.map((d) => el("tr", {}, pathCell(d.path), el("td", { class: "old", text: d.parent }), el("td", { class: "new", text: d.value })));
+  const rows = diff.map((d) => el("tr", {}, pathCell(d.path), el("td", { class: "old" }, valueBox(d.parent)),
+    el("td", { class: "new" }, valueBox(d.value))));
   table.tBodies[0].replaceChildren(...rows);
   form.querySelector("[data-diff-empty]").hidden = diff.length > 0;
 }

@@ -291,3 +291,41 @@ def test_every_select_of_the_form_shows_its_longest_label(live, browser, ui, wid
         assert len(got) >= 5, got
         cut = [g for g in got if g["has"] < g["need"] - 0.5]
         assert not cut, cut
+
+
+CLONE_SEED = """
+from django.contrib.auth import get_user_model
+from dashboard.models import Run
+alice = get_user_model().objects.get(username='alice')
+cfg = {"steps": 5, "env": {"name": "calc"}, "model": {"size": "tiny", "device": "cpu"}}
+run = Run.objects.create(owner=alice, name='long values', config=cfg, status='succeeded')
+print(json.dumps(str(run.pk)))
+"""
+
+LONG = """() => [...document.querySelectorAll('[data-diff] [data-long-value]')].map((d) => ({
+  summary: d.querySelector('summary').textContent, title: d.querySelector('summary').title,
+  whole: d.querySelector('.whole').textContent}))"""
+
+
+def test_the_clone_forms_diff_opens_a_long_value_whole(live, browser, ui):
+    """The clone form's "Changes from the parent" cut values at 160 characters with
+    nothing to open (another environment's parameters, a component one side has):
+    it writes them as compare does, the page as it loads and as you type alike."""
+    run = live.script(CLONE_SEED)
+    with ui.signed_in(browser, live, 1400) as page:
+        page.goto(f"{live.url}/runs/{run}/clone/")
+        page.check("[name='env.name'][value=swarm]")
+        ui.until(
+            page,
+            "document.querySelectorAll('[data-diff] [data-long-value]').length >= 2",
+            30,
+        )
+        cells = page.evaluate(LONG)
+        for c in cells:
+            assert c["whole"] == c["title"] and len(c["whole"]) > 100, c
+            n = len(c["whole"])
+            assert c["summary"] == c["whole"][:79] + f"\u2026 {n} characters", c
+        assert any(len(c["whole"]) > 160 for c in cells), cells  # cut there before
+        page.locator("[data-diff] [data-long-value] summary").last.click()
+        assert page.locator("[data-diff] .whole").last.is_visible()
+        page.guard.check()
