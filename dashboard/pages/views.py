@@ -8,6 +8,7 @@ pages' Content-Security-Policy (:mod:`dashboard.pages.csp`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -317,65 +318,69 @@ def with_waiting(rows: list[Any]) -> list[Any]:
     return run_state.with_quiet(rows)
 
 
-@require_POST
-@csp
-def run_cancel(request: HttpRequest, run_id: Any) -> HttpResponse:
+def _run_action(
+    request: HttpRequest,
+    run_id: Any,
+    act: Callable[[Run], Run],
+    said: Callable[[Run, str], tuple[str, str]],
+) -> HttpResponse:
+    """Cancel, Pause, Resume: ``act`` on the user's run, then what ``said(run,
+    status before)`` tells them (text, message tags), or why it could not be done."""
     run = services.get_run_for_user(request.user, run_id)
-    was = "paused" if run.status == RunStatus.PAUSED else "queued"
+    before = run.status
     try:
-        run = services.cancel_run(run)
+        run = act(run)
     except services.ServiceError as exc:
         messages.error(request, "; ".join(exc.errors))
     else:
-        if run.status == RunStatus.CANCELLED and run.last_step:
-            messages.info(
-                request,
-                f"Cancelled while {was} after step {run.last_step}: it will not go "
-                "on; what it recorded is kept.",
-            )
-        elif run.status == RunStatus.CANCELLED:
-            messages.info(request, "Cancelled before it started: nothing ran.")
-        else:
-            messages.info(
-                request,
-                "Cancel requested: the run stops at its next step.",
-                extra_tags="cancel-pending",  # the page hides it once the run ends
-            )
+        text, tags = said(run, before)
+        messages.info(request, text, extra_tags=tags)
     return redirect("pages:run_detail", run.pk)
+
+
+def _cancel_said(run: Run, before: str) -> tuple[str, str]:
+    if run.status != RunStatus.CANCELLED:  # the page hides it once the run ends
+        return "Cancel requested: the run stops at its next step.", "cancel-pending"
+    if not run.last_step:
+        return "Cancelled before it started: nothing ran.", ""
+    was = "paused" if before == RunStatus.PAUSED else "queued"
+    return (
+        f"Cancelled while {was} after step {run.last_step}: it will not go on; what "
+        "it recorded is kept.",
+        "",
+    )
+
+
+def _pause_said(run: Run, before: str) -> tuple[str, str]:
+    if run.status == RunStatus.PAUSED:
+        return "Paused: it left the queue until you resume it.", ""
+    return (  # the page hides it once the run pauses
+        "Pause requested: the run stops at its next step and keeps its state.",
+        "pause-pending",
+    )
+
+
+def _resume_said(run: Run, before: str) -> tuple[str, str]:
+    where = f" from step {run.last_step}" if run.last_step else ""
+    return f"Resumed: queued to go on{where}.", ""
+
+
+@require_POST
+@csp
+def run_cancel(request: HttpRequest, run_id: Any) -> HttpResponse:
+    return _run_action(request, run_id, services.cancel_run, _cancel_said)
 
 
 @require_POST
 @csp
 def run_pause(request: HttpRequest, run_id: Any) -> HttpResponse:
-    run = services.get_run_for_user(request.user, run_id)
-    try:
-        run = pausing.pause_run(run)
-    except services.ServiceError as exc:
-        messages.error(request, "; ".join(exc.errors))
-    else:
-        if run.status == RunStatus.PAUSED:
-            messages.info(request, "Paused: it left the queue until you resume it.")
-        else:
-            messages.info(
-                request,
-                "Pause requested: the run stops at its next step and keeps its state.",
-                extra_tags="pause-pending",  # the page hides it once the run pauses
-            )
-    return redirect("pages:run_detail", run.pk)
+    return _run_action(request, run_id, pausing.pause_run, _pause_said)
 
 
 @require_POST
 @csp
 def run_resume(request: HttpRequest, run_id: Any) -> HttpResponse:
-    run = services.get_run_for_user(request.user, run_id)
-    try:
-        run = pausing.resume_run(run)
-    except services.ServiceError as exc:
-        messages.error(request, "; ".join(exc.errors))
-    else:
-        where = f" from step {run.last_step}" if run.last_step else ""
-        messages.info(request, f"Resumed: queued to go on{where}.")
-    return redirect("pages:run_detail", run.pk)
+    return _run_action(request, run_id, pausing.resume_run, _resume_said)
 
 
 def _compare_ids(request: HttpRequest) -> list[str]:

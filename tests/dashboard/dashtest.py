@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -269,3 +270,21 @@ def populate(run, steps, seed: int = 3) -> None:
     writer.write(run.id, batch)
     Checkpoint.objects.create(run=run, step=max(steps), path="/x", attempt=1)
     Run.objects.filter(pk=run.pk).update(last_step=max(steps))
+
+
+def execute_in_thread(run) -> threading.Thread:
+    """``run`` executed as a worker would (``jobs.execute_run``), in a thread of its
+    own with its own database connection, started."""
+    from django.db import connection
+
+    from dashboard.runs.jobs import execute_run
+
+    def work():
+        try:
+            execute_run.run(str(run.id))
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    return worker

@@ -8,26 +8,15 @@ import threading
 import time
 
 import pytest
-from dashtest import wait_for
-from django.db import connection
+from dashtest import execute_in_thread, wait_for
 
 from dashboard.models import MetricPoint, Run, RunStatus
 from dashboard.runs import services
-from dashboard.runs.jobs import execute_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def start(run) -> threading.Thread:
-    def work():
-        try:
-            execute_run.run(str(run.id))
-        finally:
-            connection.close()  # this thread's own connection
-
-    worker = threading.Thread(target=work, daemon=True)
-    worker.start()
-    return worker
+start = execute_in_thread
 
 
 def status(run) -> str:

@@ -3,30 +3,18 @@ and goes on from where it stopped, step for step, never spliced."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
-from dashtest import client_for, wait_for
-from django.db import connection
+from dashtest import client_for, execute_in_thread, wait_for
 
 from dashboard.models import Checkpoint, MetricPoint, Run, RunAttempt, RunStatus
 from dashboard.runs import lease, pausing, services
-from dashboard.runs.jobs import execute_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def start(run) -> threading.Thread:
-    def work():
-        try:
-            execute_run.run(str(run.id))
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=work, daemon=True)
-    worker.start()
-    return worker
+start = execute_in_thread
 
 
 def status(run) -> str:
