@@ -125,8 +125,15 @@ def test_another_users_token_gets_404_for_my_run(api, other):
     assert MetricPoint.objects.count() == 0
 
 
+def create_on_page(client, name):
+    """The tokens page's form as a browser sends it: the page first, then its form
+    (with the one-use mark the page rendered)."""
+    mark = client.get("/settings/tokens/").context["form_mark"]
+    return client.post("/settings/tokens/", {"name": name, "form_mark": mark})
+
+
 def test_the_tokens_page_creates_shows_once_and_revokes(owner_client, owner):
-    r = owner_client.post("/settings/tokens/", {"name": "notebook"})
+    r = create_on_page(owner_client, "notebook")
     assert r.status_code == 200 and r["Cache-Control"] == "no-store"
     token = r.context["new_token"]["token"]
     assert token.encode() in r.content
@@ -153,8 +160,30 @@ def test_the_tokens_page_creates_shows_once_and_revokes(owner_client, owner):
 
 
 def test_the_tokens_page_refuses_a_blank_name_next_to_the_field(owner_client):
-    r = owner_client.post("/settings/tokens/", {"name": "  "})
+    r = create_on_page(owner_client, "  ")
     assert b"name: must be a string" in r.content and ApiToken.objects.count() == 0
+
+
+def test_a_reload_of_the_page_that_showed_a_new_token_creates_no_other(owner_client):
+    """The newcomer's reload resent the form: a second live token of that name."""
+    form = {
+        "name": "second",
+        "form_mark": owner_client.get("/settings/tokens/").context["form_mark"],
+    }
+    first = owner_client.post("/settings/tokens/", form)
+    assert first.context["new_token"] and ApiToken.objects.count() == 1
+    again = owner_client.post("/settings/tokens/", form)  # the browser's resend
+    assert again.context["new_token"] is None and ApiToken.objects.count() == 1
+    assert "this form was already sent" in again.content.decode()
+    assert first.context["new_token"]["token"].encode() not in again.content
+    # the form it renders then works, once
+    fresh = {"name": "third", "form_mark": again.context["form_mark"]}
+    assert owner_client.post("/settings/tokens/", fresh).context["new_token"]
+    assert (
+        owner_client.post("/settings/tokens/", {"name": "x"}).context["new_token"]
+        is None
+    )
+    assert ApiToken.objects.count() == 2
 
 
 # --- events -------------------------------------------------------------------------
