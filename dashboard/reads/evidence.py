@@ -10,6 +10,7 @@ beside each label, for anyone matching a row with the API's ``evidence``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # What a key (or a key's stem, before ``_early``/``_late``/...) measures.
@@ -102,22 +103,47 @@ def evidence_rows(evidence: Any) -> list[dict[str, str]]:
     ]
 
 
+# A number in a reason ("2 tokens (0.4x the early mean)", "entropy 1.166 nats/token"):
+# reasons alike but for their numbers are one line, each number as its range.
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _ranged(reasons: list[str]) -> str:
+    """Reasons of one shape as one: each number the range of its values ("2-3
+    tokens (0.4-0.6x the early mean), not solved", with an en dash)."""
+    slots = [NUMBER.findall(r) for r in reasons]
+    parts = NUMBER.split(reasons[0])
+    out = [parts[0]]
+    for i, rest in enumerate(parts[1:]):
+        seen = sorted({s[i] for s in slots}, key=lambda x: (float(x), x))
+        out.append(seen[0] if len(seen) == 1 else f"{seen[0]}\u2013{seen[-1]}")
+        out.append(rest)
+    return "".join(out)
+
+
 def by_reason(refs: Any) -> list[dict[str, Any]]:
     """An alert's evidence rollouts under each reason, once, in the order the
-    reasons first appear: ``[{"why", "groups": [{"group", "refs"}]}]``, a group's
-    rollouts together ("group 1 #0, #2"). A rollout without a reason is listed
-    under ``why`` "" (an older alert, a plugin's detector)."""
-    reasons: dict[str, dict[Any, list[Any]]] = {}
+    reasons first appear: ``[{"why", "count", "groups": [{"group", "refs"}]}]``, a
+    group's rollouts together ("group 1 #0, #2"). Reasons alike but for their
+    numbers share a line, its numbers as ranges (28 rollouts' "entropy 1.166
+    nats/token" ... were 28 lines; each rollout's own reason is its link's title).
+    A rollout without a reason is listed under ``why`` "" (an older alert, a
+    plugin's detector)."""
+    shapes: dict[str, list[dict[str, Any]]] = {}
     for t in refs or ():
-        if not isinstance(t, dict):
-            continue
-        why = str(t.get("why") or "")
-        reasons.setdefault(why, {}).setdefault(t.get("group"), []).append(t)
-    return [
-        {
-            "why": why,
-            "count": sum(len(v) for v in groups.values()),
-            "groups": [{"group": g, "refs": v} for g, v in groups.items()],
-        }
-        for why, groups in reasons.items()
-    ]
+        if isinstance(t, dict):
+            why = str(t.get("why") or "")
+            shapes.setdefault(NUMBER.sub("#", why), []).append(t)
+    out = []
+    for alike in shapes.values():
+        groups: dict[Any, list[Any]] = {}
+        for t in alike:
+            groups.setdefault(t.get("group"), []).append(t)
+        out.append(
+            {
+                "why": _ranged([str(t.get("why") or "") for t in alike]),
+                "count": len(alike),
+                "groups": [{"group": g, "refs": v} for g, v in groups.items()],
+            }
+        )
+    return out

@@ -67,6 +67,22 @@ export function runAlerts(trajectoriesUrl, onCount) {
   return { addAlert, alertSteps };
 }
 
+const NUMBER = /-?\d+(?:\.\d+)?/g;
+
+/** Reasons of one shape as one, each number the range of its values (evidence.py's
+ * _ranged): "2–3 tokens (0.4–0.6x the early mean), not solved". */
+export function ranged(reasons) {
+  const slots = reasons.map((r) => r.match(NUMBER) || []);
+  const parts = reasons[0].split(/-?\d+(?:\.\d+)?/);
+  let out = parts[0];
+  for (let i = 1; i < parts.length; i++) {
+    const seen = [...new Set(slots.map((s) => s[i - 1]))]
+      .sort((a, b) => parseFloat(a) - parseFloat(b) || (a < b ? -1 : a > b ? 1 : 0));
+    out += (seen.length === 1 ? seen[0] : `${seen[0]}\u2013${seen[seen.length - 1]}`) + parts[i];
+  }
+  return out;
+}
+
 /** An alert's evidence rollouts under each reason, once, a group's rollouts together
  * ("2 tokens (0.4x the early mean), not solved: group 1 #0, #2; group 3 #1"), as
  * templates/pages/partials/alert_evidence.html writes them (dashboard.reads.evidence.
@@ -74,13 +90,21 @@ export function runAlerts(trajectoriesUrl, onCount) {
 function evidenceBox(a, trajectoriesUrl) {
   const refs = Array.isArray(a.trajectories) ? a.trajectories : [];
   if (!refs.length) return null;
-  const reasons = new Map();
+  // Reasons alike but for their numbers share a line (dashboard.reads.evidence).
+  const shapes = new Map();
   for (const t of refs) {
-    const why = String(t.why || "");
-    if (!reasons.has(why)) reasons.set(why, new Map());
-    const groups = reasons.get(why);
-    if (!groups.has(t.group)) groups.set(t.group, []);
-    groups.get(t.group).push(t);
+    const shape = String(t.why || "").replace(NUMBER, "#");
+    if (!shapes.has(shape)) shapes.set(shape, []);
+    shapes.get(shape).push(t);
+  }
+  const reasons = new Map();
+  for (const alike of shapes.values()) {
+    const groups = new Map();
+    for (const t of alike) {
+      if (!groups.has(t.group)) groups.set(t.group, []);
+      groups.get(t.group).push(t);
+    }
+    reasons.set(ranged(alike.map((t) => String(t.why || ""))), groups);
   }
   const n = refs.length;
   const box = el("div", { class: "small alert-evidence", "data-alert-evidence": a.detector },

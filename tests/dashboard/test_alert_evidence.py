@@ -259,6 +259,33 @@ def test_each_reason_is_written_once_with_its_rollouts_under_it():
     assert "matched in all" not in text
 
 
+def test_reasons_alike_but_for_their_numbers_share_a_line_with_ranges():
+    """28 rollouts' "entropy 1.166 nats/token", each its own number, were 28 lines."""
+    from dashboard.reads.evidence import by_reason
+
+    refs = [
+        {
+            "group": i // 4,
+            "index": i % 4,
+            "why": f"entropy {0.5 + i / 100:.3f} nats/token",
+        }
+        for i in range(28)
+    ]
+    refs.append({"group": 9, "index": 0, "why": "2 tokens (0.4x the early mean)"})
+    refs.append({"group": 9, "index": 1, "why": "10 tokens (1.2x the early mean)"})
+    got = by_reason(refs)
+    assert [(r["why"], r["count"]) for r in got] == [
+        ("entropy 0.500\u20130.770 nats/token", 28),
+        ("2\u201310 tokens (0.4\u20131.2x the early mean)", 2),
+    ]
+    assert len(got[0]["groups"]) == 7  # each group's rollouts together
+    for t in refs:
+        t["url"] = f"/t/{t['group']}/{t['index']}/"
+    html = render_evidence(refs)
+    assert html.count("data-evidence-reason") == 2
+    assert 'title="entropy 0.530 nats/token"' in html  # each its own in its title
+
+
 def render_evidence(refs):
     from django.template.loader import render_to_string
 

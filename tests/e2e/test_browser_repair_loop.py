@@ -66,6 +66,30 @@ def test_the_repair_loop_for_spurious_parallelism(repair_live, page, shots, ui):
         [run, step],
     )
     assert " ".join(live.split()) == served
+    # Reasons alike but for their numbers: one line, ranges, the same both sides.
+    from dashboard.reads.evidence import _ranged
+
+    cases = [
+        [
+            "2 tokens (0.4x the early mean), not solved",
+            "3 tokens (0.6x the early mean), not solved",
+        ],
+        [
+            "entropy 1.166 nats/token",
+            "entropy 0.91 nats/token",
+            "entropy 1.0 nats/token",
+        ],
+        ["-3 x", "10 x", "1 x"],
+        ["answered after at most one search"],
+    ]
+    got = page.evaluate(
+        """async (cases) => {
+          const { ranged } = await import("/static/js/run_alerts.js");
+          return cases.map(ranged);
+        }""",
+        cases,
+    )
+    assert got == [_ranged(c) for c in cases], got
 
     # An evidence rollout is one of the hacked ones: many sub-agents, few finished.
     href = alert.locator("[data-evidence-link]").first.get_attribute("href")
