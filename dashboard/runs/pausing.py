@@ -30,6 +30,9 @@ NOT_OURS = (
 )
 
 
+NOT_STARTED = "Paused by its owner before it started; Resume puts it back in the queue."
+
+
 def do_pause_run(run: Run) -> Run:
     """Pause ``run``: a queued one now, a running one at its next step."""
     with transaction.atomic():
@@ -37,9 +40,12 @@ def do_pause_run(run: Run) -> Run:
         if run.external:
             raise Conflict(NOT_OURS)
         if run.status == RunStatus.QUEUED:
-            where = f"after step {run.last_step}" if run.last_step else "in the queue"
             run.status, run.enqueued_at = RunStatus.PAUSED, None
-            run.error = lease.held_note(where)
+            run.error = (
+                lease.held_note(f"after step {run.last_step}")
+                if run.last_step
+                else NOT_STARTED
+            )
             run.save(update_fields=["status", "enqueued_at", "error"])
         elif run.status == RunStatus.RUNNING:
             if run.cancel_requested:

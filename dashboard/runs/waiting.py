@@ -75,7 +75,7 @@ def waiting(run: Run) -> Waiting | None:
         "ahead": ahead,
         "queue": run.queue,
         "workers": workers,
-        "text": _text(run, position, ahead, workers),
+        "text": _text(run, position, ahead, workers, running.count()),
     }
 
 
@@ -114,8 +114,12 @@ def where(r: Ahead) -> str:
     return f"step {r['last_step']}{of}"
 
 
-def _text(run: Run, position: int, ahead: list[Ahead], workers: int | None) -> str:
-    """One sentence for the run page and the runs list."""
+def _text(
+    run: Run, position: int, ahead: list[Ahead], workers: int | None, running: int
+) -> str:
+    """One sentence for the run page and the runs list: with a run training ahead,
+    "next to start: 'X' trains now (step 12 of 200)" ("2nd in line, behind 'X'"
+    read as if X were queued before it)."""
     if workers == 0:
         return (
             f"waiting for a worker serving queue {run.queue}: none is running "
@@ -123,11 +127,17 @@ def _text(run: Run, position: int, ahead: list[Ahead], workers: int | None) -> s
             f"{run.queue.split('-x')[0]})"
         )
     line = "next in line" if position == 1 else f"{ordinal(position)} in line"
-    if ahead:
-        first = ahead[0]
-        line += f", behind {first['name']!r} ({where(first)})"
-        if first["demo"] and first["status"] == RunStatus.RUNNING and not run.demo:
+    first = ahead[0] if ahead else None
+    if first and first["status"] == RunStatus.RUNNING:
+        queued = position - 1 - running
+        line = "next to start" if queued <= 0 else f"{ordinal(queued + 1)} to start"
+        line += f": {first['name']!r} trains now ({where(first)})"
+        if first["demo"] and not run.demo:
             line += ", a demo that pauses for your run at its next step"
+        if queued > 0:
+            line += f"; {queued} queued ahead"
+    elif first:
+        line += f", behind {first['name']!r} ({where(first)})"
     if workers is not None:
         line += f"; waiting for a worker serving queue {run.queue}"
     return line

@@ -72,10 +72,8 @@ def test_a_queued_run_pauses_at_once_and_a_paused_one_can_be_cancelled(
     run = services.launch_run(owner, tiny_config)
     run = pausing.pause_run(run)
     assert run.status == RunStatus.PAUSED and run.enqueued_at is None
-    assert (
-        run.error
-        == "Paused by its owner in the queue; Resume queues it again from there."
-    )
+    assert run.error == pausing.NOT_STARTED
+    assert "before it started" in run.error
     assert lease.claim(run.pk) is None
     with pytest.raises(services.Conflict, match="already paused"):
         pausing.pause_run(run)

@@ -53,14 +53,17 @@ def test_a_queued_run_names_its_place_and_the_run_it_waits_behind(
     body = client.get(f"/api/runs/{mine.pk}").json()
     assert body["waiting"]["position"] == 2
     assert body["waiting"]["workers"] is None
-    assert body["waiting"]["text"].startswith(
-        "2nd in line, behind 'swarm demo' (step 412 of 1500), a demo that pauses"
+    assert body["waiting"]["text"] == (
+        "next to start: 'swarm demo' trains now (step 412 of 1500), a demo that "
+        "pauses for your run at its next step"
     )
     assert [a["name"] for a in body["waiting"]["ahead"]] == ["swarm demo"]
     second = client.get(f"/api/runs/{later.pk}").json()["waiting"]
     assert second["position"] == 3
+    assert second["text"].startswith("2nd to start: 'swarm demo' trains now (step 412")
+    assert second["text"].endswith("; 1 queued ahead")
     page = client.get(f"/runs/{mine.pk}/").content.decode()
-    assert "2nd in line, behind &#x27;swarm demo&#x27; (step 412 of 1500)" in page
+    assert "next to start: &#x27;swarm demo&#x27; trains now (step 412 of 1500)" in page
     # The one run ahead is named once (the sentence), with a link to it; several
     # ahead are listed as links after it.
     assert "· ahead:" not in page and page.count("swarm demo</a>") == 0
@@ -68,7 +71,7 @@ def test_a_queued_run_names_its_place_and_the_run_it_waits_behind(
     later_page = client.get(f"/runs/{later.pk}/").content.decode()
     assert "the 2 nearest ahead:" in later_page and "open that run" not in later_page
     listing = client.get("/runs/").content.decode()
-    assert listing.count("in line, behind") == 2
+    assert listing.count("trains now") == 2
     # A running run has no place in line.
     assert client.get(f"/api/runs/{mine.pk}").json()["demo"] is False
     Run.objects.filter(pk=mine.pk).update(status=RunStatus.RUNNING)

@@ -56,7 +56,7 @@ def test_a_queued_run_says_where_it_stands_then_shows_its_warm_start(
     ui.login(page, live.url)
     page.goto(f"{live.url}/runs/{run_id}/")
     text = _state(page)
-    assert "Queued: 2nd in line, behind 'demo: swarm, live for a while'" in text
+    assert "Queued: next to start: 'demo: swarm, live for a while' trains now" in text
     assert "(step 412 of 1500), a demo that pauses for your run" in text
     # The name is the user's text: shown as typed, never as markup.
     assert page.locator("h1 b").count() == 0 and "<b>" in page.inner_text("h1")
