@@ -72,6 +72,26 @@ class RewardMonitor:
         self._active: dict[str, int] = {}
         self._fired: dict[str, int] = {}  # detector -> alerts it raised
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the detectors remember, as JSON (a checkpoint's ``meta.json``): the
+        window, the run's first values, what fired and when it was last seen."""
+        return {
+            "window": [dict(s) for s in self.window],
+            "first": {k: list(v) for k, v in self.first.items()},
+            "active": dict(self._active),
+            "fired": dict(self._fired),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume where :meth:`state_dict` left off: a run resumed after a pause
+        (or a lost worker) neither raises again what it already raised nor takes
+        the step it resumed at for its start."""
+        self.window.clear()
+        self.window.extend(dict(s) for s in state.get("window") or ())
+        self.first = {k: list(v) for k, v in (state.get("first") or {}).items()}
+        self._active = {str(k): int(v) for k, v in (state.get("active") or {}).items()}
+        self._fired = {str(k): int(v) for k, v in (state.get("fired") or {}).items()}
+
     def __call__(
         self,
         step: int,

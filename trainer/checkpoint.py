@@ -35,6 +35,9 @@ class TrainState:
     task_rng: random.Random
     sample_gen: torch.Generator
     kl_coef: float | None = None  # the adaptive KL coefficient; None: not adapted yet
+    # The detectors' memory (``RewardMonitor.state_dict``): a resumed run neither
+    # alerts again on what it already alerted on nor takes its resume for its start.
+    monitor: dict[str, Any] | None = None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -160,6 +163,7 @@ def load_checkpoint(
         task_rng=task_rng,
         sample_gen=gen,
         kl_coef=meta.get("kl_coef"),
+        monitor=meta.get("monitor"),
     )
 
 

@@ -175,4 +175,5 @@ def load_sharded(
         task_rng=task_rng,
         sample_gen=gen,
         kl_coef=meta.get("kl_coef"),
+        monitor=meta.get("monitor"),
     )

@@ -106,6 +106,9 @@ def train(
     )
     if ckpt is not None:
         state = load_state(ckpt, policy, optimizer, par)
+        restore_monitor = getattr(monitor, "load_state_dict", None)
+        if state.monitor and callable(restore_monitor):
+            restore_monitor(state.monitor)
     # Records are built on every rank when rank 0's sink listens.
     par.listening = par.broadcast(not isinstance(sink, NullSink))
     sink.emit(
@@ -242,7 +245,13 @@ def _run(
             due = step == config.steps or (every > 0 and step % every == 0)
             if checkpoint_dir is not None and due:
                 path = save_state(
-                    checkpoint_dir, ctx.policy, ctx.optimizer, state, config, par
+                    checkpoint_dir,
+                    ctx.policy,
+                    ctx.optimizer,
+                    state,
+                    config,
+                    par,
+                    ctx.monitor,
                 )
                 sink.emit({"type": "checkpoint", "step": step, "path": str(path)})
                 saved = step
@@ -288,7 +297,9 @@ def _keep_state(
         return
     if state.step == saved:
         return
-    path = save_state(keep.root, ctx.policy, ctx.optimizer, state, ctx.config, ctx.par)
+    path = save_state(
+        keep.root, ctx.policy, ctx.optimizer, state, ctx.config, ctx.par, ctx.monitor
+    )
     ctx.sink.emit({"type": "checkpoint", "step": state.step, "path": str(path)})
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,8 +37,12 @@ def save_state(
     state: TrainState,
     config: TrainConfig,
     par: Handle,
+    monitor: Any = None,
 ) -> Path:
-    meta = {"config": config.model_dump(mode="json")}
+    meta: dict[str, Any] = {"config": config.model_dump(mode="json")}
+    kept = getattr(monitor, "state_dict", None)  # rank 0's detectors, if they keep one
+    if callable(kept):
+        meta["monitor"] = kept()
     return par.save(
         root, policy, optimizer, state, meta=meta, keep=config.checkpoint.keep
     )
