@@ -81,15 +81,17 @@ def entropy_collapse(window: Sequence[Summary], cfg: DetectorConfig) -> Finding 
         return None
     # Under the floor, say why now: what success did meanwhile (a run that never
     # learned, or one unlearning; entropy itself may have sat there for a while).
+    # "0.024 -> 0.024 (under 0.1)" read as no change: a level under the floor is
+    # said as one, the early half's beside it.
     succ = series(window, "success")
-    why = ""
+    said = f"{e0:.3f} -> {e1:.3f} nats/token"
     if not fast:
-        why = f" (under {floor:g})"
+        said = f"{e1:.3f} nats/token, under the floor {floor:g} (early half {e0:.3f})"
         if enough(cfg, succ):
             s0, s1 = halves(succ)
-            why += f" while success {s0:.2f} -> {s1:.2f}"
+            said += f" while success {s0:.2f} -> {s1:.2f}"
     return Finding(
-        f"entropy collapse: {e0:.3f} -> {e1:.3f} nats/token{why}",
+        f"entropy collapse: {said}",
         {
             "entropy_early": e0,
             "entropy_late": e1,

@@ -133,8 +133,8 @@ def test_entropy_under_the_floor_while_the_task_is_being_solved_is_not_collapse(
     assert entropy_collapse(_learning(success=CLIMB, **sharp), CFG) is None
     flat = entropy_collapse(_learning(success=[0.05] * 8, **sharp), CFG)
     assert flat is not None and flat.message == (
-        "entropy collapse: 0.120 -> 0.085 nats/token (under 0.1) while success "
-        "0.05 -> 0.05"
+        "entropy collapse: 0.085 nats/token, under the floor 0.1 (early half 0.120) "
+        "while success 0.05 -> 0.05"
     )
     # A fall to a quarter within the window is a collapse, learning or not.
     fast = {"entropy": [0.8, 0.8, 0.7, 0.7, 0.15, 0.12, 0.1, 0.1]}
