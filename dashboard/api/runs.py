@@ -14,7 +14,7 @@ from dashboard.api.schemas import (
     RunList,
     RunOut,
 )
-from dashboard.reads.runs import run_dict
+from dashboard.reads.runs import run_dict, with_last_reward
 from dashboard.runs import pausing, services
 from dashboard.runs.waiting import waiting
 
@@ -36,7 +36,9 @@ def list_runs(
         "runs": [
             # attempts: each run's wall time (duration_s), in one query for the page
             run_dict(r)
-            for r in runs.prefetch_related("attempts")[offset : offset + limit]
+            for r in with_last_reward(runs).prefetch_related("attempts")[
+                offset : offset + limit
+            ]
         ],
     }
 

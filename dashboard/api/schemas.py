@@ -32,6 +32,11 @@ class RunOut(Schema):
         "state, and waits 'paused' until resumed.",
     )
     error: str
+    last_reward: float | str | None = Field(
+        None,
+        description="The run's latest reward (in the list; an external run's under "
+        'its trainer\'s name; non-finite as "NaN", "Infinity", "-Infinity").',
+    )
     external: bool
     framework: str
     group: str

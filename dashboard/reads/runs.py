@@ -113,13 +113,7 @@ def filter_runs(runs: QuerySet[Run], params: Any) -> QuerySet[Run]:
     env = params.get("env") or ""
     if env:
         runs = runs.filter(config__env__name=env)
-    runs = runs.annotate(
-        # An external run's reward is under its trainer's name (reward_names).
-        last_reward=Case(
-            When(external=False, then=_latest(OuterRef("pk"), "reward")),
-            default=latest_reward(OuterRef("pk")),
-            output_field=ExactFloatField(),  # NaN compared as stored (SQLite: 'NaN')
-        ),
+    runs = with_last_reward(runs).annotate(
         # An external run's config is any JSON: only ours is known to hold an int.
         progress=Case(
             When(
@@ -270,6 +264,18 @@ def alert_counts(run_ids: Iterable[Any]) -> dict[Any, int]:
     return {r["run_id"]: r["n"] for r in rows}
 
 
+def with_last_reward(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """``runs`` with ``last_reward``: each run's latest reward, in the query (an
+    external run's under its trainer's name, :mod:`dashboard.reads.reward_names`)."""
+    return runs.annotate(
+        last_reward=Case(
+            When(external=False, then=_latest(OuterRef("pk"), "reward")),
+            default=latest_reward(OuterRef("pk")),
+            output_field=ExactFloatField(),  # NaN compared as stored (SQLite: 'NaN')
+        )
+    )
+
+
 def run_dict(run: Run, *, detail: bool = False) -> dict[str, Any]:
     """A run as the API returns it (``detail``: with its config). Paths as the form
     names them, relative to their root (no server path in an answer: a config sent
@@ -299,6 +305,8 @@ def run_dict(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "demo": run.demo,
         "warmup": run.warmup or {},
     }
+    if hasattr(run, "last_reward"):  # the list's (with_last_reward)
+        out["last_reward"] = jsonsafe.num(run.last_reward)
     if detail:
         out["config"] = roots.shown_config(run)
     return out

@@ -533,3 +533,23 @@ def test_checkpoints_say_which_are_still_kept_on_disk(
         (held / "policy.safetensors").write_bytes(b"x")
     got = owner_client.get(f"/api/runs/{run.id}/checkpoints").json()["checkpoints"]
     assert [(c["step"], c["kept"]) for c in got] == [(2, False), (4, True), (6, True)]
+
+
+def test_the_run_list_carries_each_runs_latest_reward(owner, owner_client):
+    """A newcomer's script listing runs had to fetch each run's metrics for it."""
+    ours = Run.objects.create(owner=owner, name="ours", config={})
+    trl = Run.objects.create(owner=owner, name="trl", config={}, external=True)
+    odd = Run.objects.create(owner=owner, name="odd", config={})
+    Run.objects.create(owner=owner, name="none yet", config={})
+    for run, key, values in (
+        (ours, "reward", [0.25, 0.5]),
+        (trl, "train/reward", [1.5, 2.0]),  # TRL's name for it
+        (odd, "reward", [0.1, float("nan")]),
+    ):
+        for step, v in enumerate(values, 1):
+            MetricPoint.objects.create(run=run, step=step, key=key, value=v)
+    got = {
+        r["name"]: r["last_reward"]
+        for r in owner_client.get("/api/runs").json()["runs"]
+    }
+    assert got == {"ours": 0.5, "trl": 2.0, "odd": "NaN", "none yet": None}
