@@ -3,7 +3,9 @@ fail at what it is for. A warning names the field it is about and never refuses 
 run (``{"rollout.max_action_tokens": ["..."]}``; the form shows it beside the field
 and in the side panel under "Valid configuration").
 
-One rule so far: with tools on, ``rollout.max_action_tokens`` must hold one tool call.
+With the built-in model from scratch, fewer than :data:`FEW_STEPS` steps are said to
+show the machinery rather than learning. With tools on, ``rollout.max_action_tokens``
+must hold one tool call.
 An action is cut at that many tokens, and a call cut before its end is no call ("error:
 unterminated tool call"), so every tool-using episode fails the same way. The call
 counted is the shortest a model writes for each chosen tool, in the form it is taught:
@@ -41,10 +43,30 @@ def warnings(cfg: Any) -> dict[str, list[str]]:
     """``{field: [message]}`` for a validated ``TrainConfig``; empty when all is well.
     Never raises: advice that cannot be worked out is left out."""
     try:
-        return _tool_call_room(cfg)
+        return {**_tool_call_room(cfg), **_short_from_scratch(cfg)}
     except Exception:  # advice only; the check's own answer stands
         log.warning("form advice failed", exc_info=True)
         return {}
+
+
+# Fewer RL steps than this, with the built-in model from scratch, show the machinery,
+# not learning: the learning demos move their reward over 100-200 steps (README,
+# ``bench/learning.py``: dataset_arith 0.175 -> 0.899 over 2,000 steps; a newcomer's
+# 15-step dataset run scored 0.05 at every step and read "No learning signal").
+FEW_STEPS = 50
+
+
+def _short_from_scratch(cfg: Any) -> dict[str, list[str]]:
+    if cfg.model.path or cfg.model.init_from_run or cfg.steps >= FEW_STEPS:
+        return {}
+    return {
+        "steps": [
+            f"{cfg.steps} steps is short for the built-in model trained from scratch: "
+            "the learning demos move their reward over 100-200 steps, so a run this "
+            "short shows the machinery (rollouts, charts, alerts) rather than "
+            "learning. Steps 200 or more to watch it learn."
+        ]
+    }
 
 
 def _tools(cfg: Any) -> list[str]:

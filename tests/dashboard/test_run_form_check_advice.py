@@ -78,3 +78,16 @@ def test_a_small_models_step_reads_in_mib(owner_client):
     res = owner_client.post("/runs/new/check/", form_body(values)).json()
     assert res["ok"] is True, res["errors"]
     assert " MiB" in res["estimate"] and "about 0.0 GiB" not in res["estimate"]
+
+
+def test_a_short_run_of_the_built_in_model_is_said_to_show_no_learning(owner_client):
+    """A newcomer's 15-step run "learned nothing" under "✓ Valid configuration"."""
+    values = values_from_config(default_config("calc", "grpo"))
+    for steps, warned in ((15, True), (49, True), (50, False), (300, False)):
+        values["steps"] = steps
+        res = owner_client.post("/runs/new/check/", form_body(values)).json()
+        assert res["ok"] is True, res["errors"]
+        said = res["warnings"].get("steps", [])
+        assert bool(said) is warned, (steps, said)
+        if warned:
+            assert said[0].startswith(f"{steps} steps is short for the built-in model")
