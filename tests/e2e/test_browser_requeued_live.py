@@ -101,7 +101,9 @@ def test_a_run_queued_again_while_open_shows_what_a_reload_shows(live, page, sho
     )
     got = page.evaluate(PARTS)
     assert got["ahead"] == [[f"/runs/{mine}/", "open that run"]], got
-    assert got["state"].startswith("Queued: next to start: 'my <b>own</b> run' trains now")
+    assert got["state"].startswith(
+        "Queued: next to start: 'my <b>own</b> run' trains now"
+    )
     assert page.locator("[data-run-state] b").count() == 0  # a name is text
     assert got["note"] == (
         "Note: paused at step 5 for a user's run; resumes after it, from where it was"
