@@ -56,7 +56,7 @@ BASIC = [
     replace(
         sc.field_spec(TrainConfig, "name", ""),
         optional=True,  # blank: named from the environment and algorithm
-        placeholder="calc-grpo-1 (blank: from env and algorithm)",
+        placeholder="blank: calc-grpo-N",  # static/js/run_form.js follows the form
     ),
     sc.field_spec(TrainConfig, "steps", ""),
     sc.field_spec(TrainConfig, "seed", ""),

@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from dashboard.models import UNFINISHED_STATUSES, Run, RunStatus
+from dashboard.models import FINAL_STATUSES, UNFINISHED_STATUSES, Run, RunStatus
 from dashboard.reads import runs as run_reads
 
 # How often the run and home pages compare the time since an external run's last
@@ -89,6 +89,40 @@ def stopped_before_step_1(run: Run) -> str:
         f"Stopped at warm start {warm.get('done', 0)} of {warm['of']} ({run.status}): "
         "no RL step ran, so nothing was charted."
     )
+
+
+def charts_waiting(run: Run, metric_keys: list[str]) -> str:
+    """The one notice the run page shows in place of its charts while it has no
+    metric to chart: queued, warming up, or ended before step 1 ("" otherwise).
+    ``static/js/run_waiting.js`` (``waitingChartText``) says the same as the run
+    moves on, and brings the charts back with its first step."""
+    if metric_keys:
+        return ""
+    warm = run.warmup if isinstance(run.warmup, dict) else {}
+    last = run.last_step
+    if run.status == RunStatus.QUEUED:
+        if last:
+            return (
+                f"Queued after step {last}: nothing recorded here yet; the run goes "
+                "on when it starts again."
+            )
+        return "Queued: charts begin at step 1, once the run starts."
+    if run.status == RunStatus.RUNNING and not last:
+        if warm.get("of"):
+            return (
+                f"Warm start {warm.get('done', 0)} of {warm['of']}: charts begin at "
+                "step 1."
+            )
+        return "Starting: charts begin at step 1."
+    if run.status in FINAL_STATUSES and not last:
+        if warm.get("of"):
+            return stopped_before_step_1(run)
+        if run.status != RunStatus.SUCCEEDED:
+            return (
+                f"Stopped before step 1 ({run.status}): no RL step ran, so nothing "
+                "was charted."
+            )
+    return ""
 
 
 def with_stopped_text(charts: list[dict[str, Any]], run: Run) -> list[dict[str, Any]]:

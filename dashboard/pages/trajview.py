@@ -340,9 +340,22 @@ def answers(facts: Any, rewards: Any = None) -> dict[str, Any] | None:
         "reference": str(reference)[:ANSWER_CHARS],
         "answer": answer,
         "number": number,
+        "read_as": _read_as(answer, number),
         "success": success,
         "paid": _paid_anyway(facts, rewards, number) if success is False else [],
     }
+
+
+def _read_as(answer: str | None, number: float | None) -> float | None:
+    """The number a numeric match reads from the answer, where it says more than the
+    answer's text: "The answer is 12" read as 12 tells, "7" read as 7 is noise."""
+    if answer is None or number is None:
+        return None
+    try:
+        same = math.isclose(float(answer.strip().replace(",", "")), number)
+    except ValueError:
+        same = False
+    return None if same else number
 
 
 def _paid_anyway(
@@ -373,7 +386,7 @@ def _paid_anyway(
         elif name == "numeric_match":
             why = _numeric_why(number, facts.get("reference"))
         elif name == "format":
-            why = "a share for each step that parsed as a tool call or an answer"
+            why = "a share for each turn that parsed as a tool call or an answer"
         out.append({"name": str(name)[:100], "value": float(value), "why": why})
     return out
 

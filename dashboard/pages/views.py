@@ -254,6 +254,8 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
             # the run cannot learn: every group's rewards alike (issue 22, item 9)
             "no_signal": no_signal_text(alerts),
             "warm_line": warm_line(run),
+            # one notice in place of the charts before there is any to draw
+            "charts_waiting": run_state.charts_waiting(run, keys),
             # paths as the form names them: no server path on a page
             "shown_config": roots.shown_config(run),
         },

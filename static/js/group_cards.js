@@ -3,7 +3,10 @@
 // 1400 px, the last card alone on its row. Each group is laid out in as few rows as
 // fit its widest card, their lengths at most one card apart (8: 4 + 4; 7 in rows of
 // three: 3 + 2 + 2), in columns (app.css: .rollouts[data-per-row]); again when the
-// page's width changes. Without this script the cards wrap as they come.
+// page's width changes. The columns are at least the widest card's natural width
+// (--card-w) and grow with the room left, up to 1.6 times it: 8 cards at 1400 px
+// read 4 + 4 across most of the panel, not 4 + 4 in its left half. Without this
+// script the cards wrap as they come.
 
 const GROUPS = ".rollouts";
 
@@ -34,11 +37,13 @@ function layOut() {
     const gap = parseFloat(getComputedStyle(box).columnGap) || 0;
     const widest = Math.max(0, ...cards.map((c) => c.getBoundingClientRect().width));
     const room = widest ? Math.floor((box.clientWidth + gap + 0.5) / (widest + gap)) : 1;
-    return { box, cards, rows: rowLengths(cards.length, room) };
+    return { box, cards, widest, rows: rowLengths(cards.length, room) };
   });
-  for (const { box, cards, rows } of plans) {
-    if (rows.length < 2) continue; // one row: as they come
+  for (const { box, cards, widest, rows } of plans) {
+    if (!rows.length || !widest) continue;
+    // One row too: its cards grow as a longer group's do, the page's cards alike.
     box.style.setProperty("--per-row", String(rows[0]));
+    box.style.setProperty("--card-w", `${widest}px`);
     box.dataset.perRow = String(rows[0]);
     let i = 0;
     for (const length of rows) {

@@ -9,6 +9,26 @@ import { fmt, num } from "./util.js";
 
 const FIELDS = ["logprob", "old_logprob", "ratio", "entropy", "advantage"];
 
+// One name for each per-token quantity, wherever the page names it: the colour-by
+// menu (templates/pages/trajectory.html), the token tooltip and the legend's title.
+// The learner's log-prob (``logprob``) and the sampler's (``old_logprob``) as the run
+// page's "Sampler vs learner log-probs" chart names them.
+export const NAMES = {
+  logprob: "learner log-prob",
+  old_logprob: "sampler log-prob",
+  ratio: "ratio",
+  entropy: "entropy",
+  advantage: "advantage",
+};
+
+/** What the tokens are coloured by, named as the colour-by menu names it: ratios
+ * are coloured by ratio − 1 (0 where sampler and learner agree); a trainer's own
+ * series (``series:<name>``) by its name. */
+export function colourName(by) {
+  if (by.startsWith("series:")) return by.slice(7);
+  return by === "ratio" ? "ratio − 1" : NAMES[by] || by;
+}
+
 /** A token's value for the tooltip: stored arrays hold NaN where no value was
  * computed (a prompt token, the first token, a sender's null). */
 function tokenValue(v) {
@@ -278,7 +298,7 @@ export class Heatmap {
     const seg = this.segments[k];
     const tip = this.tooltip;
     const rows = [];
-    for (const f of FIELDS) rows.push([f.replace("_", " "), tokenValue(seg[f]?.[i])]);
+    for (const f of FIELDS) rows.push([NAMES[f], tokenValue(seg[f]?.[i])]);
     for (const [name, values] of Object.entries(seg.series || {})) {
       rows.push([name, tokenValue(values?.[i])]);
     }

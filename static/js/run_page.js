@@ -286,10 +286,20 @@ function showState(label, text) {
   if (label !== "Queued:") stateBox.querySelector("[data-run-ahead]")?.remove();
 }
 
+// Whether the run has any metric (the "any metric" picker lists them, the server's
+// and each new one a frame brings): without one the charts give way to one notice.
+function hasMetrics() {
+  return (!!pick && [...pick.options].some((o) => o.value)) || charts.some((c) => c.size > 0);
+}
+
+function showCharts() {
+  updateChartPlaceholders(data.status, data.warmup, data.last_step, hasMetrics());
+}
+
 function updateState(status, lastStep, warm) {
   if (warm) data.warmup = warm;
   if (typeof lastStep === "number") data.last_step = lastStep;
-  updateChartPlaceholders(status, data.warmup, data.last_step);
+  updateChartPlaceholders(status, data.warmup, data.last_step, hasMetrics());
   if (status === "queued") return; // the poll below says where it stands
   if (status === "running" && !data.last_step) showState("Before step 1:", warmText(data.warmup, data.warmstart_steps));
   else showState("", "");
@@ -308,7 +318,6 @@ async function pollWaiting() {
   } catch { /* the next poll tries again */ }
   if (data.status === "queued") setTimeout(pollWaiting, 3000);
 }
-updateChartPlaceholders(data.status, data.warmup, data.last_step);
 setTimeout(pollWaiting, 3000);
 // "Pause requested": the run paused (or ended) before this page was rendered.
 if (data.status !== "running") {
@@ -345,6 +354,7 @@ document.querySelector("[data-hist-next]")?.addEventListener("click", () => show
 const custom = document.querySelector("[data-custom-chart]");
 const pick = document.querySelector("[data-metric-pick]");
 let customChart = null;
+showCharts(); // the placeholders (and the notice in place of the charts) for the status
 pick?.addEventListener("change", async () => {
   if (!pick.value) return;
   if (customChart) {
@@ -376,6 +386,7 @@ function onFrame(frame) {
       }
     }
   }
+  if (frame.steps?.length) showCharts(); // the first step: the charts come back
   if (frame.checkpoints?.length) refreshModel(); // the Model button and box
   let newAlert = false;
   for (const a of frame.alerts || []) newAlert = addAlert(a) || newAlert;

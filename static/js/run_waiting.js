@@ -33,16 +33,35 @@ export function waitingChartText(status, warm, lastStep) {
   if (FINAL.has(status) && !lastStep && warm && warm.of) {
     return `Stopped at warm start ${warm.done || 0} of ${warm.of} (${status}): no RL step ran, so nothing was charted.`;
   }
+  if (FINAL.has(status) && !lastStep && status !== "succeeded") {
+    return `Stopped before step 1 (${status}): no RL step ran, so nothing was charted.`;
+  }
   return null;
 }
 
-export function updateChartPlaceholders(status, warm, lastStep) {
+/**
+ * The empty charts' placeholders, and in place of the whole grid while the run has
+ * no metric at all (`hasMetrics` false) one notice saying why (a dozen cards saying
+ * it each read as a dozen problems): what a reload shows (dashboard/pages/
+ * run_state.py charts_waiting). The charts stay in the page, hidden, and come back
+ * with the first step.
+ */
+export function updateChartPlaceholders(status, warm, lastStep, hasMetrics = true) {
   const text = waitingChartText(status, warm, lastStep);
   for (const p of document.querySelectorAll("[data-chart] [data-nodata]")) {
     if (p.dataset.initial === undefined) p.dataset.initial = p.textContent;
     if (p.dataset.initial !== "No data yet.") continue;
     p.dataset.waiting = text || "";
     if (p.dataset.loading === undefined) p.textContent = text || p.dataset.initial;
+  }
+  const why = text && !hasMetrics ? text : "";
+  const notice = document.querySelector("[data-charts-waiting]");
+  if (notice) {
+    if (why && notice.textContent !== why) notice.textContent = why;
+    notice.hidden = !why;
+  }
+  for (const part of document.querySelectorAll("[data-charts], [data-chart-tools]")) {
+    if (part.hidden !== !!why) part.hidden = !!why;
   }
 }
 

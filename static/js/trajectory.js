@@ -1,7 +1,7 @@
 // One trajectory: the token heatmap over every segment, colour-by switch, plain-text
 // toggle. Keyboard: j/k next/previous rollout of the step (base.js).
 
-import { Heatmap } from "./heatmap.js";
+import { Heatmap, colourName } from "./heatmap.js";
 import { fmt, readJSONScript } from "./util.js";
 
 const data = readJSONScript("heatmap-data");
@@ -33,6 +33,9 @@ function legend() {
   const s = fmt(heat.scale, 3);
   const side = neg && !pos ? "neg" : pos && !neg ? "pos" : "";
   scaleText.textContent = side === "neg" ? `−${s} … 0` : side === "pos" ? `0 … ${s}` : `±${s}`;
+  // Named as the menu and the token tooltip name it (heatmap.js NAMES).
+  scaleText.title = `${colourName(heat.by)}: ${scaleText.textContent}`;
+  if (legendBar) legendBar.title = scaleText.title;
   if (legendBar) legendBar.dataset.side = side;
 }
 

@@ -63,7 +63,33 @@ def test_the_reference_and_the_parsed_answer_sit_beside_the_reward(owner_client,
     assert "<i>12</i>" not in block
     assert "read as 12" in block  # the number a numeric match reads from it
     assert "does not match the reference" in block
-    assert "reward <strong>1</strong>" in block
+    # The reward shows once, in the line just above, not again beside the answers.
+    assert "reward <strong>" not in block
+    head = page(owner_client, run).split("data-answers>")[0]
+    assert head.count("reward <strong>1</strong>") == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "read_as"),
+    [
+        ("The answer is 12", "12"),  # the number a numeric match reads: it tells
+        ("\\boxed{12}", "12"),
+        ("7", None),  # "7" read as 7 is noise
+        (" 7 ", None),
+        ("1,234", None),
+        ("7.0", None),
+    ],
+)
+def test_read_as_shows_only_where_the_number_differs_from_the_text(
+    owner_client, run, answer, read_as
+):
+    facts = {"answer": answer, "reference": "12", "success": read_as == "12"}
+    writer.store(run.pk, [traj(facts=facts)])
+    block = answers_block(page(owner_client, run))
+    if read_as is None:
+        assert "read as" not in block and "data-parsed-number" not in block
+    else:
+        assert f"read as {read_as}<" in block
 
 
 def test_a_missed_answer_that_was_paid_says_which_term_paid_it_and_why(
@@ -81,7 +107,7 @@ def test_a_missed_answer_that_was_paid_says_which_term_paid_it_and_why(
     assert "<code>outcome</code> 0.5" in block
     assert "the calculator computed the reference value" in block
     assert "<code>format</code> 0.1" in block
-    assert "each step that parsed as a tool call or an answer" in block
+    assert "each turn that parsed as a tool call or an answer" in block
     assert "&lt;b&gt;" not in block  # a term that paid nothing is not listed
     # a match, or a miss that nothing paid, has no such line
     t = traj(1, facts={**facts, "partial": 0.0})

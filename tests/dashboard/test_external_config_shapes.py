@@ -91,7 +91,7 @@ def test_a_rollout_sent_with_totals_alone_is_not_flagged_as_inconsistent(api, ow
     html = client_for(owner).get(f"/runs/{run_id}/trajectories/1/0/0/").content.decode()
     table = html[html.index("data-attribution") :][:2500]
     assert "check-bad" not in table and "do not add up" not in table
-    assert "no per-step rewards were recorded" in table
+    assert "no per-turn rewards were recorded" in table
 
 
 def test_a_component_name_may_wrap_at_its_underscores_and_stays_escaped(api, owner):

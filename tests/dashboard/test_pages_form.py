@@ -282,7 +282,7 @@ def test_a_run_launched_without_a_name_is_named_from_what_it_is(
     owner, owner_client, enqueued, commit
 ):
     page = owner_client.get("/runs/new/").content.decode()
-    assert 'name="name"' in page and 'placeholder="calc-grpo-1 (blank' in page
+    assert 'name="name"' in page and 'placeholder="blank: calc-grpo-N"' in page
     assert values_from_config(default_config()).get("name") is None  # shown blank
     seed_run(owner, name="calc-grpo-7", env="calc", preset="grpo", steps=2)
     names = []

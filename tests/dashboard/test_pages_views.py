@@ -181,7 +181,7 @@ def test_one_trajectory_shows_steps_attribution_judges_and_gantt(owner, swarm):
     ]
     # The rules judge's verdict sits next to the step it judged (target_step = index 1).
     assert [j.judge for j in view.steps[1].judgements] == ["rules"]
-    assert "rule-based:" in html and "Per-step rewards sum to each component" in html
+    assert "rule-based:" in html and "Per-turn rewards sum to each component" in html
     assert 'class="gantt"' in html and "data-critical" in html
     assert 'id="heatmap-data" type="application/json"' in html
     assert r.context["prev_url"].endswith("/2/0/0/") and r.context["next_url"].endswith(

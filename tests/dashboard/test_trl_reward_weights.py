@@ -113,7 +113,7 @@ def test_numbers_that_do_not_add_up_still_get_the_cross(owner):
     t.rewards = {**t.rewards, "total": 2.0}  # not 1 + 0.2 x 1
     t.save()
     html = client_for(owner).get(f"/runs/{run.pk}/trajectories/1/0/0/").content
-    assert "Per-step rewards do not add up" in html.decode()
+    assert "Per-turn rewards do not add up" in html.decode()
     assert "total 2 1.2 ✗" in attribution(html.decode())
 
 
@@ -131,7 +131,7 @@ def test_a_rollout_stored_without_weights_is_explained_not_crossed(owner):
     t.rewards = {**t.rewards, "total": 5.0}  # no order of the weights makes 5
     t.save()
     html = client_for(owner).get(f"/runs/{run.pk}/trajectories/1/0/0/").content
-    assert "Per-step rewards do not add up" in html.decode()
+    assert "Per-turn rewards do not add up" in html.decode()
 
 
 def charts_of(owner, run) -> dict[str, dict]:

@@ -41,19 +41,19 @@ def test_the_name_placeholder_follows_the_environment_and_algorithm(live, page, 
     ui.until(
         page,
         "document.querySelector(\"[name='name']\").placeholder"
-        ".startsWith('calc-grpo-')",
+        ".startsWith('blank: calc-grpo-')",
     )
     page.check("input[name='env.name'][value='swarm']")
-    assert page.get_attribute(name, "placeholder").startswith("swarm-grpo-")
+    assert page.get_attribute(name, "placeholder").startswith("blank: swarm-grpo-")
     page.select_option("[name='algorithm.preset']", "dapo")
     placeholder = page.get_attribute(name, "placeholder")
-    assert placeholder.startswith("swarm-dapo-") and "blank" in placeholder
+    assert placeholder == "blank: swarm-dapo-N"
     assert "calc" not in placeholder
     page.goto(live.url + "/runs/new/?env=search&preset=gspo")
     ui.until(
         page,
         "document.querySelector(\"[name='name']\").placeholder"
-        ".startsWith('search-gspo-')",
+        ".startsWith('blank: search-gspo-')",
     )
     page.guard.check()
 

@@ -7,7 +7,8 @@
    (``<details>``, the whole value also its summary's ``title``), all of it text;
 2. the group browser laid a group of 8 cards out 7 + 1 at 1400 px: now a group's
    rows are as even as its cards allow (8: 4 + 4 or one row), no card left alone on
-   a row for groups of 2 to 16;
+   a row for groups of 2 to 16, the cards grown (up to 1.6 times their natural
+   width) to use the row rather than leave its right half empty;
 3. the new-run form's preset picker cut its label ("DAPO (clip-higher, dyn"): now
    the whole label of every preset shows in it."""
 
@@ -159,6 +160,8 @@ def test_a_cut_config_value_opens_whole(live, browser, seeded, ui, shots, width)
 
 # --- 2. the group browser -----------------------------------------------------------
 
+# A card's natural width: a copy of it out of the layout, as wide as its content.
+# The room is counted in natural widths (the cards then grow into what is left).
 ROWS = """() => [...document.querySelectorAll('.rollouts')].map(box => {
   const cards = [...box.querySelectorAll('.rollout')];
   const rows = [];
@@ -169,9 +172,20 @@ ROWS = """() => [...document.querySelectorAll('.rollouts')].map(box => {
     rows[rows.length - 1]++;
   }
   const inner = box.getBoundingClientRect();
-  const widest = Math.max(...cards.map(c => c.getBoundingClientRect().width));
+  const natural = Math.max(...cards.map(c => {
+    const copy = c.cloneNode(true);
+    copy.style.cssText = 'position:absolute;visibility:hidden;left:0;top:0;width:max-content';
+    box.append(copy);
+    const w = copy.getBoundingClientRect().width;
+    copy.remove();
+    return w;
+  }));
+  const widths = cards.map(c => c.getBoundingClientRect().width);
   const gap = parseFloat(getComputedStyle(box).columnGap) || 0;
-  return {rows, room: Math.floor((inner.width + gap + 0.5) / (widest + gap)),
+  const first = cards.slice(0, rows[0]).map(c => c.getBoundingClientRect());
+  return {rows, natural, widths, width: inner.width,
+          room: Math.floor((inner.width + gap + 0.5) / (natural + gap)),
+          span: first[first.length - 1].right - first[0].left,
           past: cards.filter(c => c.getBoundingClientRect().right > inner.right + 0.5).length,
           cut: cards.filter(c => c.scrollWidth > c.clientWidth).length};
 })"""
@@ -200,6 +214,13 @@ def test_a_group_of_cards_wraps_without_an_orphan(
             assert max(rows) - min(rows) <= 1, (n, box)
             if box["room"] > 1 and n > 1:
                 assert min(rows) >= 2, (n, box)
+            # The cards grow into the room left: at least their natural width, at
+            # most 1.6 times it, the first row across the whole box unless its cards
+            # are at that cap (8 at 1400 px read 4 + 4 in the left half before).
+            natural, widths = box["natural"], box["widths"]
+            assert all(natural - 1 <= w <= 1.6 * natural + 1 for w in widths), box
+            at_cap = all(w >= 1.6 * natural - 1 for w in widths)
+            assert at_cap or box["span"] >= box["width"] - 1, (n, box)
         # A group of 8: one row where 8 fit, else 4 + 4 where 4 do (7 + 1 at 1400 px
         # before), else 3 + 3 + 2.
         room = seen[8]["room"]
@@ -207,6 +228,8 @@ def test_a_group_of_cards_wraps_without_an_orphan(
         assert seen[8]["rows"] == (even if room != 2 else [2, 2, 2, 2]), seen[8]
         if width == 1400:
             assert seen[8]["rows"] == [4, 4], seen[8]
+            # 4 + 4 across most of the panel, not its left half.
+            assert seen["calc8"]["span"] >= 0.75 * seen["calc8"]["width"], seen["calc8"]
             # Calc's cards: 7 fit a row; 8 of them read 7 + 1 before, 15 7 + 7 + 1.
             assert seen["calc8"]["room"] == 7, seen["calc8"]
             assert seen["calc8"]["rows"] == [4, 4], seen["calc8"]
@@ -302,7 +325,7 @@ run = Run.objects.create(owner=alice, name='long values', config=cfg, status='su
 print(json.dumps(str(run.pk)))
 """
 
-LONG = """() => [...document.querySelectorAll('[data-diff] [data-long-value]')].map((d) => ({
+LONG_VALUES = """() => [...document.querySelectorAll('[data-diff] [data-long-value]')].map((d) => ({
   summary: d.querySelector('summary').textContent, title: d.querySelector('summary').title,
   whole: d.querySelector('.whole').textContent}))"""
 
@@ -320,7 +343,7 @@ def test_the_clone_forms_diff_opens_a_long_value_whole(live, browser, ui):
             "document.querySelectorAll('[data-diff] [data-long-value]').length >= 2",
             30,
         )
-        cells = page.evaluate(LONG)
+        cells = page.evaluate(LONG_VALUES)
         for c in cells:
             assert c["whole"] == c["title"] and len(c["whole"]) > 100, c
             n = len(c["whole"])

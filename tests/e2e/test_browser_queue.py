@@ -42,6 +42,17 @@ def _chart_placeholder(page, chart: str) -> str:
     return page.inner_text(sel)
 
 
+def _charts_notice(page) -> str | None:
+    """The one notice in place of the charts (their grid hidden), or None when the
+    charts show."""
+    return page.evaluate(
+        "() => { const n = document.querySelector('[data-charts-waiting]');"
+        " const grid = document.querySelector('[data-charts]');"
+        " if (!n || n.hidden) return null;"
+        " return grid.getClientRects().length ? 'grid shown too' : n.textContent; }"
+    )
+
+
 def _state(page) -> str:
     return page.evaluate(
         "() => { const b = document.querySelector('[data-run-state]');"
@@ -60,9 +71,13 @@ def test_a_queued_run_says_where_it_stands_then_shows_its_warm_start(
     assert "(step 412 of 1500), a demo that pauses for your run" in text
     # The name is the user's text: shown as typed, never as markup.
     assert page.locator("h1 b").count() == 0 and "<b>" in page.inner_text("h1")
-    # The empty charts say why they are empty instead of "No data yet.".
+    # The empty charts say why they are empty instead of "No data yet.": one
+    # notice in their place.
     assert _chart_placeholder(page, "reward") == (
         "Queued: charts begin at step 1, once the run starts."
+    )
+    assert (
+        _charts_notice(page) == "Queued: charts begin at step 1, once the run starts."
     )
     ui.shot(page, shots, "queue_queued_run")
     # The run ahead moves on: the page follows without a reload.
@@ -93,6 +108,7 @@ def test_a_queued_run_says_where_it_stands_then_shows_its_warm_start(
     assert _chart_placeholder(page, "reward") == (
         "Warm start 120 of 300: charts begin at step 1."
     )
+    assert _charts_notice(page) == "Warm start 120 of 300: charts begin at step 1."
     # A chart empty for a reason of its own keeps it (this run has no KL term).
     assert "No KL penalty" in _chart_placeholder(page, "kl")
     assert "calc episodes have none" in _chart_placeholder(page, "critical")
@@ -118,6 +134,10 @@ def test_a_run_queued_again_after_its_steps_does_not_say_charts_begin_at_step_1(
     ui.login(page, live.url)
     page.goto(f"{live.url}/runs/{demo_id}/")
     assert _chart_placeholder(page, "reward") == (
+        "Queued after step 412: nothing recorded here yet; "
+        "the run goes on when it starts again."
+    )
+    assert _charts_notice(page) == (
         "Queued after step 412: nothing recorded here yet; "
         "the run goes on when it starts again."
     )
@@ -187,7 +207,9 @@ def test_the_real_trainers_warm_start_streams_to_the_page(live, page, shots, ui)
         r"nothing was charted\."
     )
     assert stopped.fullmatch(_chart_placeholder(page, "reward"))
+    assert stopped.fullmatch(_charts_notice(page) or "")
     ui.shot(page, shots, "queue_warm_start_cancelled")
     page.reload()
     assert stopped.fullmatch(_chart_placeholder(page, "reward"))
+    assert stopped.fullmatch(_charts_notice(page) or "")
     assert not page.guard.dialogs
