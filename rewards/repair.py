@@ -11,7 +11,8 @@ prune penalty charges each small prune past the allowed ones (against one-at-a-t
 pruning); a judge that pays what the verifier does not confirm is set to 0 until its
 rubric is fixed. Detectors with no weight that fixes them (length drift wants a
 length penalty with the run's own budget, entropy collapse and a missing learning
-signal are not incentives) have no fix: the panel says so instead of guessing.
+signal are not incentives) have no fix: the panel says so instead of guessing (a
+component whose addition does, the length penalty: :mod:`rewards.repair_additions`).
 
 :data:`WATCHED` lists, per kind, the per-step metrics its detector judges and the
 threshold each is held to, with the side of the line the hack lives on: the clone's

@@ -34,7 +34,7 @@ from django.utils.http import urlencode
 from dashboard import jsonsafe
 from dashboard.library import roots
 from dashboard.models import Run
-from dashboard.pages import configdiff, run_state
+from dashboard.pages import compare_picker, configdiff, run_state
 from dashboard.pages.csp import csp
 from dashboard.pages.forms import normalise
 from dashboard.pages.views import COMPARE_MAX, COMPARE_MIN, _compare_ids, run_info
@@ -54,14 +54,10 @@ SHOWN_KEY = 80  # characters of an unknown chart key the notice repeats
 @csp
 def compare(request: HttpRequest) -> HttpResponse:
     ids = _compare_ids(request)
-    if not COMPARE_MIN <= len(ids) <= COMPARE_MAX:
-        error = f"Pick between {COMPARE_MIN} and {COMPARE_MAX} runs to compare (got {len(ids)})."
-        return render(
-            request,
-            "compare.html",
-            {"error": error, "runs": []},
-            status=400 if ids else 200,
-        )
+    if not COMPARE_MIN <= len(ids) <= COMPARE_MAX:  # the runs to pick, as on the list
+        ctx = {"error": compare_picker.message(ids), "runs": []}
+        ctx.update(compare_picker.picker(request.user, ids))
+        return render(request, "compare.html", ctx, status=400 if ids else 200)
     problem = jsonsafe.text_problem(request.GET.get("task") or "")
     if problem:  # no stored task id holds one (PostgreSQL text cannot)
         error = f"task: {problem}"

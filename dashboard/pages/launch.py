@@ -8,7 +8,10 @@ a clone, the diff to the parent) so the page can show both while the user types.
 The what-if panel's "clone with these weights" opens the clone form filled with them
 (``?weights={json}``; from an alert's repair also ``&repair=<detector>&step=<n>``,
 carried to the launch in hidden ``repair.*`` inputs so the clone records what it
-repairs): the user reviews the config, then launches it here like any clone.
+repairs): the user reviews the config, then launches it here like any clone. An
+alert that no weight repairs but an added component does (length drift: DAPO's
+overlong penalty) opens it with ``?repair=<detector>&step=<n>`` alone: the component
+added, a notice saying why.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import jsonsafe
+from dashboard.errors import InvalidConfig
 from dashboard.library import datasets, model_dirs, roots
 from dashboard.models import Run
 from dashboard.pages import catalog, configdiff, form_advice
 from dashboard.pages import formfields as ff
 from dashboard.pages import forms as f
 from dashboard.pages.csp import csp
+from dashboard.reads import repair as repair_reads
 from dashboard.runs import repair, services
 from trainer.config import TrainConfig
 
@@ -38,6 +43,7 @@ def _context(
     repairing: dict[str, str] | None = None,
     *,
     whatif: bool = False,
+    added: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "form": form,
@@ -45,6 +51,7 @@ def _context(
         "diff": diff,
         "repairing": repairing or {},  # detector, alert_step: see _reweighted
         "whatif": whatif,  # filled with the what-if's weights
+        "added": added,  # a component the repair adds: see _added
         "f": ff,
         "env_names": catalog.env_names(),
         "env_labels": catalog.env_labels(),
@@ -181,9 +188,13 @@ def run_clone(request: HttpRequest, run_id: Any) -> HttpResponse:
         return render(request, "400.html", {"errors": errors}, status=400)
     if request.method == "POST":
         return _submit(request, parent)
-    if "weights" in request.GET:  # from the what-if: review, then launch
+    # From the what-if (weights), or an alert whose repair adds a component (no
+    # weights): review, then launch.
+    if "weights" in request.GET or request.GET.get("repair"):
         try:
-            return _reweighted(request, parent)
+            if "weights" in request.GET:
+                return _reweighted(request, parent)
+            return _added(request, parent)
         except services.ServiceError as exc:
             # An error may quote the weights' text: a lone surrogate is no UTF-8.
             ctx = {"errors": [jsonsafe.text(e) for e in exc.errors]}
@@ -220,6 +231,33 @@ def _reweighted(request: HttpRequest, parent: Run) -> HttpResponse:
     form = f.RunForm(initial=roots.shown_paths(shown))
     repairing = {k: str(v) for k, v in what.items()}  # detector, alert_step
     ctx = _context(form, parent, _diff(parent, shown), repairing, whatif=True)
+    return render(request, "pages/new.html", ctx)
+
+
+def _added(request: HttpRequest, parent: Run) -> HttpResponse:
+    """The clone form for an alert no reward weight repairs but an added component
+    does (``?repair=<detector>&step=<n>``, no weights: DAPO's overlong penalty against
+    length drift, sized to the parent's generation budget; see
+    :func:`dashboard.reads.repair.addition_for`): the component added to the
+    parent's reward, a notice saying why, and the hidden inputs that make its launch
+    record the repair, as the what-if's clone does."""
+    repair.check_owner(request.user, parent)
+    step = _step(request.GET.get("step"))
+    what = repair.check_alert(parent, request.GET["repair"], step)
+    added = repair_reads.addition_for(parent, what["detector"])
+    if added is None:
+        raise InvalidConfig(
+            f"repair: no component added to this run's reward removes "
+            f"{what['detector']}; its alert says what does"
+        )
+    _, reward = repair.reward_of(parent)
+    data = reward.model_dump(mode="json")
+    data["components"].append({k: added[k] for k in ("name", "weight", "params")})
+    shown = f.normalise(services.merge_overrides(parent.config, {"reward": data}))
+    shown["name"] = repair.repair_name(parent, what)
+    form = f.RunForm(initial=roots.shown_paths(shown))
+    repairing = {k: str(v) for k, v in what.items()}  # detector, alert_step
+    ctx = _context(form, parent, _diff(parent, shown), repairing, added=added)
     return render(request, "pages/new.html", ctx)
 
 

@@ -16,25 +16,110 @@ from dashboard.models import Alert, MetricPoint, Run
 from dashboard.reads.evidence import by_reason, evidence_rows
 from rewards.config import DetectorConfig
 from rewards.repair import Component, Watched, addable, suggest, thresholds
+from rewards.repair_additions import ADDITIONS, addition, generation_budget
 
 MAX_POINTS = 1000  # per run and statistic on the chart (the verdict reads every step)
 MAX_STEPS = 200_000  # steps read per run and key
 
 
-def _setup(run: Run) -> tuple[str, Any] | None:
-    """(environment, reward config) of one of our runs; None for another trainer's."""
+def _config(run: Run) -> Any:
+    """The ``TrainConfig`` of one of our runs; None for another trainer's."""
     from pydantic import ValidationError
 
     from trainer.config import TrainConfig
-    from trainer.runner import reward_config_for
 
     if run.external:
         return None
     try:
-        cfg = TrainConfig.model_validate(run.config)
-        return cfg.env.name, reward_config_for(cfg)
+        return TrainConfig.model_validate(run.config)
     except (ValidationError, ValueError, TypeError):
         return None
+
+
+def _setup(run: Run) -> tuple[str, Any] | None:
+    """(environment, reward config) of one of our runs; None for another trainer's."""
+    from trainer.runner import reward_config_for
+
+    cfg = _config(run)
+    if cfg is None:
+        return None
+    try:
+        return cfg.env.name, reward_config_for(cfg)
+    except (ValueError, TypeError):
+        return None
+
+
+def addition_for(run: Run, detector: str) -> dict[str, Any] | None:
+    """For one of our runs, the component whose addition removes ``detector``'s
+    pattern (:func:`rewards.repair_additions.addition`: DAPO's overlong penalty against length
+    drift), sized to the run's generation budget: ``{"name", "weight", "params",
+    "why", "detector", "turns", "per_action", "total", "budget"}``. None for an
+    external run, a detector no component fixes, or a reward that has it already
+    (the ``dapo`` preset adds the overlong penalty itself)."""
+    from trainer.runner import reward_config_for
+
+    cfg = _config(run) if detector in ADDITIONS else None
+    if cfg is None:
+        return None
+    r = cfg.rollout
+    budget = generation_budget(r.max_turns, r.max_action_tokens, r.max_total_tokens)
+    try:
+        added = addition(detector, reward_config_for(cfg), budget)
+    except (ValueError, TypeError):
+        return None
+    if added is None:
+        return None
+    return {
+        **added,
+        "why": ADDITIONS[detector].why,
+        "detector": detector,
+        "turns": r.max_turns,
+        "per_action": r.max_action_tokens,
+        "total": r.max_total_tokens,
+        "budget": budget,
+    }
+
+
+def _present(run: Run) -> dict[str, str]:
+    """The components of one of our runs' reward, each with where it comes from:
+    ``reward`` (its config, or its environment's default) or ``shaping`` (DAPO's
+    overlong shaping adds the overlong penalty when the run starts)."""
+    from trainer.envs.base import default_reward_for
+
+    cfg, setup = _config(run), _setup(run)
+    if cfg is None or setup is None:
+        return {}
+    own = cfg.reward if cfg.reward is not None else default_reward_for(cfg.env.name)
+    written = {c.name for c in own.components}
+    return {
+        c.name: "reward" if c.name in written else "shaping"
+        for c in setup[1].components
+    }
+
+
+def _share(x: float) -> str:
+    """A share as a whole percentage, never rounded up to "100%" short of all."""
+    return "over 99%" if 0.995 <= x < 1 else f"{x:.0%}"
+
+
+def no_signal_words(evidence: Any) -> str:
+    """What a no-learning-signal alert found, from its evidence's numbers: "every
+    group's rewards were equal" only when every group's were (a run may lower the
+    threshold: at 50%, the alert fires with half its groups still learning)."""
+    ev = evidence if isinstance(evidence, dict) else {}
+    mean, limit = ev.get("zero_std_mean"), ev.get("threshold")
+
+    def number(x: Any) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= 1
+
+    if not number(mean):
+        return "most groups' rewards were equal"
+    if mean >= 1:
+        return "every group's rewards were equal over its last steps"
+    said = f"{_share(mean)} of groups had equal rewards over its last steps"
+    if number(limit):
+        said += f" (this run's threshold: {_share(limit)})"
+    return f"{said}; the other {_share(1 - mean)} still give a learning signal"
 
 
 def suggestions(run: Run, detectors: list[str]) -> dict[str, dict[str, Any]]:
@@ -220,15 +305,26 @@ def sent_alert(alert: dict[str, Any]) -> dict[str, Any] | None:
 
 def with_repairs(run: Run, alerts: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each alert dict of ``run`` with ``sent`` (:func:`sent_alert`),
-    ``evidence_rows``, ``evidence_groups`` (:mod:`dashboard.reads.evidence`) and
-    ``repair`` (its suggestion or None; neither for an alert the trainer sent); returns the suggestion of every detector kind, for the page's
-    script (alerts that arrive live)."""
+    ``evidence_rows``, ``evidence_groups`` (:mod:`dashboard.reads.evidence`),
+    ``repair`` (its suggestion or None; neither for an alert the trainer sent),
+    ``addition`` (:func:`addition_for`) and, of a no-learning-signal alert,
+    ``signal_words`` (:func:`no_signal_words`); returns the suggestion of every
+    detector kind, for the page's script (alerts that arrive live)."""
     from rewards.detectors import DETECTORS
 
     every = suggestions(run, list(DETECTORS.in_order()))
+    fired = {a["detector"] for a in alerts} & set(ADDITIONS)
+    added = {d: addition_for(run, d) for d in fired}
+    present = _present(run) if any(v is None for v in added.values()) else {}
     for a in alerts:
         a["sent"] = sent_alert(a)
         a["evidence_rows"] = [] if a["sent"] else evidence_rows(a.get("evidence"))
         a["evidence_groups"] = by_reason(a.get("trajectories"))
         a["repair"] = None if a["sent"] else every.get(a["detector"])
+        # no weight fixes it, a component added does: the clone form adds it
+        a["addition"] = None if a["sent"] else added.get(a["detector"])
+        fix = ADDITIONS.get(a["detector"])
+        a["has_addition"] = present.get(fix.component, "") if fix else ""
+        if a["detector"] == "no_learning_signal":
+            a["signal_words"] = no_signal_words(a.get("evidence"))
     return every

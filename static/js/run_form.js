@@ -4,6 +4,7 @@
 // validation, errors per field, warnings that do not refuse the run, and for a clone
 // the diff to the parent) as you type.
 
+import { goToProblem, openAround, showProblems } from "./form_problems.js";
 import { csrfToken, debounce, el, readJSONScript } from "./util.js";
 
 const form = document.getElementById("run-form");
@@ -104,7 +105,7 @@ function orderComponents(root) {
 // A blank name: the server names the run <env>-<preset>-<n> (services.auto_name).
 function showNamePlaceholder() {
   const input = form.querySelector("[name='name']");
-  if (input) input.placeholder = `${currentEnv()}-${currentPreset()}-N (blank: named from the environment and algorithm)`;
+  if (input) input.placeholder = `blank: ${currentEnv()}-${currentPreset()}-N`;
 }
 
 async function loadReward(env) {
@@ -217,10 +218,59 @@ let lastOk = false;
 
 let serverWarnings = {};
 
-function showStatus(ok, errors, orphans) {
-  const n = Object.values(errors).reduce((a, m) => a + m.length, 0);
-  status.textContent = ok ? "✓ Valid configuration" : `${n} problem${n === 1 ? "" : "s"} to fix${orphans.length ? `: ${orphans.join("; ")}` : ""}`;
+const problemList = form.querySelector("[data-check-problems]");
+const launch = form.querySelector("[data-launch]");
+let problemCount = 0;
+let refused = false; // a launch was refused here: said until no problem remains
+
+const problems = (n) => `${n} problem${n === 1 ? "" : "s"}`;
+
+function showStatus(ok, errors) {
+  const n = ok ? 0 : Object.values(errors).reduce((a, m) => a + m.length, 0);
+  refused = refused && n > 0;
+  status.textContent = ok ? "✓ Valid configuration"
+    : refused ? `Not launched: fix the ${problems(n)} listed below first.` : `${problems(n)} to fix${n ? ":" : ""}`;
   status.className = `small ${ok ? "check-ok" : "check-bad"}`;
+  showProblems(form, problemList, ok ? {} : errors);
+  problemCount = n;
+  // Launch looks unavailable while a problem remains (the server refuses it too), and
+  // says so to a screen reader; it stays clickable, so that a click or Enter is told
+  // why and taken to the first problem (see the submit handler).
+  launch.toggleAttribute("data-blocked", n > 0);
+  launch.title = n ? `Fix the ${problems(n)} listed below first` : "";
+  if (n) launch.setAttribute("aria-describedby", "check-status");
+  else launch.removeAttribute("aria-describedby");
+  const banner = form.querySelector("[data-error-summary]"); // a refused launch's
+  if (banner) {
+    const head = banner.querySelector("strong");
+    if (n && head) head.textContent = refusedText(n);
+    banner.hidden = !n && !banner.querySelector("ul");
+  }
+}
+
+problemList?.addEventListener("click", (e) => {
+  const link = e.target instanceof Element ? e.target.closest("[data-problem-for]") : null;
+  if (!link) return;
+  e.preventDefault();
+  goToProblem(form, link.dataset.problemFor);
+});
+
+const refusedText = (n) => `The run was not launched: fix the ${n} highlighted problem${n === 1 ? "" : "s"}.`;
+
+/** A launch refused here, as the server refuses one (its banner, the first problem's
+ *  field focused), with nothing sent. */
+function refuse() {
+  let banner = form.querySelector("[data-error-summary]");
+  if (!banner) {
+    banner = el("div", { class: "error-summary", role: "alert", "data-error-summary": "" }, el("strong"));
+    form.querySelector(".form-layout").before(banner);
+  }
+  banner.querySelector("strong").textContent = refusedText(problemCount);
+  banner.hidden = false;
+  refused = true;
+  status.textContent = `Not launched: fix the ${problems(problemCount)} listed below first.`;
+  const first = problemList?.querySelector("[data-problem-for]");
+  if (first) goToProblem(form, first.dataset.problemFor);
 }
 
 /** Advice that does not refuse the run (path -> [message]): beside its field and in
@@ -247,8 +297,8 @@ function showWarnings(warnings) {
 function showAll(serverOk) {
   const local = numberProblems();
   const errors = { ...serverErrors, ...local };
-  const orphans = showErrors(errors);
-  showStatus(serverOk && Object.keys(local).length === 0, errors, orphans);
+  showErrors(errors);
+  showStatus(serverOk && Object.keys(local).length === 0, errors);
   return errors;
 }
 
@@ -292,18 +342,29 @@ function valueBox(value) {
     el("details", { class: "long-value", "data-long-value": "" }, summary, el("div", { class: "whole", text: v })));
 }
 
+/** The changes from the parent, one a row as new.html writes them: the field's path on
+ * a line of its own (breaking at its dots), then "parent → this run" beneath it. */
 function showDiff(diff) {
-  const table = form.querySelector("[data-diff]");
-  if (!table) return;
-  const pathCell = (path) => el("td", {}, ...path.split(".").flatMap((p, i) => (i ? [".", el("wbr"), p] : [p])));
-  const rows = diff.map((d) => el("tr", {}, pathCell(d.path), el("td", { class: "old" }, valueBox(d.parent)),
-    el("td", { class: "new" }, valueBox(d.value))));
-  table.tBodies[0].replaceChildren(...rows);
+  const list = form.querySelector("[data-diff]");
+  if (!list) return;
+  const side = (cls, who, value) => el("div", { class: cls }, el("span", { class: "sr-only", text: `${who}: ` }), valueBox(value));
+  const rows = diff.map((d) => el("div", { class: "diff-row", "data-diff-row": "" },
+    el("dt", { class: "diff-path" }, ...d.path.split(".").flatMap((p, i, all) => (i < all.length - 1 ? [`${p}.`, el("wbr")] : [p]))),
+    el("dd", { class: "diff-values" }, side("old", "parent", d.parent), " ",
+      el("span", { class: "arrow", "aria-hidden": "true", text: "→" }), " ", side("new", "this run", d.value))));
+  list.replaceChildren(...rows);
+  list.hidden = diff.length === 0;
   form.querySelector("[data-diff-empty]").hidden = diff.length > 0;
 }
 
+// The form as last changed (``asked``) and as the last answer saw it (``answered``):
+// equal, that answer is the form's.
+let asked = 1;
+let answered = 0;
+
 async function runCheck() {
   const seq = ++checkSeq;
+  const version = asked;
   const body = new FormData(form);
   let res;
   try {
@@ -314,6 +375,7 @@ async function runCheck() {
     return;
   }
   if (seq !== checkSeq) return; // a newer check is on its way
+  answered = version;
   serverErrors = res.errors;
   serverWarnings = res.warnings || {};
   lastOk = res.ok;
@@ -324,7 +386,11 @@ async function runCheck() {
   if (estimate) estimate.textContent = res.estimate || "";
   form.dataset.checked = String(seq);
 }
-const check = debounce(runCheck, 350);
+const checkSoon = debounce(runCheck, 350);
+function check() {
+  asked += 1;
+  checkSoon();
+}
 
 form.addEventListener("input", (e) => {
   if (e.target instanceof Element && e.target.closest("[data-reward-section]")) rewardDirty = true;
@@ -348,14 +414,38 @@ form.addEventListener("change", (e) => {
   if (t.closest("[data-reward-section]")) rewardDirty = true;
   check();
 });
-form.addEventListener("submit", (e) => {
+// Launch: refused here while a problem remains, as the server would refuse it (say
+// why at once, nothing sent); a form changed since the last check is checked first.
+// A check that does not answer leaves it to the server, which decides in any case.
+let launching = false; // checking before a launch
+let sending = false; // checked: this submit goes to the server
+form.addEventListener("submit", async (e) => {
+  if (sending) { launch.disabled = true; return; }
+  if (launching) { e.preventDefault(); return; }
   if (Object.keys(numberProblems()).length) {
     e.preventDefault(); // the server would refuse it too; say why here, at once
     showAll(false);
-    form.querySelector("[aria-invalid='true']")?.focus();
+    refuse();
     return;
   }
-  form.querySelector("[data-launch]").disabled = true; // no double launch
+  if (answered !== asked) {
+    e.preventDefault();
+    launching = true;
+    status.textContent = "Checking…";
+    await runCheck();
+    launching = false;
+    if (answered === asked && problemCount) { refuse(); return; }
+    sending = true;
+    form.requestSubmit(launch);
+    sending = false;
+    return;
+  }
+  if (problemCount) {
+    e.preventDefault();
+    refuse();
+    return;
+  }
+  launch.disabled = true; // no double launch
 });
 
 showPreset();
@@ -364,7 +454,12 @@ orderComponents(form);
 // sections open), so the problem is in view, not a page's length below the banner.
 if (form.querySelector("[data-error-summary]")) {
   const first = form.querySelector("[aria-invalid='true']");
-  for (let box = first?.closest("details"); box; box = box.parentElement?.closest("details")) box.open = true;
+  openAround(first);
   first?.focus();
+  // Its problems listed in the side panel at once, as the page shows them.
+  serverErrors = Object.fromEntries([...form.querySelectorAll("[data-errors-for]")]
+    .filter((ul) => ul.children.length)
+    .map((ul) => [ul.dataset.errorsFor, [...ul.children].map((li) => li.textContent)]));
+  showAll(false);
 }
 runCheck();

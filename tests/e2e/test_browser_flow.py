@@ -112,10 +112,10 @@ def test_configure_launch_watch_inspect_clone_compare(live, page, shots, ui):
     assert "sum to each component" in page.text_content("[data-attribution-check]")
     rationale = page.locator("[data-rationale]").first.text_content()
     assert rationale.startswith("rule-based:")
-    # Hover a token: logprob, ratio, entropy and mask reason in the shared tooltip.
+    # Hover a token: log-prob, ratio, entropy and mask reason in the shared tooltip.
     page.locator("[data-heat] span").nth(3).hover()
     tip = page.text_content("[data-tooltip]")
-    for label in ("logprob", "ratio", "entropy", "mask"):
+    for label in ("learner log-prob", "ratio", "entropy", "mask"):
         assert label in tip
     ui.shot(page, shots, "05_trajectory")
 
@@ -161,10 +161,12 @@ def test_configure_launch_watch_inspect_clone_compare(live, page, shots, ui):
     page.fill("[name='reward.components.0.weight']", "1.5")
     ui.until(
         page,
-        "[...document.querySelectorAll('[data-diff] td')].some(td => td.textContent === 'reward.components.outcome.weight')",
+        "[...document.querySelectorAll('[data-diff] dt')].some(dt => dt.textContent === 'reward.components.outcome.weight')",
         30,
     )
-    row = page.locator("[data-diff] tr", has_text="reward.components.outcome.weight")
+    row = page.locator(
+        "[data-diff] [data-diff-row]", has_text="reward.components.outcome.weight"
+    )
     assert "2.0" in row.text_content() and "1.5" in row.text_content()
     ui.shot(page, shots, "06_clone_diff")
     page.click("[data-launch]")
