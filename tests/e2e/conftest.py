@@ -240,6 +240,22 @@ def _no_runs_left_behind():
     assert not stuck, f"runs still running after their cancel: {stuck}"
 
 
+@pytest.fixture(scope="module")
+def seeded_runs(live):
+    """Ids of runs a module seeded on the session's ``live`` server, deleted when the
+    module ends: a long word in a seeded run's name widens the runs list's name
+    column, and the modules after it on that server (test_browser_layout_fit) expect
+    the runs they made themselves."""
+    ids: list[str] = []
+    yield ids
+    if ids:
+        live.script(
+            "from dashboard.models import Run\n"
+            f"Run.objects.filter(pk__in={ids!r}).delete()\n"
+            "print(json.dumps('ok'))\n"
+        )
+
+
 def _users(server: Server) -> None:
     server.script(
         "from django.contrib.auth import get_user_model\n"

@@ -22,28 +22,12 @@ print(json.dumps([str(a.pk), str(b.pk)]))
 """
 
 
-# A word as long as "onerror=alert(1)>short" in a run's name widens the runs list's
-# name column: the runs this module seeds go when it ends, so that the modules after
-# it on the session's server (test_browser_layout_fit) see the runs they expect.
-SEEDED: list[str] = []
-FORGET = """
-from dashboard.models import Run
-Run.objects.filter(pk__in={ids!r}).delete()
-print(json.dumps('ok'))
-"""
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _forget_seeded(live):
-    yield
-    if SEEDED:
-        live.script(FORGET.format(ids=list(SEEDED)))
-
-
 @pytest.mark.parametrize("width", [1400, 800])
-def test_the_menus_compare_offers_runs_to_pick(live, browser, ui, shots, width):
+def test_the_menus_compare_offers_runs_to_pick(
+    live, browser, ui, shots, width, seeded_runs
+):
     a, b = live.script(SEED)
-    SEEDED.extend([a, b])
+    seeded_runs.extend([a, b])
     with ui.signed_in(browser, live, width) as page:
         page.goto(live.url + "/")
         menu = page.locator("nav a", has_text="Compare")

@@ -29,24 +29,6 @@ PROBLEMS = """() => [...document.querySelectorAll('[data-check-problems] li')].m
 HOSTILE = '<img src=x onerror=alert(1)>short & "quoted" run'
 
 
-# A word as long as "onerror=alert(1)>short" in a run's name widens the runs list's
-# name column: the runs this module seeds go when it ends, so that the modules after
-# it on the session's server (test_browser_layout_fit) see the runs they expect.
-SEEDED: list[str] = []
-FORGET = """
-from dashboard.models import Run
-Run.objects.filter(pk__in={ids!r}).delete()
-print(json.dumps('ok'))
-"""
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _forget_seeded(live):
-    yield
-    if SEEDED:
-        live.script(FORGET.format(ids=list(SEEDED)))
-
-
 def _runs(live) -> int:
     return live.script(
         "from dashboard.models import Run\nprint(json.dumps(Run.objects.count()))"
@@ -230,9 +212,11 @@ SAME = """async () => {
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_the_clones_changes_read_one_a_row(live, browser, ui, shots, width):
+def test_the_clones_changes_read_one_a_row(
+    live, browser, ui, shots, width, seeded_runs
+):
     run = live.script(CLONE_SEED)
-    SEEDED.append(run)
+    seeded_runs.append(run)
     weights = json.dumps({"format": 0.0, "judge": 0.0})
     with ui.signed_in(browser, live, width) as page:
         page.goto(f"{live.url}/runs/{run}/clone/?weights={weights}")
@@ -272,9 +256,9 @@ def test_the_clones_changes_read_one_a_row(live, browser, ui, shots, width):
         assert same["server"] == same["page"] == 3 and same["differ"] == [], same
 
 
-def test_a_long_change_opens_whole_in_its_row(live, browser, ui, shots):
+def test_a_long_change_opens_whole_in_its_row(live, browser, ui, shots, seeded_runs):
     run = live.script(CLONE_SEED)
-    SEEDED.append(run)
+    seeded_runs.append(run)
     with ui.signed_in(browser, live, 1400) as page:
         page.goto(f"{live.url}/runs/{run}/clone/")
         long = "a rubric that reads " * 12 + "<b>end</b>"
