@@ -167,7 +167,10 @@ for i, (name, preset, env, status) in enumerate([
         ('verl-qwen2.5-7b-grpo-gsm8k-lr1e-6', 'grpo', 'search', 'succeeded'),
         ('swarm baseline, seed 3', 'grpo', 'swarm', 'unresponsive'),
         ('calc dapo sweep 12', 'dapo', 'calc', 'failed'),
-        ('gspo on search', 'gspo', 'search', 'cancelled')]):
+        ('gspo on search', 'gspo', 'search', 'cancelled'),
+        # a sweep's name with no place to break: it once pushed Env off at 760 px
+        ('qwen25_7b_instruct_grpo_gsm8k_lr1e6_kl0001_bs256_n16_seed42', 'grpo',
+         'calc', 'succeeded')]):
     r = seed_run(alice, name=name, env=env, preset=preset, steps=40, done=6,
                  seed=i, status=status, groups=1, group_size=2)
     Run.objects.filter(pk=r.pk).update(group='sweep-2024-lr' if i % 2 else '')
@@ -191,7 +194,7 @@ def wide_rows(live, runs):
     return live.script(WIDE_ROWS)
 
 
-@pytest.mark.parametrize("width", [700, 800, 1000, 1280])
+@pytest.mark.parametrize("width", [700, 760, 800, 1000, 1280])
 def test_tables_of_runs_fit_without_a_hidden_scroll(
     live, browser, wide_rows, ui, out_dir, width
 ):
@@ -214,7 +217,7 @@ def test_tables_of_runs_fit_without_a_hidden_scroll(
                     assert any(h.startswith(col) for h in heads), (width, heads)
                 if width >= 1280:
                     assert {"Group", "Env", "Owner", "Age"} <= set(heads), heads
-                if width == 800:
+                if width >= 760:
                     assert "Env" in heads, heads
         assert page.evaluate(
             "document.documentElement.scrollWidth <= window.innerWidth"
