@@ -121,13 +121,19 @@ def default_reward_config(env_name: str) -> RewardConfig:
         ) from None
 
 
+def overlong_params(max_len: int) -> dict[str, int]:
+    """DAPO's overlong penalty sized to a generation budget of ``max_len`` tokens: the
+    soft zone its last fifth, as in the paper's 4096 of 20480."""
+    return {"max_len": max_len, "cache": max_len // 5}
+
+
 def with_overlong_penalty(cfg: RewardConfig, max_len: int) -> RewardConfig:
     """``cfg`` plus DAPO's ``overlong_penalty`` (weight 1, the soft zone a fifth of
     ``max_len`` as in the paper's 4096 of 20480), unless it already has one."""
     if any(c.name == "overlong_penalty" for c in cfg.components):
         return cfg
     data = cfg.model_dump(mode="json")
-    params = {"max_len": max_len, "cache": max_len // 5}
+    params = overlong_params(max_len)
     data["components"].append(
         {"name": "overlong_penalty", "weight": 1.0, "params": params}
     )

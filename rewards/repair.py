@@ -303,24 +303,28 @@ def thresholds(
 
 
 # Generic components that read only an episode's facts (env-specific ones always do):
-# the ones a run may add. The judge needs judgements, ``process`` a fact key to choose,
-# ``overlong_penalty`` the run's own length budget.
+# the ones a run may add. The judge needs judgements, ``process`` a fact key to choose;
+# ``overlong_penalty`` is sized to the run's own length budget, so it is one only
+# where that budget is known (:func:`rewards.repair_additions.sized_params`).
 _ADDABLE_GENERIC = ("outcome", "format")
+_ADDABLE_SIZED = ("overlong_penalty",)
 MAX_WEIGHT = 1000.0  # the reward schema's bound on a component weight
 
 
-def addable(env: str, present: Iterable[str]) -> list[str]:
+def addable(env: str, present: Iterable[str], budget: int | None = None) -> list[str]:
     """Registered components a run on ``env`` may add to its reward (not in
-    ``present``), in registration order; each has default parameters."""
+    ``present``), in registration order; each has default parameters, or, given the
+    run's generation ``budget``, parameters sized to it."""
     from pydantic import ValidationError
 
     from rewards.components import COMPONENTS
 
     have = set(present)
+    generic = _ADDABLE_GENERIC + (_ADDABLE_SIZED if budget is not None else ())
     out = []
     for name in COMPONENTS.in_order():
         spec = COMPONENTS.get(name)
-        fits = name in _ADDABLE_GENERIC if spec.envs is None else env in spec.envs
+        fits = name in generic if spec.envs is None else env in spec.envs
         if not fits or name in have:
             continue
         try:
@@ -361,10 +365,17 @@ def check_weights(
     return out, errors
 
 
-def reweighted(reward: Mapping[str, Any], weights: Mapping[str, float]) -> dict:
+def reweighted(
+    reward: Mapping[str, Any],
+    weights: Mapping[str, float],
+    budget: int | None = None,
+) -> dict:
     """A reward config dump (``RewardConfig.model_dump(mode="json")``) with these
     base weights; a weight (not 0) for a component it does not have adds that
-    component (default parameters, constant weight). Schedules are kept."""
+    component (constant weight; default parameters, or sized to the run's generation
+    ``budget``: :func:`rewards.repair_additions.sized_params`). Schedules are kept."""
+    from rewards.repair_additions import sized_params
+
     data = {**reward, "components": [dict(c) for c in reward["components"]]}
     have = set()
     for comp in data["components"]:
@@ -374,5 +385,12 @@ def reweighted(reward: Mapping[str, Any], weights: Mapping[str, float]) -> dict:
             comp["weight"] = weights[key]
     for key, weight in weights.items():
         if key not in have and weight != 0:  # a component at weight 0 pays nothing
-            data["components"].append({"name": key, "weight": weight})
+            params = sized_params(key, budget)
+            data["components"].append(
+                {
+                    "name": key,
+                    "weight": weight,
+                    **({"params": params} if params else {}),
+                }
+            )
     return data

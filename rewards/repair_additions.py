@@ -10,6 +10,7 @@ Pure: no Django.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rewards.config import RewardConfig
 
@@ -38,6 +39,28 @@ def generation_budget(max_turns: int, max_action_tokens: int, total: int) -> int
     budget (as ``trainer.runner.reward_config_for`` sizes the ``dapo`` preset's
     overlong penalty)."""
     return max(1, min(max_turns * max_action_tokens, total))
+
+
+def budget_of(rollout: Any) -> int:
+    """:func:`generation_budget` of a run's ``rollout`` config."""
+    return generation_budget(
+        rollout.max_turns, rollout.max_action_tokens, rollout.max_total_tokens
+    )
+
+
+def sized_params(name: str, budget: int | None) -> dict[str, Any] | None:
+    """Parameters of component ``name`` added to a run whose rollouts generate at
+    most ``budget`` tokens, where its defaults would not fit the run: the overlong
+    penalty's (:func:`rewards.presets.overlong_params`); None: its defaults do.
+
+    >>> sized_params("overlong_penalty", 30), sized_params("format", 30)
+    ({'max_len': 30, 'cache': 6}, None)
+    """
+    from rewards.presets import overlong_params
+
+    if name == "overlong_penalty" and budget is not None:
+        return overlong_params(max(1, budget))
+    return None
 
 
 def addition(detector: str, reward: RewardConfig, budget: int) -> dict | None:

@@ -26,6 +26,7 @@ from dashboard.library import roots
 from dashboard.models import Run, Trajectory
 from dashboard.reads.whatif_added import raw_values
 from rewards import repair
+from rewards.repair_additions import budget_of, sized_params
 from trainer.httpsink import FRAMEWORK as OUR_FRAMEWORK
 
 MAX_STEPS = 100_000
@@ -220,7 +221,8 @@ def whatif(
 
     cfg, algo, rcfg, group_size = run_setup(run)
     old = weighting_from_components(rcfg.components)
-    can_add = repair.addable(cfg.env.name, [c.name for c in rcfg.components])
+    budget = budget_of(cfg.rollout)
+    can_add = repair.addable(cfg.env.name, [c.name for c in rcfg.components], budget)
     new_weights = check_weights(weights, list(old.weights), can_add)
     added = [k for k in new_weights if k not in old.weights]
     examples = check_examples(examples)
@@ -228,7 +230,7 @@ def whatif(
         chosen = check_steps(steps)
         rows = load_rollouts(run, chosen)
         if added:
-            raw = raw_values(run, cfg.env.name, added, chosen)
+            raw = raw_values(run, cfg.env.name, added, chosen, budget)
             rows = [
                 replace(r, added=raw.get((r.step, r.group, r.index), {})) for r in rows
             ]
@@ -248,7 +250,9 @@ def whatif(
     report["run"] = str(run.pk)
     report["weights"] = weights_report(old, new_weights)
     # A judge's model_path as the form names it; a clone resolves it again.
-    report["clone_overrides"] = roots.shown_paths(clone_overrides(rcfg, new_weights))
+    report["clone_overrides"] = roots.shown_paths(
+        clone_overrides(rcfg, new_weights, budget)
+    )
     report["rollouts"] = len(rows)
     report["examples_limit"] = examples  # of each kind; example_counts: how many
     return report
@@ -271,11 +275,14 @@ def _collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-def clone_overrides(rcfg: Any, weights: dict[str, float]) -> dict[str, Any]:
+def clone_overrides(
+    rcfg: Any, weights: dict[str, float], budget: int | None = None
+) -> dict[str, Any]:
     """Overrides for ``POST /api/runs/{id}/clone``: the run's full reward config (the
     environment's default made explicit) with the new base weights
-    (:func:`rewards.repair.reweighted`: a new component is added)."""
-    return {"reward": repair.reweighted(rcfg.model_dump(mode="json"), weights)}
+    (:func:`rewards.repair.reweighted`: a new component is added, sized to the run's
+    generation ``budget`` where it must be)."""
+    return {"reward": repair.reweighted(rcfg.model_dump(mode="json"), weights, budget)}
 
 
 def component_weights(run: Run) -> list[dict[str, Any]]:
@@ -291,8 +298,17 @@ def component_weights(run: Run) -> list[dict[str, Any]]:
          "schedule": c.schedule.kind, "added": False}
         for c in rcfg.components
     ]  # fmt: skip
-    more = repair.addable(cfg.env.name, [c.name for c in rcfg.components])
+    budget = budget_of(cfg.rollout)
+    more = repair.addable(cfg.env.name, [c.name for c in rcfg.components], budget)
     return own + [
-        {"key": n, "name": n, "weight": 0.0, "schedule": "constant", "added": True}
+        {"key": n, "name": n, "weight": 0.0, "schedule": "constant", "added": True,
+         "sized": sized_text(sized_params(n, budget))}
         for n in more
-    ]
+    ]  # fmt: skip
+
+
+def sized_text(params: dict[str, Any] | None) -> str:
+    """What an added component's sized parameters say, in the panel's words."""
+    if not params:
+        return ""
+    return ", ".join(f"{k} {v}" for k, v in params.items())

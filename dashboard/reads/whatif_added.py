@@ -19,17 +19,25 @@ from dashboard.models import Run, Trajectory
 
 
 def raw_values(
-    run: Run, env: str, names: list[str], steps: list[int] | None
+    run: Run,
+    env: str,
+    names: list[str],
+    steps: list[int] | None,
+    budget: int | None = None,
 ) -> dict[tuple[int, int, int], dict[str, list[float]]]:
     """(step, group, index) -> {component: raw per-step values} of ``names`` on the
-    run's stored rollouts (of ``steps``). A rollout whose episode a component cannot
-    score (facts of another shape) gets none for it: it adds 0 there."""
+    run's stored rollouts (of ``steps``), each with the parameters a clone would
+    give it (sized to the run's generation ``budget`` where it must be). A rollout
+    whose episode a component cannot score (facts of another shape) gets none for
+    it: it adds 0 there."""
     from rewards.components import COMPONENTS, Context
+    from rewards.repair_additions import sized_params
 
     if not names:
         return {}
     specs = [(n, COMPONENTS.get(n)) for n in names]
-    params = {n: spec.params() for n, spec in specs}  # addable: defaults exist
+    # addable: defaults exist, or sizes
+    params = {n: spec.params(**(sized_params(n, budget) or {})) for n, spec in specs}
     qs = Trajectory.objects.filter(run=run)
     if steps is not None:
         qs = qs.filter(step__in=steps)

@@ -26,8 +26,15 @@ def check_owner(user: Any, run: Run) -> None:
 
 def reward_of(run: Run) -> tuple[str, Any]:
     """(environment, reward config) of one of our runs, or InvalidConfig."""
+    env, rcfg, _ = _reward_and_budget(run)
+    return env, rcfg
+
+
+def _reward_and_budget(run: Run) -> tuple[str, Any, int]:
+    """(environment, reward config, generation budget) of one of our runs."""
     from pydantic import ValidationError
 
+    from rewards.repair_additions import budget_of
     from trainer.config import TrainConfig
     from trainer.runner import reward_config_for
 
@@ -37,7 +44,7 @@ def reward_of(run: Run) -> tuple[str, Any]:
         )
     try:
         cfg = TrainConfig.model_validate(run.config)
-        return cfg.env.name, reward_config_for(cfg)
+        return cfg.env.name, reward_config_for(cfg), budget_of(cfg.rollout)
     except (ValidationError, ValueError, TypeError) as exc:
         raise InvalidConfig(
             f"run: its config is not a trainer config ({str(exc).splitlines()[0]})"
@@ -78,15 +85,15 @@ def reweighted_config(
     form (``/runs/<id>/clone/?weights=...``, opened from the what-if) shows it."""
     from rewards import repair
 
-    env, rcfg = reward_of(source)
+    env, rcfg, budget = _reward_and_budget(source)
     known = [c.key for c in rcfg.components]
-    can_add = repair.addable(env, [c.name for c in rcfg.components])
+    can_add = repair.addable(env, [c.name for c in rcfg.components], budget)
     if not isinstance(weights, dict) or not weights:
         raise InvalidConfig("weights: name at least one component and its weight")
     checked, errors = repair.check_weights(weights, known, can_add)
     if errors:
         raise InvalidConfig(errors)
-    reward = repair.reweighted(rcfg.model_dump(mode="json"), checked)
+    reward = repair.reweighted(rcfg.model_dump(mode="json"), checked, budget)
     return services.merge_overrides(source.config, {"reward": reward}), checked
 
 

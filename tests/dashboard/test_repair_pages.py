@@ -75,8 +75,16 @@ def test_the_whatif_offers_no_added_line_when_nothing_can_be_added(owner):
     from tests.fixtures.seed import seed_run, valid_config
 
     config = valid_config("calc", "grpo", 4)
+    config["reward"]["components"].append(
+        {
+            "name": "overlong_penalty",
+            "weight": 0.5,
+            "params": {"max_len": 30, "cache": 6},
+        }
+    )
     names = {c["name"] for c in config["reward"]["components"]}
-    assert names >= {"outcome", "format"}  # every component calc can add
+    # every component calc can add (the overlong penalty sized to its budget)
+    assert names >= {"outcome", "format", "overlong_penalty"}
     run = seed_run(owner, env="calc", steps=4, config=config)
     html = client_for(owner).get(f"/runs/{run.pk}/").content.decode()
     assert 'data-weight="outcome"' in html and "data-whatif-addable" not in html
