@@ -7,6 +7,7 @@ import { MetricChart, fetchSeries } from "./chart.js";
 import { ChartGroup, chartTools, logToggle } from "./chart_view.js";
 import { drawHistogram, histogram } from "./histogram.js";
 import { FINAL, RunStream } from "./live.js";
+import { liveCharts } from "./run_charts_live.js";
 import { SENT_PARTS, STATUS_PARTS, aheadChanged, partsPending, refreshModel, refreshParts } from "./run_parts.js";
 import { runAlerts } from "./run_alerts.js";
 import { RunClock, isEvent, since } from "./run_time.js";
@@ -61,6 +62,7 @@ function makeChart(section, spec, logId = spec.id) {
     },
   });
   chart.section = section;
+  chart.spec = spec;
   chart.setAlerts(alertSteps);
   const heading = section.querySelector("h3");
   heading.querySelector(".log-toggle")?.remove(); // the "any metric" chart made again
@@ -367,6 +369,7 @@ pick?.addEventListener("change", async () => {
 });
 
 // --- frames ------------------------------------------------------------------------------
+const live = liveCharts({ data, charts, makeChart, loadCharts, view, onTaken: showCharts }); // names sent later
 let histTimer = null;
 function onFrame(frame) {
   if (isEvent(frame)) { clock.heard(); tickClock(); } // an external run's client sends again
@@ -376,13 +379,14 @@ function onFrame(frame) {
   if (!wasQueued && data.status === "queued") setTimeout(pollWaiting, 1000); // paused
   for (const s of frame.steps || []) {
     for (const c of charts) c.add(s.step, s.metrics);
+    live.step(s);
     updateStrip(s.step, num(s.metrics[data.reward_key || "reward"])); // train/reward...
     const known = pick && new Set([...pick.options].map((o) => o.value));
     for (const key of Object.keys(s.metrics)) {
       if (known && !known.has(key)) {
         pick.append(el("option", { value: key, text: key }));
         known.add(key);
-        if (data.clock?.external) refreshParts(SENT_PARTS); // "Sent: N metrics"
+        live.newNames(); // and "Sent: N metrics" of an external run
       }
     }
   }

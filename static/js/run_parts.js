@@ -7,7 +7,9 @@
 // did, a checkpoint was kept, an external run sent a new metric), the page asks for
 // itself again and takes those parts from the answer, so that the live page shows
 // what a reload would. The new nodes are the server's own, parsed and imported, never
-// HTML assembled here.
+// HTML assembled here. A part that holds the page's own state (the charts: their
+// points, zoom, log boxes) is not replaced whole: its owner takes what changed from
+// the fresh page (takePartWith; static/js/run_charts_live.js).
 
 export const STATUS_PARTS = [
   "[data-run-state]", "[data-run-error]", "[data-model-link]", "[data-model]", "[data-stat-attempt]", "[data-attempts]",
@@ -31,7 +33,15 @@ function takeState(old, fresh) {
   old.hidden = fresh.hidden;
 }
 
+const TAKERS = {};
+
+/** ``selector`` taken from the fresh page by ``fn(page)`` instead of replaced. */
+export function takePartWith(selector, fn) {
+  TAKERS[selector] = fn;
+}
+
 function take(page, selector) {
+  if (TAKERS[selector]) { TAKERS[selector](page); return; }
   const old = document.querySelector(selector);
   const fresh = page.querySelector(selector);
   if (selector === "[data-run-state]") {
