@@ -27,12 +27,16 @@ KINDS = ("gpu", "cpu")
 
 
 def kind_of(config: Any) -> str:
-    """``gpu`` or ``cpu`` from ``model.device`` (``auto`` follows RUN_QUEUE_AUTO)."""
+    """``gpu`` or ``cpu`` from ``model.device``. ``auto`` follows RUN_QUEUE_AUTO, but
+    in the embedded mode, where this process trains the run and no queue routes it,
+    the device it will train on says (a CPU-only laptop's run read queue ``gpu``)."""
     device = config.model.device
     if device == "cuda":
         return "gpu"
     if device == "cpu":
         return "cpu"
+    if settings.RUN_EXECUTOR == "inprocess":
+        return "gpu" if cuda_devices() else "cpu"
     return settings.RUN_QUEUE_AUTO
 
 

@@ -45,6 +45,7 @@ def test_a_run_of_n_processes_goes_to_the_queue_of_n_devices(
     owner, tiny_config, settings, enqueued
 ):
     settings.RUN_MAX_PROCESSES = 4
+    settings.RUN_EXECUTOR = "celery"  # the workers' queues route the runs
     settings.RUN_QUEUE_AUTO = "gpu"
     one = services.launch_run(owner, tiny_config)
     two = services.launch_run(owner, two_process(tiny_config))

@@ -110,12 +110,28 @@ def test_demo_runs_do_not_count_toward_the_active_runs_limit(
         services.launch_run(owner, tiny_config)
 
 
-def test_queue_follows_the_device(owner, tiny_config, settings):
+def test_queue_follows_the_device(owner, tiny_config, settings, enqueued):
+    settings.RUN_EXECUTOR = "celery"  # the workers' queues route the runs
     settings.RUN_QUEUE_AUTO = "gpu"
     a = services.launch_run(owner, {**tiny_config, "model": {"device": "cuda"}})
     b = services.launch_run(owner, {**tiny_config, "model": {"device": "auto"}})
     c = services.launch_run(owner, {**tiny_config, "model": {"device": "cpu"}})
     assert [a.queue, b.queue, c.queue] == ["gpu", "gpu", "cpu"]
+
+
+@pytest.mark.parametrize(("cuda", "queue"), [(0, "cpu"), (1, "gpu")])
+def test_embedded_auto_runs_queue_as_the_device_they_train_on(
+    owner, tiny_config, settings, enqueued, monkeypatch, cuda, queue
+):
+    """The embedded server trains its runs itself (no queue routes them): an
+    ``auto`` run on a machine without CUDA read queue "gpu" in the API."""
+    from dashboard.runs import devices
+
+    settings.RUN_EXECUTOR = "inprocess"
+    settings.RUN_QUEUE_AUTO = "gpu"
+    monkeypatch.setattr(devices, "cuda_devices", lambda: cuda)
+    run = services.launch_run(owner, {**tiny_config, "model": {"device": "auto"}})
+    assert run.queue == queue
 
 
 def test_clone_merges_overrides_and_records_the_parent(owner, tiny_config, enqueued):
