@@ -75,6 +75,38 @@ def dataset_of_run(run: Any) -> Dataset | None:
     return next((d for d in candidates if os.path.realpath(d.path) == real), None)
 
 
+def choices_of(user: Any, value: Any) -> list[dict[str, Any]]:
+    """The user's datasets as the run form offers them, newest first: each one's
+    name, the path the form writes for it (relative to its data root,
+    :func:`roots.shown`), rows, keys, and whether ``value`` (the form's path, as
+    typed or as a config holds it) names its file."""
+    rows = list(datasets_of(user).order_by("-created_at")[:200])
+    value = value.strip() if isinstance(value, str) else ""
+    real = None
+    if value and rows:
+        real = roots.resolve(
+            value, roots.data_roots(), want_dir=False, owner_id=user.pk
+        )
+    out = []
+    for d in rows:
+        shown = roots.shown(d.path, model=False)
+        named = bool(value) and (
+            value == shown or (real is not None and real == os.path.realpath(d.path))
+        )
+        out.append(
+            {
+                "pk": d.pk,
+                "name": d.name,
+                "path": shown,
+                "rows": d.rows,
+                "prompt_key": d.prompt_key,
+                "answer_key": d.answer_key,
+                "chosen": named,
+            }
+        )
+    return out
+
+
 def get_dataset_for_user(user: Any, dataset_id: Any) -> Dataset:
     """The user's own dataset, or Http404 (missing and another user's read alike)."""
     try:

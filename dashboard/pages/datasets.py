@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -38,17 +38,46 @@ def labelled(errors: list[str]) -> tuple[list[str], set[str]]:
     return out, fields
 
 
-def _list(request: HttpRequest, errors: list[str], form: dict[str, str], status=200):
+def by_field(errors: list[str]) -> dict[str, list[str]]:
+    """``{field: [message]}`` for the errors that name a field of the form (shown
+    beside it, its name left out), ``""`` for the others."""
+    out: dict[str, list[str]] = {}
+    for error in errors:
+        field, sep, message = error.partition(": ")
+        key = field if sep and field in FIELDS else ""
+        out.setdefault(key, []).append(message if key else error)
+    return out
+
+
+def _list(
+    request: HttpRequest,
+    errors: list[str],
+    form: dict[str, str],
+    status=200,
+    refused: Any = False,
+):
     shown, invalid = labelled(errors)
     context: dict[str, Any] = {
         "datasets": ds.datasets_of(request.user),
         "errors": shown,
         "invalid": invalid,
+        "field_errors": by_field(errors),
+        # a plain form's refusal loses the chosen file: the page says to choose it
+        # again (by its name when one came)
+        "refused": refused is not False,
+        "refused_file": getattr(refused, "name", "") or "",
         "form": form,
         "accept": ",".join(sorted(ds.formats())),
         "limit": ds.size_text(settings.DATASET_MAX_UPLOAD_BYTES),
+        "limit_bytes": settings.DATASET_MAX_UPLOAD_BYTES,
     }
     return render(request, "pages/datasets.html", context, status=status)
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    """Sent by the page's script (static/js/dataset_upload.js): answered as JSON so
+    the page, and the file chosen in it, stays."""
+    return request.headers.get("Accept", "").startswith("application/json")
 
 
 @csp
@@ -57,19 +86,27 @@ def dataset_list(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _list(request, [], form)
     form.update({k: request.POST.get(k, v) for k, v in form.items()})
+    chosen = None
     try:
         # Refuse an oversized body before Django spools the file to disk.
         ds.check_upload_size(int(request.META.get("CONTENT_LENGTH") or 0) - 65536)
+        chosen = request.FILES.get("file")
         row = ds.do_upload_dataset(
             request.user,
-            request.FILES.get("file"),
+            chosen,
             name=form["name"],
             prompt_key=form["prompt_key"],
             answer_key=form["answer_key"],
         )
     except ServiceError as exc:
-        return _list(request, exc.errors, form, status=exc.status)
+        if _wants_json(request):
+            shown, _ = labelled(exc.errors)
+            body = {"errors": shown, "fields": by_field(exc.errors)}
+            return JsonResponse(body, status=exc.status)
+        return _list(request, exc.errors, form, exc.status, refused=chosen)
     messages.info(request, f"Uploaded {row.name}: {row.rows} rows.")
+    if _wants_json(request):
+        return JsonResponse({"url": reverse("pages:dataset_detail", args=[row.pk])})
     return redirect("pages:dataset_detail", row.pk)
 
 

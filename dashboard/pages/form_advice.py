@@ -4,7 +4,8 @@ run (``{"rollout.max_action_tokens": ["..."]}``; the form shows it beside the fi
 and in the side panel under "Valid configuration").
 
 With the built-in model from scratch, fewer than :data:`FEW_STEPS` steps are said to
-show the machinery rather than learning. With tools on, ``rollout.max_action_tokens``
+show the machinery rather than learning, and on the ``dataset`` environment, answers
+it cannot reach from their prompts are said so (:func:`_unreachable_answers`). With tools on, ``rollout.max_action_tokens``
 must hold one tool call.
 An action is cut at that many tokens, and a call cut before its end is no call ("error:
 unterminated tool call"), so every tool-using episode fails the same way. The call
@@ -43,7 +44,10 @@ def warnings(cfg: Any) -> dict[str, list[str]]:
     """``{field: [message]}`` for a validated ``TrainConfig``; empty when all is well.
     Never raises: advice that cannot be worked out is left out."""
     try:
-        return {**_tool_call_room(cfg), **_short_from_scratch(cfg)}
+        answers = _unreachable_answers(cfg)
+        # "Steps 200 or more to watch it learn" is no advice for answers it cannot learn
+        short = {} if FREE_FIELD in answers else _short_from_scratch(cfg)
+        return {**_tool_call_room(cfg), **short, **answers}
     except Exception:  # advice only; the check's own answer stands
         log.warning("form advice failed", exc_info=True)
         return {}
@@ -67,6 +71,61 @@ def _short_from_scratch(cfg: Any) -> dict[str, list[str]]:
             "learning. Steps 200 or more to watch it learn."
         ]
     }
+
+
+# The ``dataset`` environment's inputs the answers' advice stands beside.
+FREE_FIELD = "envp.dataset.path"
+CALC_FIELD = "envp.dataset.tools"
+
+
+def _unreachable_answers(cfg: Any) -> dict[str, list[str]]:
+    """With the built-in model from scratch on the ``dataset`` environment: answers
+    it cannot reach from its prompts (free text, or a number it would have to
+    compute with the calculator off), from the file's first rows
+    (:mod:`dashboard.library.answer_shapes`). Said when most of them are; never with
+    the search tool on (an answer may be in its documents)."""
+    from dashboard.library.answer_shapes import shapes
+
+    if cfg.env.name != "dataset" or cfg.model.path or cfg.model.init_from_run:
+        return {}
+    p, tools = cfg.env.params, _tools(cfg)
+    if "search" in tools:
+        return {}
+    found = shapes(p.path, p.format, p.prompt_key, p.answer_key, "calculator" in tools)
+    if found is None:
+        return {}
+    if found.share("free") > 0.5:
+        line, prompt, answer = found.first["free"]
+        return {
+            FREE_FIELD: [
+                "No number of steps teaches the built-in model these answers: "
+                f"{_many(found, 'free')} are free text, not numbers or words from "
+                f"their prompts (line {line}: “{answer}” for “{prompt}”). Set Model "
+                "path to a pretrained model, or Init from run to a run that already "
+                "answers them; to watch the built-in model learn, try the calc "
+                "environment."
+            ]
+        }
+    if found.counts.get("needs_calc") and found.share("free", "needs_calc") > 0.5:
+        line, prompt, answer = found.first["needs_calc"]
+        return {
+            CALC_FIELD: [
+                f"Add the calculator tool: {_many(found, 'needs_calc')} are a sum, "
+                "difference, product or quotient of two numbers in the prompt "
+                f"(line {line}: “{answer}” for “{prompt}”), which the built-in model "
+                "cannot work out in its head; with the calculator it learns to call "
+                "it and answer its result, as bench dataset_arith does."
+            ]
+        }
+    return {}
+
+
+def _many(found: Any, kind: str) -> str:
+    """ "12 of the first 20 answers", "all of the first 20 answers", "its one answer"."""
+    n, rows = found.counts.get(kind, 0), found.rows
+    if rows == 1:
+        return "its one answer"
+    return f"{'all' if n == rows else n} of the first {rows} answers"
 
 
 def _tools(cfg: Any) -> list[str]:

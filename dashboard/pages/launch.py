@@ -44,8 +44,13 @@ def _context(
     *,
     whatif: bool = False,
     added: dict[str, Any] | None = None,
+    user: Any = None,
 ) -> dict[str, Any]:
+    # the dataset environment's file offered as the user's uploads, by name
+    choices = _dataset_choices(form, user)
     return {
+        "dataset_choices": choices,
+        "dataset_chosen": next((d for d in choices if d["chosen"]), None),
         "form": form,
         "parent": parent,
         "diff": diff,
@@ -88,6 +93,18 @@ def _context(
             f"/runs/{parent.pk}/clone/check/" if parent else "/runs/new/check/"
         ),
     }
+
+
+def _dataset_choices(form: f.RunForm, user: Any) -> list[dict[str, Any]]:
+    if user is None or not user.is_authenticated:
+        return []
+    value = form.values.get(DATASET_PATH, "")
+    if isinstance(value, list):
+        value = value[0] if value else ""
+    return datasets.choices_of(user, value)
+
+
+DATASET_PATH = "envp.dataset.path"
 
 
 def _diff(
@@ -152,7 +169,9 @@ def _submit(request: HttpRequest, parent: Run | None) -> HttpResponse:
     return render(
         request,
         "pages/new.html",
-        _context(form, parent, _diff(parent, form.cleaned), repairing),
+        _context(
+            form, parent, _diff(parent, form.cleaned), repairing, user=request.user
+        ),
         status=status,
     )
 
@@ -177,7 +196,8 @@ def run_new(request: HttpRequest) -> HttpResponse:
             },
         )
     form = f.RunForm(initial=f.default_config(env, preset, params))
-    return render(request, "pages/new.html", _context(form, None, []))
+    ctx = _context(form, None, [], user=request.user)
+    return render(request, "pages/new.html", ctx)
 
 
 @csp
@@ -205,7 +225,8 @@ def run_clone(request: HttpRequest, run_id: Any) -> HttpResponse:
         initial["model"] = {**initial.get("model", {}), "init_from_run": str(parent.pk)}
         initial["name"] = f"{parent.name} (continued)"[:200]
     form = f.RunForm(initial=initial)
-    return render(request, "pages/new.html", _context(form, parent, []))
+    ctx = _context(form, parent, [], user=request.user)
+    return render(request, "pages/new.html", ctx)
 
 
 def _reweighted(request: HttpRequest, parent: Run) -> HttpResponse:
@@ -230,7 +251,9 @@ def _reweighted(request: HttpRequest, parent: Run) -> HttpResponse:
     shown["name"] = repair.repair_name(parent, what)
     form = f.RunForm(initial=roots.shown_paths(shown))
     repairing = {k: str(v) for k, v in what.items()}  # detector, alert_step
-    ctx = _context(form, parent, _diff(parent, shown), repairing, whatif=True)
+    ctx = _context(
+        form, parent, _diff(parent, shown), repairing, whatif=True, user=request.user
+    )
     return render(request, "pages/new.html", ctx)
 
 
@@ -257,7 +280,9 @@ def _added(request: HttpRequest, parent: Run) -> HttpResponse:
     shown["name"] = repair.repair_name(parent, what)
     form = f.RunForm(initial=roots.shown_paths(shown))
     repairing = {k: str(v) for k, v in what.items()}  # detector, alert_step
-    ctx = _context(form, parent, _diff(parent, shown), repairing, added=added)
+    ctx = _context(
+        form, parent, _diff(parent, shown), repairing, added=added, user=request.user
+    )
     return render(request, "pages/new.html", ctx)
 
 
