@@ -71,3 +71,13 @@ export function showProblems(form, problemList, errors) {
     : el("li", { text: m }))));
   problemList.hidden = items.length === 0;
 }
+
+/** One piece of advice (``message`` on the field at ``path``) for the side panel,
+ *  named and linked as a problem is; its path as code where no field shows it. */
+export function adviceItem(form, path, message) {
+  const place = problemPlace(form, path);
+  const name = place
+    ? el("a", { href: place.target?.id ? `#${place.target.id}` : "#", "data-problem-for": path, text: place.label })
+    : el("code", { text: path });
+  return el("li", { class: "sev-warning" }, name, `: ${message}`);
+}

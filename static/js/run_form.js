@@ -4,7 +4,7 @@
 // validation, errors per field, warnings that do not refuse the run, and for a clone
 // the diff to the parent) as you type.
 
-import { goToProblem, openAround, showProblems } from "./form_problems.js";
+import { adviceItem, goToProblem, openAround, showProblems } from "./form_problems.js";
 import { csrfToken, debounce, el, readJSONScript } from "./util.js";
 
 const form = document.getElementById("run-form");
@@ -248,12 +248,14 @@ function showStatus(ok, errors) {
   }
 }
 
-problemList?.addEventListener("click", (e) => {
+function goToLinked(e) {
   const link = e.target instanceof Element ? e.target.closest("[data-problem-for]") : null;
   if (!link) return;
   e.preventDefault();
   goToProblem(form, link.dataset.problemFor);
-});
+}
+problemList?.addEventListener("click", goToLinked);
+form.querySelector("[data-check-warnings]")?.addEventListener("click", goToLinked); // advice
 
 const refusedText = (n) => `The run was not launched: fix the ${n} highlighted problem${n === 1 ? "" : "s"}.`;
 
@@ -283,7 +285,7 @@ function showWarnings(warnings) {
     const errors = form.querySelector(`[data-errors-for="${CSS.escape(path)}"]`);
     for (const m of messages) {
       errors?.after(el("p", { class: "small sev-warning", "data-warning-for": path, text: `⚠ ${m}` }));
-      items.push(el("li", { class: "sev-warning" }, el("code", { text: path }), `: ${m}`));
+      items.push(adviceItem(form, path, m));
     }
   }
   if (panel) {

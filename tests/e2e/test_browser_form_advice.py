@@ -76,7 +76,12 @@ def test_a_warning_shows_beside_its_field_and_in_the_panel_as_text(
     page.goto(live.url + "/runs/new/")
     _valid(page, ui)
     page.locator(PANEL).wait_for(state="visible")
-    assert page.text_content(PANEL) == f"{FIELD}: {hostile}"
+    # Named by its field's label, a link to it, as a problem is (its path read
+    # "rollout.max_action_tokens" to a newcomer).
+    label = page.text_content(f"[data-field='{FIELD}'] label").strip()
+    assert page.text_content(PANEL) == f"{label}: {hostile}"
+    page.click(f"{PANEL} [data-problem-for='{FIELD}']")
+    assert page.evaluate("document.activeElement.name") == FIELD
     beside = page.locator(f"[data-warning-for='{FIELD}']")
     assert beside.text_content() == f"⚠ {hostile}"
     assert page.locator(f"[data-field='{FIELD}'] [data-warning-for]").count() == 1
@@ -109,7 +114,7 @@ def test_a_chat_model_with_the_calculator_is_told_one_call_does_not_fit(
     text = page.text_content(PANEL)
     have = page.input_value(f"[name='{FIELD}']")
     assert text.startswith(
-        f"{FIELD}: Max action tokens {have} cannot hold one tool call"
+        f"Max action tokens: Max action tokens {have} cannot hold one tool call"
     )
     assert '"expression": "1 + 13"' in text and "this model's tokenizer" in text
     need = int(text.split(" tokens with this model")[0].rsplit(" ", 1)[1])
