@@ -36,22 +36,15 @@ ADDITIONS: dict[str, Addition] = {
 
 def generation_budget(max_turns: int, max_action_tokens: int, total: int) -> int:
     """Tokens a rollout may generate: turns x tokens per action, at most the whole
-    budget (as ``trainer.runner.reward_config_for`` sizes the ``dapo`` preset's
-    overlong penalty)."""
+    budget (``trainer.runner.generation_budget`` of a config)."""
     return max(1, min(max_turns * max_action_tokens, total))
-
-
-def budget_of(rollout: Any) -> int:
-    """:func:`generation_budget` of a run's ``rollout`` config."""
-    return generation_budget(
-        rollout.max_turns, rollout.max_action_tokens, rollout.max_total_tokens
-    )
 
 
 def sized_params(name: str, budget: int | None) -> dict[str, Any] | None:
     """Parameters of component ``name`` added to a run whose rollouts generate at
-    most ``budget`` tokens, where its defaults would not fit the run: the overlong
-    penalty's (:func:`rewards.presets.overlong_params`); None: its defaults do.
+    most ``budget`` tokens (``trainer.runner.generation_budget``), for a component
+    whose defaults know nothing of the run: the overlong penalty's
+    (:func:`rewards.presets.overlong_params`); None for the others (their defaults).
 
     >>> sized_params("overlong_penalty", 30), sized_params("format", 30)
     ({'max_len': 30, 'cache': 6}, None)

@@ -32,10 +32,30 @@ def reward_config_for(config: TrainConfig):
         else default_reward_for(config.env.name)
     )
     if resolve_algorithm(config.algorithm).overlong_shaping:
-        r = config.rollout
-        budget = min(r.max_turns * r.max_action_tokens, r.max_total_tokens)
-        rcfg = with_overlong_penalty(rcfg, budget)
+        rcfg = with_overlong_penalty(rcfg, generation_budget(config))
     return rcfg
+
+
+def generation_budget(config: TrainConfig) -> int:
+    """Tokens a rollout of ``config`` may generate: its turns (the rollout's, or the
+    environment's own turn limit where that is smaller: ``dataset``'s ``max_turns``
+    ends an episode first) times the tokens of an action, at most the whole budget
+    (which counts the prompt and tool results too). DAPO's overlong penalty is sized
+    to it (the ``dapo`` preset, the repair of length drift, the what-if)."""
+    from rewards.repair_additions import generation_budget as budget
+
+    r = config.rollout
+    return budget(turn_limit(config), r.max_action_tokens, r.max_total_tokens)
+
+
+def turn_limit(config: TrainConfig) -> int:
+    """The turns an episode of ``config`` may take: the rollout's, or the
+    environment's own limit where that is smaller."""
+    turns = config.rollout.max_turns
+    env_turns = getattr(config.env.params, "max_turns", None)
+    if isinstance(env_turns, int) and 0 < env_turns < turns:
+        return env_turns
+    return turns
 
 
 def run_from_config(

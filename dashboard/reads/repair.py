@@ -16,7 +16,7 @@ from dashboard.models import Alert, MetricPoint, Run
 from dashboard.reads.evidence import by_reason, evidence_rows
 from rewards.config import DetectorConfig
 from rewards.repair import Component, Watched, addable, suggest, thresholds
-from rewards.repair_additions import ADDITIONS, addition, generation_budget
+from rewards.repair_additions import ADDITIONS, addition
 
 MAX_POINTS = 1000  # per run and statistic on the chart (the verdict reads every step)
 MAX_STEPS = 200_000  # steps read per run and key
@@ -56,13 +56,13 @@ def addition_for(run: Run, detector: str) -> dict[str, Any] | None:
     "why", "detector", "turns", "per_action", "total", "budget"}``. None for an
     external run, a detector no component fixes, or a reward that has it already
     (the ``dapo`` preset adds the overlong penalty itself)."""
-    from trainer.runner import reward_config_for
+    from trainer.runner import generation_budget, reward_config_for, turn_limit
 
     cfg = _config(run) if detector in ADDITIONS else None
     if cfg is None:
         return None
     r = cfg.rollout
-    budget = generation_budget(r.max_turns, r.max_action_tokens, r.max_total_tokens)
+    budget = generation_budget(cfg)
     try:
         added = addition(detector, reward_config_for(cfg), budget)
     except (ValueError, TypeError):
@@ -73,7 +73,7 @@ def addition_for(run: Run, detector: str) -> dict[str, Any] | None:
         **added,
         "why": ADDITIONS[detector].why,
         "detector": detector,
-        "turns": r.max_turns,
+        "turns": turn_limit(cfg),
         "per_action": r.max_action_tokens,
         "total": r.max_total_tokens,
         "budget": budget,

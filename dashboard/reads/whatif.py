@@ -26,7 +26,7 @@ from dashboard.library import roots
 from dashboard.models import Run, Trajectory
 from dashboard.reads.whatif_added import raw_values
 from rewards import repair
-from rewards.repair_additions import budget_of, sized_params
+from rewards.repair_additions import sized_params
 from trainer.httpsink import FRAMEWORK as OUR_FRAMEWORK
 
 MAX_STEPS = 100_000
@@ -216,12 +216,13 @@ def whatif(
 ) -> dict[str, Any]:
     """The what-if report of ``run`` under ``weights`` (see :mod:`trainer.whatif`),
     listing ``examples`` of each kind of change (default :data:`EXAMPLES`)."""
+    from trainer.runner import generation_budget
     from trainer.whatif import weighting_from_components
     from trainer.whatif_report import compare, weights_report
 
     cfg, algo, rcfg, group_size = run_setup(run)
     old = weighting_from_components(rcfg.components)
-    budget = budget_of(cfg.rollout)
+    budget = generation_budget(cfg)
     can_add = repair.addable(cfg.env.name, [c.name for c in rcfg.components], budget)
     new_weights = check_weights(weights, list(old.weights), can_add)
     added = [k for k in new_weights if k not in old.weights]
@@ -298,17 +299,24 @@ def component_weights(run: Run) -> list[dict[str, Any]]:
          "schedule": c.schedule.kind, "added": False}
         for c in rcfg.components
     ]  # fmt: skip
-    budget = budget_of(cfg.rollout)
+    from trainer.runner import generation_budget
+
+    budget = generation_budget(cfg)
     more = repair.addable(cfg.env.name, [c.name for c in rcfg.components], budget)
     return own + [
         {"key": n, "name": n, "weight": 0.0, "schedule": "constant", "added": True,
-         "sized": sized_text(sized_params(n, budget))}
+         "sized": sized_text(sized_params(n, budget), cfg.rollout)}
         for n in more
     ]  # fmt: skip
 
 
-def sized_text(params: dict[str, Any] | None) -> str:
-    """What an added component's sized parameters say, in the panel's words."""
+def sized_text(params: dict[str, Any] | None, rollout: Any) -> str:
+    """What an added component's sized parameters say, in the panel's words, and
+    when the whole budget bounds them (it counts the prompt and tool answers too, so
+    a long prompt leaves an episode fewer tokens to write than that)."""
     if not params:
         return ""
-    return ", ".join(f"{k} {v}" for k, v in params.items())
+    text = ", ".join(f"{k} {v}" for k, v in params.items())
+    if params.get("max_len") == rollout.max_total_tokens:
+        text += "; max_total_tokens bounds it, prompt and tool answers included"
+    return text

@@ -34,9 +34,8 @@ def _reward_and_budget(run: Run) -> tuple[str, Any, int]:
     """(environment, reward config, generation budget) of one of our runs."""
     from pydantic import ValidationError
 
-    from rewards.repair_additions import budget_of
     from trainer.config import TrainConfig
-    from trainer.runner import reward_config_for
+    from trainer.runner import generation_budget, reward_config_for
 
     if run.external:
         raise InvalidConfig(
@@ -44,7 +43,7 @@ def _reward_and_budget(run: Run) -> tuple[str, Any, int]:
         )
     try:
         cfg = TrainConfig.model_validate(run.config)
-        return cfg.env.name, reward_config_for(cfg), budget_of(cfg.rollout)
+        return cfg.env.name, reward_config_for(cfg), generation_budget(cfg)
     except (ValidationError, ValueError, TypeError) as exc:
         raise InvalidConfig(
             f"run: its config is not a trainer config ({str(exc).splitlines()[0]})"

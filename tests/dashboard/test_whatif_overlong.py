@@ -126,3 +126,33 @@ def test_the_facts_line_shows_only_where_a_component_can_be_added(owner, owner_c
     html = owner_client.get(f"/runs/{full.pk}/").content.decode()
     assert 'id="whatif"' in html
     assert scored not in html and "data-added" not in html
+
+
+def test_the_budget_is_what_an_episode_can_write():
+    """A dataset episode ends at the environment's own max_turns (4) before the
+    rollout's (6): sized to 6 turns the penalty could never fire. The whole budget
+    bounds it where it is smaller, and the panel says that it counts the prompt."""
+    from dashboard.reads.whatif import sized_text
+    from rewards.repair_additions import sized_params
+    from trainer.config import TrainConfig
+    from trainer.runner import generation_budget, turn_limit
+
+    def cfg(env_turns, turns, tokens, total=512):
+        return TrainConfig.model_validate(
+            {
+                "env": {"name": "dataset", "params": {"path": "x.jsonl",
+                                                      "max_turns": env_turns}},
+                "rollout": {"max_turns": turns, "max_action_tokens": tokens,
+                            "max_total_tokens": total},
+            }
+        )  # fmt: skip
+
+    c = cfg(4, 6, 12)
+    assert (turn_limit(c), generation_budget(c)) == (4, 48)
+    assert sized_text(sized_params("overlong_penalty", 48), c.rollout) == (
+        "max_len 48, cache 9"
+    )
+    c = cfg(8, 6, 128, total=256)
+    assert (turn_limit(c), generation_budget(c)) == (6, 256)
+    text = sized_text(sized_params("overlong_penalty", 256), c.rollout)
+    assert text.startswith("max_len 256, cache 51; max_total_tokens bounds it")
