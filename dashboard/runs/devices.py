@@ -36,8 +36,16 @@ def kind_of(config: Any) -> str:
     if device == "cpu":
         return "cpu"
     if settings.RUN_EXECUTOR == "inprocess":
-        return "gpu" if cuda_devices() else "cpu"
+        return "gpu" if cuda_usable() else "cpu"
     return settings.RUN_QUEUE_AUTO
+
+
+def cuda_usable() -> bool:
+    """Whether this process trains an ``auto`` run on CUDA, as the trainer decides
+    (``torch.cuda.is_available``: a driver NVML counts may still be unusable)."""
+    import torch
+
+    return bool(cuda_devices()) and torch.cuda.is_available()
 
 
 def queue_name(kind: str, processes: int) -> str:

@@ -129,9 +129,23 @@ def test_embedded_auto_runs_queue_as_the_device_they_train_on(
 
     settings.RUN_EXECUTOR = "inprocess"
     settings.RUN_QUEUE_AUTO = "gpu"
-    monkeypatch.setattr(devices, "cuda_devices", lambda: cuda)
+    monkeypatch.setattr(devices, "cuda_usable", lambda: bool(cuda))
     run = services.launch_run(owner, {**tiny_config, "model": {"device": "auto"}})
     assert run.queue == queue
+
+
+def test_cuda_that_torch_cannot_use_is_not_cuda(monkeypatch):
+    """NVML may count a device the trainer will not train on (no usable driver):
+    the run trains on the CPU, so its queue says cpu."""
+    import torch
+
+    from dashboard.runs import devices
+
+    monkeypatch.setattr(devices, "cuda_devices", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert devices.cuda_usable() is False
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert devices.cuda_usable() is True
 
 
 def test_clone_merges_overrides_and_records_the_parent(owner, tiny_config, enqueued):
