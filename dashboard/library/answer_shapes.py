@@ -8,9 +8,9 @@ on two of them (:meth:`trainer.envs.dataset.DatasetSession.random_action`). RL t
 has to find, by sampling, which of those actions the reward pays. So an answer is
 within its reach when it is
 
-- ``copy``: the answer's words (up to :data:`COPY_WORDS`) or its number all appear
-  in the prompt, or
-- ``calc``: a number that one operation (+ - * /) on two numbers of the prompt gives,
+- ``copy``: the answer is a word (:data:`COPY_WORDS`) or a number of the prompt, or
+- ``calc``: a number that one operation (+ - *, the warm start's) on two numbers of
+  the prompt gives,
   with the calculator tool on (``bench/learning.py dataset_arith``: "tom has 3 apples
   and gets 5 more . how many apples does tom have ?" -> "8"), and otherwise
 
@@ -33,7 +33,7 @@ from functools import lru_cache
 from itertools import islice
 
 SAMPLE = 20
-COPY_WORDS = 3
+COPY_WORDS = 1  # the warm start answers one word of the prompt, never a phrase
 QUOTE_CHARS = 60
 _NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 _STRIP = " .,;:!?\"'`()[]{}"
@@ -65,7 +65,7 @@ def _one_operation(target: float, numbers: list[float]) -> bool:
         for j, b in enumerate(numbers):
             if i == j:
                 continue
-            results = [a + b, a - b, a * b] + ([a / b] if b else [])
+            results = [a + b, a - b, a * b]  # the calls the warm start makes
             if any(abs(r - target) < 1e-9 for r in results):
                 return True
     return False

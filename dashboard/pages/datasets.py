@@ -63,8 +63,8 @@ def _list(
         "invalid": invalid,
         "field_errors": by_field(errors),
         # a plain form's refusal loses the chosen file: the page says to choose it
-        # again (by its name when one came)
-        "refused": refused is not False,
+        # again (by its name when one came; ``True``: one came, too large to read)
+        "refused": refused not in (False, None),
         "refused_file": getattr(refused, "name", "") or "",
         "form": form,
         "accept": ",".join(sorted(ds.formats())),
@@ -86,11 +86,11 @@ def dataset_list(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _list(request, [], form)
     form.update({k: request.POST.get(k, v) for k, v in form.items()})
-    chosen = None
+    chosen: Any = True  # a body refused for its size held a file
     try:
         # Refuse an oversized body before Django spools the file to disk.
         ds.check_upload_size(int(request.META.get("CONTENT_LENGTH") or 0) - 65536)
-        chosen = request.FILES.get("file")
+        chosen = request.FILES.get("file")  # None: no file was chosen
         row = ds.do_upload_dataset(
             request.user,
             chosen,

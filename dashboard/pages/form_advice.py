@@ -111,7 +111,7 @@ def _unreachable_answers(cfg: Any) -> dict[str, list[str]]:
         return {
             CALC_FIELD: [
                 f"Add the calculator tool: {_many(found, 'needs_calc')} are a sum, "
-                "difference, product or quotient of two numbers in the prompt "
+                "difference or product of two numbers in the prompt "
                 f"(line {line}: “{answer}” for “{prompt}”), which the built-in model "
                 "cannot work out in its head; with the calculator it learns to call "
                 "it and answer its result, as bench dataset_arith does."

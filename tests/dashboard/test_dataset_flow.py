@@ -144,6 +144,11 @@ def test_a_refused_plain_upload_keeps_the_fields_and_says_to_choose_the_file_aga
     assert re.search(r'data-errors-for="prompt_key"><li>line 2 has no', html)
     assert 'data-errors-for="name"></ul>' in html  # no problem there
     assert "data-choose-again" not in client.get("/datasets/").content.decode()
+    # No file chosen at all: nothing to choose "again", the field says what is missing.
+    r = client.post("/datasets/", {"name": "x", "prompt_key": "p", "answer_key": "a"})
+    html = r.content.decode()
+    assert r.status_code == 400 and "data-choose-again" not in html
+    assert "choose a file" in html
 
 
 def test_an_upload_sent_by_the_pages_script_is_answered_as_json(data_root, owner):
