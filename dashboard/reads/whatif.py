@@ -230,11 +230,15 @@ def whatif(
     with _collector_paused():
         chosen = check_steps(steps)
         rows = load_rollouts(run, chosen)
+        scored: dict[str, int] = {}
         if added:
             raw = raw_values(run, cfg.env.name, added, chosen, budget)
             rows = [
                 replace(r, added=raw.get((r.step, r.group, r.index), {})) for r in rows
             ]
+            # how many rollouts each added component scores at all (an overlong
+            # penalty none of them ran into changes nothing, and the page says why)
+            scored = {n: sum(any(v.get(n, ())) for v in raw.values()) for n in added}
         report = compare(
             rows,
             old,
@@ -250,6 +254,7 @@ def whatif(
             )
     report["run"] = str(run.pk)
     report["weights"] = weights_report(old, new_weights)
+    report["added_scored"] = scored  # component -> rollouts it scores other than 0
     # A judge's model_path as the form names it; a clone resolves it again.
     report["clone_overrides"] = roots.shown_paths(
         clone_overrides(rcfg, new_weights, budget)

@@ -103,6 +103,9 @@ function series(steps) {
 
 function notes(report) {
   const out = [...report.unavailable];
+  for (const [name, n] of Object.entries(report.added_scored || {})) {
+    out.push(`${name} (not in this run) is other than 0 on ${n.toLocaleString("en")} of ${report.rollouts.toLocaleString("en")} stored rollouts`);
+  }
   for (const m of report.not_reweightable) out.push(`${m.component} not reweightable at ${m.steps.length} step(s): ${m.reason}`);
   for (const f of report.fixed) out.push(`${f.component}: ${f.reason}`);
   return out.join(" · ");

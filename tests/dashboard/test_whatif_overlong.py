@@ -60,6 +60,8 @@ def test_the_recomputation_charges_the_long_rollouts(owner, owner_client, enqueu
     assert r.status_code == 200, r.content
     body = r.json()
     assert body["weights"]["added"] == ["overlong_penalty"]
+    # #3 of each of 3 groups at 4 steps ran into the budget: the page says so.
+    assert body["added_scored"] == {"overlong_penalty": 12} and body["rollouts"] == 48
     changed = [
         ex for kind in body["examples"].values() for ex in kind if ex["index"] != 3
     ]
