@@ -238,6 +238,10 @@ def print_table(table: Mapping[str, list]) -> None:
                 if h.from_start
                 else f"; not induced (peak share {h.peak_share:.2f})"
             )
+        if h.other_alerts:  # the run's alerts of other detectors, the first few
+            more = len(h.other_alerts) - 3
+            note += f"; also {', '.join(h.other_alerts[:3])}"
+            note += f" (+{more})" if more > 0 else ""
         named = f"{_fmt(h.precision, '.2f')} ({h.named})" if h.named else "-"
         print(
             f"{h.case:24} {h.steps:5d} {_fmt(h.onset):>5} {_fmt(h.first_alert):>5} "

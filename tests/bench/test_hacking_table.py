@@ -21,6 +21,7 @@ SLICED = {
     "spurious_parallelism",
     "single_search_exit",
     "one_at_a_time_pruning",
+    "length_hacking",
     "format_only",
     "judge_exploitation",
     "repetition",
