@@ -288,3 +288,18 @@ def execute_in_thread(run) -> threading.Thread:
     worker = threading.Thread(target=work, daemon=True)
     worker.start()
     return worker
+
+
+def form_body(values: dict) -> dict[str, list[str]]:
+    """The run form's POST body for ``values`` (``forms.values_from_config``): every
+    detector on, lists as repeated fields, a checked box "on", unset fields left out."""
+    from rewards.config import DETECTOR_NAMES
+
+    values = {**values, "reward.detectors.enabled": list(DETECTOR_NAMES)}
+    return {
+        k: [str(x) for x in v]
+        if isinstance(v, list)
+        else ["on" if v is True else str(v)]
+        for k, v in values.items()
+        if v is not None and v is not False
+    }

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from chatmodels import build_chat_model
-from dashtest import client_for
+from dashtest import client_for, form_body
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from bench.make_arith_dataset import problems
@@ -29,7 +29,6 @@ from dashboard.library.answer_shapes import kind_of
 from dashboard.models import Dataset, Run
 from dashboard.pages import form_advice
 from dashboard.pages.forms import default_config, values_from_config
-from rewards.config import DETECTOR_NAMES
 from trainer.config import TrainConfig
 
 pytestmark = pytest.mark.django_db
@@ -183,17 +182,6 @@ def test_an_upload_sent_by_the_pages_script_is_answered_as_json(data_root, owner
 
 
 # --- 3. advice for answers the built-in model cannot reach ---------------------------
-
-
-def form_body(values: dict) -> dict[str, list[str]]:
-    values = {**values, "reward.detectors.enabled": list(DETECTOR_NAMES)}
-    return {
-        k: [str(x) for x in v]
-        if isinstance(v, list)
-        else ["on" if v is True else str(v)]
-        for k, v in values.items()
-        if v is not None and v is not False
-    }
 
 
 def check(client, path: Path, **changes) -> dict:

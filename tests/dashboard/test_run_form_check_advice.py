@@ -10,23 +10,12 @@ import json
 
 import pytest
 from chatmodels import build_chat_model
+from dashtest import form_body
 
 from dashboard.pages.forms import default_config, values_from_config
 from rewards.components import COMPONENTS
-from rewards.config import DETECTOR_NAMES
 
 pytestmark = pytest.mark.django_db
-
-
-def form_body(values: dict) -> dict[str, list[str]]:
-    values = {**values, "reward.detectors.enabled": list(DETECTOR_NAMES)}
-    return {
-        k: [str(x) for x in v]
-        if isinstance(v, list)
-        else ["on" if v is True else str(v)]
-        for k, v in values.items()
-        if v is not None and v is not False
-    }
 
 
 @pytest.fixture
