@@ -8,6 +8,8 @@ their own on any run that logged one of their names, with every such name it log
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Any
 
 import trainer.envs  # noqa: F401  (registers the built-in environments)
@@ -317,13 +319,37 @@ def _extra_charts(
                 title += f" ({i // KEYS_PER_EXTRA_CHART + 1})"
             extra.append(
                 {
-                    "id": f"extra-{len(extra)}",
+                    "id": extra_id(prefix, i // KEYS_PER_EXTRA_CHART),
                     "title": title,
                     "keys": part,
                     "empty": "No data yet.",
                 }
             )
     return extra[:MAX_EXTRA_CHARTS]
+
+
+_SLUG = re.compile(r"[a-z0-9_]{1,40}")
+
+
+def extra_id(prefix: str, part: int) -> str:
+    """A chart of a prefix's metrics, by its prefix, not its place: a prefix first
+    sent later (sorted before it) moved ``extra-N`` ids along, and a log-scale choice
+    kept for an id with them. A plain prefix reads as itself (``extra-critic``);
+    another (a client's names are anything) by a hash (``extra-x-1a2b3c4d``), the
+    part after the first of a long group numbered (``extra-critic-2``).
+
+    >>> extra_id("critic", 0), extra_id("critic", 1), extra_id("", 0)
+    ('extra-critic', 'extra-critic-2', 'extra-other')
+    >>> extra_id("<img src=x>", 0)
+    'extra-x-f4285014'
+    """
+    if prefix == "":  # names without a "/": "Other metrics"
+        base = "extra-other"
+    elif _SLUG.fullmatch(prefix) and prefix != "other":  # "other/" is hashed
+        base = f"extra-{prefix}"
+    else:
+        base = f"extra-x-{hashlib.sha1(prefix.encode()).hexdigest()[:8]}"
+    return base + (f"-{part + 1}" if part else "")
 
 
 def reward_keys(reward: str, logged: list[str]) -> list[str]:

@@ -6,10 +6,11 @@
 // request for a burst) and takes from it the charts a reload would show: the
 // server's sections (its template escapes the names) in the server's order, each
 // new one loading its series from the metrics API. A chart already on the page with
-// the same keys stays, with its points, hidden lines and log box; the server may
-// number it differently (an extra chart moved down by a new prefix sorted before
-// it), and then its section takes the new id. A chart whose keys changed (a
-// component added, a prefix's group grown) is made again and loads every key.
+// the same keys stays, with its points, hidden lines and log box (a prefix's chart
+// is named by its prefix, dashboard/pages/charts.py extra_id, so a new prefix does
+// not move it); should the server name it otherwise, its section takes the new id.
+// A chart whose keys changed (a component added, a prefix's group grown) is made
+// again and loads every key.
 
 import { logToggle } from "./chart_view.js";
 import { SENT_PARTS, refreshParts, takePartWith } from "./run_parts.js";

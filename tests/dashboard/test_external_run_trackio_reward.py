@@ -110,7 +110,7 @@ def test_the_reward_chart_plots_the_reward_a_trackio_run_logged_as_train_reward(
     assert "train/reward" not in drawn and "train/reward_std" not in drawn
     assert "train/loss" in drawn and "train/kl" in drawn
     html = page.content.decode()
-    assert html.index('data-chart="reward"') < html.index('data-chart="extra-0"')
+    assert html.index('data-chart="reward"') < html.index('data-chart="extra-train"')
     # Without a spread logged, the reward alone; and our own runs keep theirs.
     alone = trackio_run(owner, lambda s: {"rewards/mean": 0.5}, name="generic")
     page = owner_client.get(f"/runs/{alone.pk}/")

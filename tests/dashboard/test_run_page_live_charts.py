@@ -16,6 +16,7 @@ from dashtest import client_for
 
 from dashboard.models import MetricPoint, Run
 from dashboard.pages import reward_weights, run_state
+from dashboard.pages.charts import extra_id
 from dashboard.reads import reward_names
 from dashboard.runs import external
 
@@ -72,7 +73,7 @@ def test_an_external_run_page_has_the_charts_of_what_it_sent_so_far(owner):
     run = external.do_create_external_run(owner, name="grows")
     assert _charts(owner, run) == []
     _send(run, 1, {"train/reward": 0.1, "train/loss": 1.0})
-    assert _charts(owner, run) == [("reward", "Reward"), ("extra-0", "train/")]
+    assert _charts(owner, run) == [("reward", "Reward"), ("extra-train", "train/")]
     _send(
         run,
         2,
@@ -85,16 +86,20 @@ def test_an_external_run_page_has_the_charts_of_what_it_sent_so_far(owner):
         },
     )
     charts = _charts(owner, run)
+    # By prefix, not place: "train/" keeps its id (and its log-scale choice) when
+    # prefixes sorted before it arrive; a client's odd prefix by a hash.
+    hostile = extra_id("<img src=x onerror=alert(1)>", 0)
+    assert hostile.startswith("extra-x-")
     assert [c[0] for c in charts] == [
         "reward",
         "components",
         "eval",
-        "extra-0",
-        "extra-1",
-        "extra-2",
+        hostile,
+        "extra-critic",
+        "extra-train",
     ]
-    assert charts[3] == ("extra-0", "<img src=x onerror=alert(1)>/")
-    assert charts[5] == ("extra-2", "train/")
+    assert charts[3] == (hostile, "<img src=x onerror=alert(1)>/")
+    assert charts[5] == ("extra-train", "train/")
     page = _page(owner, run)
     assert "<img" not in page.split("data-charts")[1].split("data-histogram")[0]
     # Nor in the specs the script reads (json_script escapes <, > and &).

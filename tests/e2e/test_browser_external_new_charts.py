@@ -7,6 +7,7 @@ text, whatever it holds. Before, a name first sent after the render only joined 
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import httpx
@@ -62,13 +63,14 @@ def test_new_metrics_get_their_charts_live(live, page, shots, ui):
     ui.until(page, "document.body.dataset.chartsReady === '1'")
     assert charts(page) == [
         ["reward", "Reward", "1", "train/reward"],
-        ["extra-0", "train/", "1", "train/loss"],
+        ["extra-train", "train/", "1", "train/loss"],
     ]
     page.evaluate(
         "window.__kept = window.__runCharts.filter((c) => c.section?.dataset.chart)"
     )
-    # A new prefix sorted before train/ (so train/ is numbered anew), a component,
-    # held-out evaluation, and a name that is markup.
+    # A new prefix sorted before train/ (whose chart keeps its id: ids name the
+    # prefix, not its place), a component, held-out evaluation, and a name that is
+    # markup.
     send.step(
         2,
         {
@@ -87,28 +89,32 @@ def test_new_metrics_get_their_charts_live(live, page, shots, ui):
         15,
     )
     live_charts = charts(page)
+    # an odd prefix's chart by a hash of it (dashboard.pages.charts.extra_id)
+    digest = hashlib.sha1(HOSTILE.split("/")[0].encode()).hexdigest()[:8]
+    hostile = f"extra-x-{digest}"
     assert [c[0] for c in live_charts] == [
         "reward",
         "components",
         "eval",
-        "extra-0",
-        "extra-1",
-        "extra-2",
+        hostile,
+        "extra-critic",
+        "extra-train",
     ]
     shown = {c[0]: c for c in live_charts}
-    assert shown["extra-0"][1] == "<img src=x onerror=alert(1)>/"  # as text
-    assert shown["extra-2"] == ["extra-2", "train/", "2", "train/loss"]
+    assert shown[hostile][1] == "<img src=x onerror=alert(1)>/"  # as text
+    assert shown["extra-train"] == ["extra-train", "train/", "2", "train/loss"]
     assert shown["reward"][2] == "2"
     # The charts there before are the same objects, their points kept (step 1 came
-    # from the metrics API at load, step 2 live), the train/ one renumbered.
+    # from the metrics API at load, step 2 live), the train/ one under its id.
     assert page.evaluate(
         "window.__kept.every((c) => window.__runCharts.includes(c) && c.size === 2)"
     )
     assert (
         page.evaluate(
-            "document.querySelector('[data-chart=extra-2]').getAttribute('aria-labelledby')"
+            "document.querySelector('[data-chart=extra-train]')"
+            ".getAttribute('aria-labelledby')"
         )
-        == "chart-extra-2-h"
+        == "chart-extra-train-h"
     )
     assert page.evaluate("document.querySelector('[data-charts] img')") is None
     ui.shot(page, shots, "external_new_charts_live", full=False)
@@ -151,7 +157,7 @@ def test_a_run_that_had_sent_nothing_gets_its_charts(live, page, ui):
     assert [c[:2] for c in live_charts] == [
         ["reward", "Reward"],
         ["entropy", "Entropy"],
-        ["extra-0", "critic/"],
+        ["extra-critic", "critic/"],
     ]
     assert live_charts == reloaded(page, ui)
     page.guard.check()
