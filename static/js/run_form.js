@@ -4,6 +4,7 @@
 // validation, errors per field, warnings that do not refuse the run, and for a clone
 // the diff to the parent) as you type.
 
+import { numberProblems } from "./form_numbers.js";
 import { adviceItem, goToProblem, openAround, showProblems } from "./form_problems.js";
 import { csrfToken, debounce, el, readJSONScript } from "./util.js";
 
@@ -159,37 +160,6 @@ function showPreset() {
   }
 }
 
-// --- numbers: checked here as typed, the same rule as formfields.number_problem ------------
-const FLOAT = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
-const INT = /^[+-]?\d+$/;
-const MAX_DIGITS = 18; // typednumbers.MAX_DIGITS
-
-function numberProblem(input) {
-  const raw = input.value.trim();
-  if (raw === "") return input.hasAttribute("data-default") ? `Enter a number (the default is ${input.dataset.default})` : null;
-  const words = (input.dataset.words || "").split(" ").filter(Boolean); // record.groups: "auto"
-  if (words.includes(raw)) return null;
-  const shown = raw.length <= 40 ? raw : `${raw.slice(0, 20)}…`;
-  if (input.dataset.number === "int") {
-    if (!INT.test(raw)) return `“${shown}” is not a whole number${words.map((w) => ` or “${w}”`).join("")}`;
-    return raw.replace(/^[+-]/, "").length > MAX_DIGITS ? `“${shown}” is too large (${MAX_DIGITS} digits at most)` : null;
-  }
-  if (!FLOAT.test(raw)) return `“${shown}” is not a number`;
-  if (!Number.isFinite(Number(raw))) return `“${shown}” is too large to be a number`;
-  return null;
-}
-
-/** path -> [message] for every visible number input whose text is not a number. */
-function numberProblems() {
-  const out = {};
-  for (const input of form.querySelectorAll("input[data-number]")) {
-    if (input.closest("[hidden]")) continue; // another environment's parameters
-    const problem = numberProblem(input);
-    if (problem) out[input.name] = [problem];
-  }
-  return out;
-}
-
 // --- LoRA: for a pretrained model; shown while model.path is set or any input is filled
 // (the same rule as RunForm.lora_shown), so nothing typed is out of sight -----------------
 function showLora() {
@@ -297,7 +267,7 @@ function showWarnings(warnings) {
 /** Show the last server answer with this browser's own number problems on top (they
  *  appear at once, before the server has answered). */
 function showAll(serverOk) {
-  const local = numberProblems();
+  const local = numberProblems(form);
   const errors = { ...serverErrors, ...local };
   showErrors(errors);
   showStatus(serverOk && Object.keys(local).length === 0, errors);
@@ -424,7 +394,7 @@ let sending = false; // checked: this submit goes to the server
 form.addEventListener("submit", async (e) => {
   if (sending) { launch.disabled = true; return; }
   if (launching) { e.preventDefault(); return; }
-  if (Object.keys(numberProblems()).length) {
+  if (Object.keys(numberProblems(form)).length) {
     e.preventDefault(); // the server would refuse it too; say why here, at once
     showAll(false);
     refuse();
