@@ -67,11 +67,13 @@ def test_an_interrupted_run_stops_at_its_next_step_and_resumes_later(
 
 
 def test_stopping_the_embedded_executor_waits_for_the_run_to_reach_its_next_step(
-    owner, tiny_config, fake_runner, published, monkeypatch, interrupt
+    owner, tiny_config, fake_runner, enqueued, published, monkeypatch, interrupt
 ):
     # manage.py serve's exit: the executor's thread is a daemon, and an interpreter
     # that exits while it is inside a step can crash on the way out ("Segmentation
-    # fault"); stop() waits for the step to end.
+    # fault"); stop() waits for the step to end. The launch enqueues nothing
+    # (``enqueued``): with the embedded executor its own submission raced this
+    # one's, and a future the executor had not taken yet was cancelled by stop().
     from dashboard.runs import inprocess
 
     monkeypatch.setattr(inprocess, "_stopping", False)  # restored for other tests
